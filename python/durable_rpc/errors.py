@@ -1,0 +1,118 @@
+"""Domain errors with stable reasons.
+
+Every error that crosses the API is a :class:`DurableRpcError` with a stable ``reason``
+(the google.rpc.ErrorInfo reason on the wire). The server maps each reason to one gRPC
+status code in one table (:data:`STATUS_BY_REASON`); the client maps it back to the
+same class, so callers catch the same exception on both sides of the wire.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import grpc
+
+ERROR_DOMAIN = "durable-rpc"
+
+
+class DurableRpcError(Exception):
+    """Base of every domain error; ``reason`` is stable and machine-readable."""
+
+    reason: ClassVar[str] = "INTERNAL"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return f"{self.reason}: {self.message}"
+
+
+class LeaseLostError(DurableRpcError):
+    """The caller no longer owns the task: another claim, an older token, or expiry."""
+
+    reason = "LEASE_LOST"
+
+
+class WorkflowAlreadyStartedError(DurableRpcError):
+    """An open run already uses this workflow id (started by another request)."""
+
+    reason = "WORKFLOW_ALREADY_STARTED"
+
+
+class NotFoundError(DurableRpcError):
+    reason = "NOT_FOUND"
+
+
+class InvalidArgumentError(DurableRpcError):
+    reason = "INVALID_ARGUMENT"
+
+
+class InvalidPayloadError(DurableRpcError):
+    """A payload is not a valid Value frame (or an external reference does not verify)."""
+
+    reason = "INVALID_PAYLOAD"
+
+
+class DefinitionChangedError(DurableRpcError):
+    """A different code fingerprint was registered under an existing (name, version)."""
+
+    reason = "DEFINITION_CHANGED"
+
+
+class NamespaceNotFoundError(DurableRpcError):
+    reason = "NAMESPACE_NOT_FOUND"
+
+
+class WorkflowNotRunningError(DurableRpcError):
+    """The run is closed; signals, cancellation and termination no longer apply."""
+
+    reason = "WORKFLOW_NOT_RUNNING"
+
+
+class StoreUnavailableError(DurableRpcError):
+    """The database cannot be reached; nothing was changed. Retry later."""
+
+    reason = "UNAVAILABLE"
+
+
+class ResourceExhaustedError(DurableRpcError):
+    """A request is larger than the server accepts, or a limit was reached."""
+
+    reason = "RESOURCE_EXHAUSTED"
+
+
+class InternalError(DurableRpcError):
+    reason = "INTERNAL"
+
+
+STATUS_BY_REASON: dict[str, grpc.StatusCode] = {
+    LeaseLostError.reason: grpc.StatusCode.FAILED_PRECONDITION,
+    WorkflowAlreadyStartedError.reason: grpc.StatusCode.ALREADY_EXISTS,
+    NotFoundError.reason: grpc.StatusCode.NOT_FOUND,
+    InvalidArgumentError.reason: grpc.StatusCode.INVALID_ARGUMENT,
+    InvalidPayloadError.reason: grpc.StatusCode.INVALID_ARGUMENT,
+    DefinitionChangedError.reason: grpc.StatusCode.FAILED_PRECONDITION,
+    NamespaceNotFoundError.reason: grpc.StatusCode.NOT_FOUND,
+    WorkflowNotRunningError.reason: grpc.StatusCode.FAILED_PRECONDITION,
+    StoreUnavailableError.reason: grpc.StatusCode.UNAVAILABLE,
+    ResourceExhaustedError.reason: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    InternalError.reason: grpc.StatusCode.INTERNAL,
+}
+
+ERROR_BY_REASON: dict[str, type[DurableRpcError]] = {
+    cls.reason: cls
+    for cls in (
+        LeaseLostError,
+        WorkflowAlreadyStartedError,
+        NotFoundError,
+        InvalidArgumentError,
+        InvalidPayloadError,
+        DefinitionChangedError,
+        NamespaceNotFoundError,
+        WorkflowNotRunningError,
+        StoreUnavailableError,
+        ResourceExhaustedError,
+        InternalError,
+    )
+}
