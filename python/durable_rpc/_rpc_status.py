@@ -1,0 +1,60 @@
+"""Domain errors <-> gRPC statuses carrying google.rpc.ErrorInfo, for both sides."""
+
+from __future__ import annotations
+
+import grpc
+from google.protobuf import any_pb2
+from google.rpc import error_details_pb2, status_pb2
+from grpc_status import rpc_status
+
+from durable_rpc.errors import (
+    ERROR_BY_REASON,
+    ERROR_DOMAIN,
+    STATUS_BY_REASON,
+    DurableRpcError,
+    InternalError,
+    StoreUnavailableError,
+)
+
+
+def to_status(error: DurableRpcError) -> grpc.Status:
+    """The status a server sends for ``error``: code from the one table, reason in details."""
+    code = STATUS_BY_REASON.get(error.reason, grpc.StatusCode.INTERNAL)
+    info = any_pb2.Any()
+    info.Pack(error_details_pb2.ErrorInfo(reason=error.reason, domain=ERROR_DOMAIN))
+    status = status_pb2.Status(code=code.value[0], message=str(error), details=[info])
+    return rpc_status.to_status(status)
+
+
+def reason_of(error: grpc.RpcError) -> str | None:
+    """The ErrorInfo reason carried by a failed call, if any."""
+    if not isinstance(error, grpc.Call):
+        return None
+    status = rpc_status.from_call(error)
+    if status is None:
+        return None
+    for detail in status.details:
+        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+            info = error_details_pb2.ErrorInfo()
+            detail.Unpack(info)
+            return str(info.reason)
+    return None
+
+
+def from_rpc_error(error: grpc.RpcError) -> DurableRpcError:
+    """The domain error a client raises for a failed call."""
+    reason = reason_of(error)
+    details = error.details() if isinstance(error, grpc.Call) else None
+    message = details or str(error)
+    cls = ERROR_BY_REASON.get(reason or "")
+    if cls is not None:
+        # The server's message is "REASON: text"; keep only the text.
+        prefix = f"{cls.reason}: "
+        return cls(message[len(prefix) :] if message.startswith(prefix) else message)
+    code = error.code() if isinstance(error, grpc.Call) else None
+    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+        return StoreUnavailableError(f"server unavailable: {message}")
+    return InternalError(f"{code}: {message}")
+
+
+__all__ = ["from_rpc_error", "reason_of", "to_status"]

@@ -1,0 +1,3 @@
+from durable_rpc.cli import main
+
+main()

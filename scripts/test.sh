@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs everything the tests need into ./.venv, then runs every lint and test.
+# The README's test command and .ci/run both run exactly this.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n==> %s\n' "$*"; }
+
+step "python environment (.venv) and the package with its Rust extension (release build)"
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv
+fi
+# shellcheck disable=SC1091
+source .venv/bin/activate
+python -m pip install --quiet --upgrade pip
+python -m pip install --quiet -e ".[dev]"
+
+step "rust: fmt, clippy (pure core and with the PyO3 adapters), tests"
+cargo fmt --all -- --check
+cargo clippy --all-targets -- -D warnings
+cargo clippy --all-targets --features python -- -D warnings
+cargo test --quiet
+
+step "python lint: ruff, mypy (strict), stubtest for _core.pyi, generated protobuf code is fresh"
+ruff check .
+ruff format --check .
+mypy
+python -m mypy.stubtest durable_rpc._core
+python scripts/gen_proto.py --check
+
+step "pytest"
+python -m pytest -q -p no:cacheprovider "$@"
