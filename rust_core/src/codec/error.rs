@@ -48,10 +48,15 @@ impl fmt::Display for CodecError {
         match self {
             CodecError::Framing(m) => write!(f, "malformed payload frame: {m}"),
             CodecError::UnknownSchema(fp) => {
-                write!(f, "payload was written with an unknown schema (fingerprint {fp})")
+                write!(
+                    f,
+                    "payload was written with an unknown schema (fingerprint {fp})"
+                )
             }
             CodecError::NonFiniteFloat => write!(f, "NaN and infinite floats cannot be encoded"),
-            CodecError::IntegerOverflow => write!(f, "integer does not fit in a signed 64-bit long"),
+            CodecError::IntegerOverflow => {
+                write!(f, "integer does not fit in a signed 64-bit long")
+            }
             CodecError::InvalidMapKey(t) => write!(f, "map keys must be str, got {t}"),
             CodecError::UnsupportedType(t) => write!(f, "cannot encode a value of type {t}"),
             CodecError::TooDeep => {

@@ -105,7 +105,12 @@ impl Builder for ValueBuilder {
                 return Err(CodecError::framing(format!("duplicate map key {key:?}")));
             }
         }
-        Ok(Value::Map(entries.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()))
+        Ok(Value::Map(
+            entries
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v))
+                .collect(),
+        ))
     }
 }
 
@@ -137,11 +142,24 @@ mod tests {
         roundtrip(Value::Null, &[0x00]);
         roundtrip(Value::Boolean(true), &[0x02, 0x01]);
         roundtrip(Value::Long(7), &[0x04, 0x0e]);
-        roundtrip(Value::Long(i64::MIN), &[0x04, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01]);
-        roundtrip(Value::Long(i64::MAX), &[0x04, 0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01]);
+        roundtrip(
+            Value::Long(i64::MIN),
+            &[
+                0x04, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01,
+            ],
+        );
+        roundtrip(
+            Value::Long(i64::MAX),
+            &[
+                0x04, 0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01,
+            ],
+        );
         roundtrip(Value::Double(7.0), &[0x06, 0, 0, 0, 0, 0, 0, 0x1c, 0x40]);
         roundtrip(Value::Bytes(vec![0x00, 0xff]), &[0x08, 0x04, 0x00, 0xff]);
-        roundtrip(Value::String("héllo".into()), &[0x0a, 0x0c, b'h', 0xc3, 0xa9, b'l', b'l', b'o']);
+        roundtrip(
+            Value::String("héllo".into()),
+            &[0x0a, 0x0c, b'h', 0xc3, 0xa9, b'l', b'l', b'o'],
+        );
     }
 
     #[test]
@@ -160,7 +178,9 @@ mod tests {
         roundtrip(Value::Array(vec![]), &[0x0c, 0x00]);
         roundtrip(
             Value::Map(vec![("0".into(), Value::String("zero".into()))]),
-            &[0x0e, 0x02, 0x02, b'0', 0x0a, 0x08, b'z', b'e', b'r', b'o', 0x00],
+            &[
+                0x0e, 0x02, 0x02, b'0', 0x0a, 0x08, b'z', b'e', b'r', b'o', 0x00,
+            ],
         );
         roundtrip(
             Value::Array(vec![Value::Null, Value::Boolean(true), Value::Long(7)]),
@@ -179,8 +199,14 @@ mod tests {
 
     #[test]
     fn encode_rejects_what_has_no_value() {
-        assert_eq!(encode(&Value::Double(f64::NAN)).unwrap_err().reason(), "non_finite_float");
-        assert_eq!(encode(&Value::Double(f64::INFINITY)).unwrap_err().reason(), "non_finite_float");
+        assert_eq!(
+            encode(&Value::Double(f64::NAN)).unwrap_err().reason(),
+            "non_finite_float"
+        );
+        assert_eq!(
+            encode(&Value::Double(f64::INFINITY)).unwrap_err().reason(),
+            "non_finite_float"
+        );
         let dup = Value::Map(vec![("k".into(), Value::Null), ("k".into(), Value::Null)]);
         assert_eq!(encode(&dup).unwrap_err().reason(), "invalid_map_key");
         let mut deep = Value::Null;
@@ -205,9 +231,15 @@ mod tests {
         assert_eq!(reason(&frame(&[0x06, 0, 0])), "invalid_payload_framing");
         assert_eq!(reason(&frame(&[0x00, 0x00])), "invalid_payload_framing");
         assert_eq!(reason(&frame(&[0x10])), "invalid_payload_framing");
-        assert_eq!(reason(&frame(&[0x0a, 0x02, 0xff])), "invalid_payload_framing");
+        assert_eq!(
+            reason(&frame(&[0x0a, 0x02, 0xff])),
+            "invalid_payload_framing"
+        );
         assert_eq!(reason(&frame(&[0x08, 0x01])), "invalid_payload_framing");
-        assert_eq!(reason(&frame(&[0x06, 0, 0, 0, 0, 0, 0, 0xf8, 0x7f])), "invalid_payload_framing");
+        assert_eq!(
+            reason(&frame(&[0x06, 0, 0, 0, 0, 0, 0, 0xf8, 0x7f])),
+            "invalid_payload_framing"
+        );
         let mut other = frame(&[0x00]);
         other[2] = 0x1d;
         assert_eq!(reason(&other), "unsupported_payload_schema");
@@ -231,13 +263,20 @@ mod tests {
         datum.push(z as u8);
         assert_eq!(reason(&frame(&datum)), "invalid_payload_framing");
         // Over-long varints are rejected too.
-        assert_eq!(reason(&frame(&[0x04, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01])), "invalid_payload_framing");
+        assert_eq!(
+            reason(&frame(&[
+                0x04, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01
+            ])),
+            "invalid_payload_framing"
+        );
     }
 
     #[test]
     fn sized_and_multiple_blocks_are_accepted() {
         // Array written as two blocks, the first with a negative count and a byte size.
-        let bytes = frame(&[0x0c, 0x03, 0x04, 0x04, 0x02, 0x04, 0x04, 0x02, 0x04, 0x06, 0x00]);
+        let bytes = frame(&[
+            0x0c, 0x03, 0x04, 0x04, 0x02, 0x04, 0x04, 0x02, 0x04, 0x06, 0x00,
+        ]);
         assert_eq!(
             decode(&bytes).unwrap(),
             Value::Array(vec![Value::Long(1), Value::Long(2), Value::Long(3)])

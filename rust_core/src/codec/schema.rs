@@ -49,7 +49,9 @@ pub fn parsing_canonical_form(schema_json: &str) -> Result<String, SchemaError> 
     Ok(out)
 }
 
-const PRIMITIVES: [&str; 8] = ["null", "boolean", "int", "long", "float", "double", "bytes", "string"];
+const PRIMITIVES: [&str; 8] = [
+    "null", "boolean", "int", "long", "float", "double", "bytes", "string",
+];
 
 fn full_name(name: &str, namespace: Option<&str>) -> String {
     match namespace {
@@ -107,7 +109,10 @@ fn write_pcf(
                         return Ok(());
                     }
                     seen.push(full.clone());
-                    out.push_str(&format!("{{\"name\":{},\"type\":\"{kind}\"", json_str(&full)));
+                    out.push_str(&format!(
+                        "{{\"name\":{},\"type\":\"{kind}\"",
+                        json_str(&full)
+                    ));
                     match kind {
                         "record" => {
                             let fields = obj
@@ -149,16 +154,18 @@ fn write_pcf(
                     Ok(())
                 }
                 "array" => {
-                    let items =
-                        obj.get("items").ok_or_else(|| SchemaError("array without items".into()))?;
+                    let items = obj
+                        .get("items")
+                        .ok_or_else(|| SchemaError("array without items".into()))?;
                     out.push_str("{\"type\":\"array\",\"items\":");
                     write_pcf(items, namespace, seen, out)?;
                     out.push('}');
                     Ok(())
                 }
                 "map" => {
-                    let values =
-                        obj.get("values").ok_or_else(|| SchemaError("map without values".into()))?;
+                    let values = obj
+                        .get("values")
+                        .ok_or_else(|| SchemaError("map without values".into()))?;
                     out.push_str("{\"type\":\"map\",\"values\":");
                     write_pcf(values, namespace, seen, out)?;
                     out.push('}');
@@ -216,7 +223,10 @@ mod tests {
 
     #[test]
     fn canonical_form_of_primitives_and_errors() {
-        assert_eq!(parsing_canonical_form("{\"type\":\"long\"}").unwrap(), "\"long\"");
+        assert_eq!(
+            parsing_canonical_form("{\"type\":\"long\"}").unwrap(),
+            "\"long\""
+        );
         assert!(parsing_canonical_form("{\"type\":\"nope\"}").is_err());
         assert!(parsing_canonical_form("not json").is_err());
     }

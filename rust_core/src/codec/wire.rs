@@ -197,7 +197,10 @@ pub fn strip_header(frame: &[u8]) -> Result<&[u8], CodecError> {
 /// Decodes a whole frame with `builder`.
 pub fn decode_frame<B: Builder>(frame: &[u8], builder: &mut B) -> Result<B::Node, B::Error> {
     let datum = strip_header(frame)?;
-    let mut reader = Reader { data: datum, pos: 0 };
+    let mut reader = Reader {
+        data: datum,
+        pos: 0,
+    };
     let node = reader.value(builder, 0)?;
     if reader.pos != datum.len() {
         return Err(CodecError::framing(format!(
@@ -229,7 +232,9 @@ impl<'a> Reader<'a> {
         loop {
             let b = self.byte(what)?;
             if shift == 63 && b > 1 {
-                return Err(CodecError::framing(format!("{what} varint overflows 64 bits")));
+                return Err(CodecError::framing(format!(
+                    "{what} varint overflows 64 bits"
+                )));
             }
             z |= u64::from(b & 0x7f) << shift;
             if b & 0x80 == 0 {
@@ -237,7 +242,9 @@ impl<'a> Reader<'a> {
             }
             shift += 7;
             if shift > 63 {
-                return Err(CodecError::framing(format!("{what} varint longer than 10 bytes")));
+                return Err(CodecError::framing(format!(
+                    "{what} varint longer than 10 bytes"
+                )));
             }
         }
         Ok(((z >> 1) as i64) ^ -((z & 1) as i64))

@@ -62,7 +62,10 @@ impl From<CodecError> for EncodeFailure {
 }
 
 fn type_name(obj: &Bound<'_, PyAny>) -> String {
-    obj.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "<unknown>".to_owned())
+    obj.get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_else(|_| "<unknown>".to_owned())
 }
 
 fn write_py(w: &mut Writer, obj: &Bound<'_, PyAny>, depth: usize) -> Result<(), EncodeFailure> {
@@ -203,7 +206,10 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(encode, m)?)?;
     m.add_function(wrap_pyfunction!(decode, m)?)?;
     m.add("VALUE_SCHEMA_JSON", codec::VALUE_SCHEMA_JSON)?;
-    m.add("VALUE_SCHEMA_FINGERPRINT", PyBytes::new(py, &codec::value_schema_fingerprint()))?;
+    m.add(
+        "VALUE_SCHEMA_FINGERPRINT",
+        PyBytes::new(py, &codec::value_schema_fingerprint()),
+    )?;
     m.add("MAX_DEPTH", MAX_DEPTH)?;
     Ok(())
 }
