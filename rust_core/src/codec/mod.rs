@@ -296,9 +296,7 @@ mod tests {
             datum.extend_from_slice(&[0x0c, 0x02]);
         }
         datum.push(0x00);
-        for _ in 0..1000 {
-            datum.push(0x00);
-        }
+        datum.resize(datum.len() + 1000, 0x00);
         assert_eq!(reason(&frame(&datum)), "nesting_too_deep");
     }
 }
