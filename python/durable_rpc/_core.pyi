@@ -5,7 +5,7 @@ lease bookkeeping. Import the public facades (:mod:`durable_rpc.payload`, ...) r
 than this module.
 """
 
-from typing import Any
+from typing import Any, final
 
 from typing_extensions import disjoint_base
 
@@ -13,7 +13,12 @@ __all__ = [
     "MAX_DEPTH",
     "VALUE_SCHEMA_FINGERPRINT",
     "VALUE_SCHEMA_JSON",
+    "DueIndex",
+    "LeaseBook",
+    "MalformedHistoryError",
+    "NondeterminismError",
     "PayloadError",
+    "ReplayMachine",
     "decode",
     "encode",
 ]
@@ -53,3 +58,153 @@ def encode(value: object) -> bytes:
 
 def decode(data: bytes) -> Any:
     """Decode one frame into plain Python values. Raises :class:`PayloadError`."""
+
+# --- Replay machine ---------------------------------------------------------------
+
+@disjoint_base
+class NondeterminismError(Exception):
+    """Workflow code produced commands that differ from the recorded history.
+
+    ``str()`` is ``"nondeterminism at seq 3: expected X, got Y"``. ``expected`` describes
+    the recorded command (``nothing`` when the code produced an extra command) and
+    ``actual`` the produced one (``nothing`` when the code no longer reaches a recorded
+    command), e.g. ``ScheduleActivity(seq=2, type="charge")``,
+    ``StartTimer(seq=3, duration=1.5s)``, ``CancelTimer(timer_seq=3)``,
+    ``CompleteWorkflow``, ``FailWorkflow``, ``CancelWorkflow``.
+    """
+
+    def __new__(cls, seq: int, expected: str, actual: str) -> NondeterminismError: ...
+    @property
+    def seq(self) -> int:
+        """The workflow seq where the code diverged (the recorded event's seq when it has
+        one, else the produced command's, else 0)."""
+
+    @property
+    def expected(self) -> str:
+        """The recorded command, or ``nothing``."""
+
+    @property
+    def actual(self) -> str:
+        """The produced command, or ``nothing``."""
+
+@disjoint_base
+class MalformedHistoryError(ValueError):
+    """The history cannot be replayed: undecodable bytes, event ids not 1..N, event 1
+    not ``workflow_started``, a command event not directly after a
+    ``workflow_task_completed`` marker (or its other command events), or a marker whose
+    ``last_seen_event_id`` is not in ``[1, marker id)`` or goes backwards."""
+
+    def __new__(cls, message: str) -> MalformedHistoryError: ...
+    @property
+    def message(self) -> str:
+        """What is wrong with the history."""
+
+@final
+class ReplayMachine:
+    """Replays one run's history into activations and checks the produced commands.
+
+    Call :meth:`next_activation` and :meth:`complete_activation` alternately until
+    :meth:`next_activation` returns None, then :meth:`take_new_commands`. Each
+    ``workflow_task_completed`` marker replays as one activation (``is_replaying``
+    true, clock = the marker's ``workflow_time``) whose commands must match the command
+    events recorded after the marker; undelivered input events after that form one
+    final activation (clock = ``task_time_ms``) whose commands are all new.
+    """
+
+    def __new__(cls, history: bytes, task_time_ms: int) -> ReplayMachine:
+        """``history``: ``durable_rpc.v1.History`` protobuf bytes; ``task_time_ms``: the
+        current task's time (Unix ms). Raises :class:`MalformedHistoryError`."""
+
+    def next_activation(self) -> bytes | None:
+        """The next ``durable_rpc.v1.Activation`` (protobuf bytes), or None when replay is
+        over. Raises RuntimeError while an activation is outstanding or after a
+        :class:`NondeterminismError`."""
+
+    def complete_activation(self, completion: bytes) -> None:
+        """Hands back the ``durable_rpc.v1.ActivationCompletion`` (protobuf bytes) of the
+        outstanding activation. Raises :class:`NondeterminismError` when a replayed
+        activation's commands do not match history (the machine is then failed),
+        ValueError for undecodable bytes or a command without a kind (the activation
+        stays outstanding), RuntimeError when no activation is outstanding."""
+
+    def take_new_commands(self) -> bytes:
+        """An ``ActivationCompletion`` (protobuf bytes) holding only the new commands (those
+        of the final activation). Drains them."""
+
+    @property
+    def is_replaying(self) -> bool:
+        """Whether the outstanding (or last) activation replays history; False before the
+        first activation."""
+
+    @property
+    def run_id(self) -> str:
+        """The run id from ``workflow_started``."""
+
+# --- Lease bookkeeping ------------------------------------------------------------
+
+@final
+class LeaseBook:
+    """The leases a worker holds, keyed by task id. Times are the worker's local
+    monotonic clock in ms, passed in by the caller.
+
+    A lease granted or renewed at ``t`` for ``lease_ms`` is due for a heartbeat from
+    ``t + lease_ms * heartbeat_fraction`` and must be assumed lost from ``t + lease_ms``.
+    """
+
+    def __new__(cls, heartbeat_fraction: float = 0.5) -> LeaseBook:
+        """Raises ValueError unless ``0 < heartbeat_fraction <= 0.5``."""
+
+    @property
+    def heartbeat_fraction(self) -> float:
+        """The configured heartbeat fraction."""
+
+    def track(self, task_id: str, token: int, lease_ms: int, now_ms: int) -> bool:
+        """Record a claimed lease; replaces the held one unless that has a higher token.
+        Returns whether it was recorded."""
+
+    def renewed(self, task_id: str, token: int, lease_ms: int, now_ms: int) -> bool:
+        """Record a successful heartbeat. Ignored (False) unless ``token`` is the held
+        token: a stale renewal never revives a newer lease."""
+
+    def release(self, task_id: str) -> bool:
+        """Forget the task's lease. Returns whether it was held."""
+
+    def token(self, task_id: str) -> int | None:
+        """The fencing token held for the task, if any."""
+
+    def due_for_heartbeat(self, now_ms: int) -> list[tuple[str, int]]:
+        """``(task_id, token)`` of unexpired leases whose heartbeat is due, earliest
+        first. Does not reset anything; :meth:`renewed` does."""
+
+    def expired(self, now_ms: int) -> list[tuple[str, int]]:
+        """``(task_id, token)`` of leases past ``granted + lease_ms``, earliest first: stop
+        acting on them."""
+
+    def next_deadline(self) -> int | None:
+        """The earliest heartbeat-due time over held leases, or None."""
+
+    def __len__(self) -> int: ...
+
+@final
+class DueIndex:
+    """Due times (database-clock ms) keyed by string: timers, retry backoffs, lease
+    expiries. O(log n) per operation; equal due times pop in key order."""
+
+    def __new__(cls) -> DueIndex: ...
+    def schedule(self, key: str, due_ms: int) -> None:
+        """Schedule ``key`` at ``due_ms``, replacing its previous due time."""
+
+    def cancel(self, key: str) -> bool:
+        """Remove ``key``. Returns whether it was scheduled."""
+
+    def pop_due(self, now_ms: int) -> list[str]:
+        """Remove and return the keys due at or before ``now_ms``, in due order."""
+
+    def next_due(self) -> int | None:
+        """The earliest due time, or None."""
+
+    def due_time(self, key: str) -> int | None:
+        """The due time of ``key``, if scheduled."""
+
+    def __len__(self) -> int: ...
+    def __contains__(self, key: str, /) -> bool: ...

@@ -5,6 +5,9 @@
 //! `durable_rpc._core`; this file only registers them.
 
 pub mod codec;
+pub mod lease;
+pub mod proto;
+pub mod replay;
 
 #[cfg(feature = "python")]
 mod py;

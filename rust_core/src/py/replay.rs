@@ -1,0 +1,175 @@
+//! Python adapter of the replay machine: protobuf bytes in and out, core errors mapped
+//! once into structured exceptions.
+
+use prost::Message;
+use prost_types::Timestamp;
+use pyo3::exceptions::{PyException, PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+use crate::proto::{ActivationCompletion, History};
+use crate::replay::{self, MalformedHistory, ReplayError};
+
+/// Workflow code produced commands that differ from the recorded history.
+#[pyclass(extends = PyException, module = "durable_rpc._core", subclass)]
+pub struct NondeterminismError {
+    seq: i64,
+    expected: String,
+    actual: String,
+}
+
+#[pymethods]
+impl NondeterminismError {
+    #[new]
+    #[pyo3(signature = (seq, expected, actual))]
+    fn new(seq: i64, expected: String, actual: String) -> Self {
+        NondeterminismError {
+            seq,
+            expected,
+            actual,
+        }
+    }
+
+    fn __str__(&self) -> String {
+        format!(
+            "nondeterminism at seq {}: expected {}, got {}",
+            self.seq, self.expected, self.actual
+        )
+    }
+
+    /// The workflow seq where the code diverged from history.
+    #[getter]
+    fn seq(&self) -> i64 {
+        self.seq
+    }
+
+    /// The recorded command, or ``nothing``.
+    #[getter]
+    fn expected(&self) -> &str {
+        &self.expected
+    }
+
+    /// The produced command, or ``nothing``.
+    #[getter]
+    fn actual(&self) -> &str {
+        &self.actual
+    }
+}
+
+/// The history is not one the replay machine can follow.
+#[pyclass(extends = PyValueError, module = "durable_rpc._core", subclass)]
+pub struct MalformedHistoryError {
+    message: String,
+}
+
+#[pymethods]
+impl MalformedHistoryError {
+    #[new]
+    #[pyo3(signature = (message))]
+    fn new(message: String) -> Self {
+        MalformedHistoryError { message }
+    }
+
+    fn __str__(&self) -> String {
+        format!("malformed history: {}", self.message)
+    }
+
+    /// What is wrong with the history.
+    #[getter]
+    fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+fn malformed(py: Python<'_>, message: String) -> PyErr {
+    PyErr::from_type(py.get_type::<MalformedHistoryError>(), (message,))
+}
+
+fn malformed_error(py: Python<'_>, err: MalformedHistory) -> PyErr {
+    malformed(py, err.message)
+}
+
+fn replay_error(py: Python<'_>, err: ReplayError) -> PyErr {
+    match err {
+        ReplayError::Nondeterminism(e) => PyErr::from_type(
+            py.get_type::<NondeterminismError>(),
+            (e.seq, e.expected, e.actual),
+        ),
+        ReplayError::InvalidCommand(m) => PyValueError::new_err(format!("invalid command: {m}")),
+        ReplayError::Usage(e) => PyRuntimeError::new_err(e.to_string()),
+    }
+}
+
+fn timestamp_from_ms(ms: i64) -> Timestamp {
+    // rem_euclid keeps nanos in 0..1e9 for times before the epoch.
+    Timestamp {
+        seconds: ms.div_euclid(1000),
+        nanos: (ms.rem_euclid(1000) * 1_000_000) as i32,
+    }
+}
+
+/// Replays one run's history (``History`` protobuf bytes).
+#[pyclass(module = "durable_rpc._core", name = "ReplayMachine")]
+pub struct ReplayMachine {
+    inner: replay::ReplayMachine,
+}
+
+#[pymethods]
+impl ReplayMachine {
+    #[new]
+    #[pyo3(signature = (history, task_time_ms))]
+    fn new(py: Python<'_>, history: &[u8], task_time_ms: i64) -> PyResult<Self> {
+        let history = History::decode(history)
+            .map_err(|e| malformed(py, format!("invalid History protobuf: {e}")))?;
+        let inner = replay::ReplayMachine::new(history, timestamp_from_ms(task_time_ms))
+            .map_err(|e| malformed_error(py, e))?;
+        Ok(ReplayMachine { inner })
+    }
+
+    /// The next ``Activation`` (protobuf bytes), or None when replay is over.
+    fn next_activation<'py>(&mut self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyBytes>>> {
+        let activation = self
+            .inner
+            .next_activation()
+            .map_err(|e| replay_error(py, ReplayError::Usage(e)))?;
+        Ok(activation.map(|a| PyBytes::new(py, &a.encode_to_vec())))
+    }
+
+    /// Hands back the ``ActivationCompletion`` (protobuf bytes) of the outstanding
+    /// activation.
+    fn complete_activation(&mut self, py: Python<'_>, completion: &[u8]) -> PyResult<()> {
+        let completion = ActivationCompletion::decode(completion).map_err(|e| {
+            PyValueError::new_err(format!("invalid ActivationCompletion protobuf: {e}"))
+        })?;
+        self.inner
+            .complete_activation(completion)
+            .map_err(|e| replay_error(py, e))
+    }
+
+    /// The new commands, as ``ActivationCompletion`` protobuf bytes. Drains them.
+    fn take_new_commands<'py>(&mut self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        let completion = ActivationCompletion {
+            commands: self.inner.take_new_commands(),
+        };
+        PyBytes::new(py, &completion.encode_to_vec())
+    }
+
+    /// Whether the outstanding (or last) activation replays recorded history.
+    #[getter]
+    fn is_replaying(&self) -> bool {
+        self.inner.is_replaying()
+    }
+
+    /// The run id from ``workflow_started``.
+    #[getter]
+    fn run_id(&self) -> &str {
+        self.inner.run_id()
+    }
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<NondeterminismError>()?;
+    m.add_class::<MalformedHistoryError>()?;
+    m.add_class::<ReplayMachine>()?;
+    Ok(())
+}

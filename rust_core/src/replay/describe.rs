@@ -1,0 +1,176 @@
+//! Recorded command events in the shape they are matched in, and the human-readable
+//! descriptions used by [`super::NondeterminismError`].
+
+use std::fmt;
+
+use prost_types::Duration;
+
+use crate::proto::command::Kind;
+use crate::proto::history_event::Attributes;
+use crate::proto::Command;
+
+/// A command event's identity: what a produced command must match.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Recorded {
+    ActivityScheduled {
+        seq: i64,
+        activity_type: String,
+    },
+    /// `duration_nanos` is the normalized duration (an unset duration is zero).
+    TimerStarted {
+        seq: i64,
+        duration_nanos: i128,
+    },
+    TimerCancelled {
+        timer_seq: i64,
+    },
+    WorkflowCompleted,
+    WorkflowFailed,
+    WorkflowCancelled,
+}
+
+impl Recorded {
+    /// The command-event identity of `attrs`, or `None` when it is not a command event.
+    pub(crate) fn from_attributes(attrs: &Attributes) -> Option<Recorded> {
+        Some(match attrs {
+            Attributes::ActivityScheduled(a) => Recorded::ActivityScheduled {
+                seq: a.seq,
+                activity_type: a.activity_type.clone(),
+            },
+            Attributes::TimerStarted(t) => Recorded::TimerStarted {
+                seq: t.seq,
+                duration_nanos: duration_nanos(t.duration.as_ref()),
+            },
+            Attributes::TimerCancelled(t) => Recorded::TimerCancelled { timer_seq: t.seq },
+            Attributes::WorkflowCompleted(_) => Recorded::WorkflowCompleted,
+            Attributes::WorkflowFailed(_) => Recorded::WorkflowFailed,
+            Attributes::WorkflowCancelled(_) => Recorded::WorkflowCancelled,
+            _ => return None,
+        })
+    }
+
+    /// The identity a produced command would have been recorded with.
+    pub(crate) fn from_command(command: &Command) -> Option<Recorded> {
+        Some(match command.kind.as_ref()? {
+            Kind::ScheduleActivity(a) => Recorded::ActivityScheduled {
+                seq: command.seq,
+                activity_type: a.activity_type.clone(),
+            },
+            Kind::StartTimer(t) => Recorded::TimerStarted {
+                seq: command.seq,
+                duration_nanos: duration_nanos(t.duration.as_ref()),
+            },
+            Kind::CancelTimer(c) => Recorded::TimerCancelled {
+                timer_seq: c.timer_seq,
+            },
+            Kind::CompleteWorkflow(_) => Recorded::WorkflowCompleted,
+            Kind::FailWorkflow(_) => Recorded::WorkflowFailed,
+            Kind::CancelWorkflow(_) => Recorded::WorkflowCancelled,
+        })
+    }
+
+    /// The workflow seq this identity carries, if any.
+    pub(crate) fn seq(&self) -> Option<i64> {
+        match self {
+            Recorded::ActivityScheduled { seq, .. } | Recorded::TimerStarted { seq, .. } => {
+                Some(*seq)
+            }
+            Recorded::TimerCancelled { timer_seq } => Some(*timer_seq),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Recorded {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Recorded::ActivityScheduled { seq, activity_type } => {
+                write!(f, "ScheduleActivity(seq={seq}, type={activity_type:?})")
+            }
+            Recorded::TimerStarted {
+                seq,
+                duration_nanos,
+            } => {
+                write!(
+                    f,
+                    "StartTimer(seq={seq}, duration={})",
+                    DurationText(*duration_nanos)
+                )
+            }
+            Recorded::TimerCancelled { timer_seq } => {
+                write!(f, "CancelTimer(timer_seq={timer_seq})")
+            }
+            Recorded::WorkflowCompleted => f.write_str("CompleteWorkflow"),
+            Recorded::WorkflowFailed => f.write_str("FailWorkflow"),
+            Recorded::WorkflowCancelled => f.write_str("CancelWorkflow"),
+        }
+    }
+}
+
+/// The kind name of a history event, for error messages.
+pub(crate) fn event_kind(attrs: &Attributes) -> &'static str {
+    match attrs {
+        Attributes::WorkflowStarted(_) => "workflow_started",
+        Attributes::WorkflowTaskCompleted(_) => "workflow_task_completed",
+        Attributes::ActivityScheduled(_) => "activity_scheduled",
+        Attributes::ActivityCompleted(_) => "activity_completed",
+        Attributes::ActivityFailed(_) => "activity_failed",
+        Attributes::TimerStarted(_) => "timer_started",
+        Attributes::TimerFired(_) => "timer_fired",
+        Attributes::TimerCancelled(_) => "timer_cancelled",
+        Attributes::SignalReceived(_) => "signal_received",
+        Attributes::CancelRequested(_) => "cancel_requested",
+        Attributes::WorkflowCompleted(_) => "workflow_completed",
+        Attributes::WorkflowFailed(_) => "workflow_failed",
+        Attributes::WorkflowCancelled(_) => "workflow_cancelled",
+        Attributes::WorkflowTerminated(_) => "workflow_terminated",
+    }
+}
+
+/// A duration as total nanoseconds; unset is zero. i128 cannot overflow here.
+pub(crate) fn duration_nanos(d: Option<&Duration>) -> i128 {
+    d.map_or(0, |d| {
+        i128::from(d.seconds) * 1_000_000_000 + i128::from(d.nanos)
+    })
+}
+
+/// Formats nanoseconds as seconds: `5s`, `1.5s`, `0.000001s`, `-2s`.
+struct DurationText(i128);
+
+impl fmt::Display for DurationText {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let sign = if self.0 < 0 { "-" } else { "" };
+        let abs = self.0.unsigned_abs();
+        let secs = abs / 1_000_000_000;
+        let nanos = abs % 1_000_000_000;
+        if nanos == 0 {
+            write!(f, "{sign}{secs}s")
+        } else {
+            let frac = format!("{nanos:09}");
+            write!(f, "{sign}{secs}.{}s", frac.trim_end_matches('0'))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_format_as_seconds() {
+        assert_eq!(DurationText(5_000_000_000).to_string(), "5s");
+        assert_eq!(DurationText(1_500_000_000).to_string(), "1.5s");
+        assert_eq!(DurationText(1_000).to_string(), "0.000001s");
+        assert_eq!(DurationText(-2_000_000_000).to_string(), "-2s");
+        assert_eq!(DurationText(0).to_string(), "0s");
+    }
+
+    #[test]
+    fn activity_description_quotes_the_type() {
+        let r = Recorded::ActivityScheduled {
+            seq: 2,
+            activity_type: "charge".into(),
+        };
+        assert_eq!(r.to_string(), "ScheduleActivity(seq=2, type=\"charge\")");
+    }
+}

@@ -1,0 +1,351 @@
+//! [`ReplayMachine`]: history in, activations out, commands checked.
+
+use std::ops::Range;
+
+use prost_types::Timestamp;
+
+use super::describe::{event_kind, Recorded};
+use super::error::{MalformedHistory, NondeterminismError, ReplayError, UsageError};
+use crate::proto::activation_job::Job;
+use crate::proto::history_event::Attributes;
+use crate::proto::resolve_activity_job::Outcome;
+use crate::proto::{
+    Activation, ActivationCompletion, ActivationJob, CancelWorkflowJob, Command, FireTimerJob,
+    History, ResolveActivityJob, SignalWorkflowJob, StartWorkflowJob,
+};
+
+/// Written in descriptions when one side of a comparison has nothing.
+const NOTHING: &str = "nothing";
+
+/// One recorded workflow task (a `workflow_task_completed` marker).
+#[derive(Debug)]
+struct Task {
+    last_seen: i64,
+    workflow_time: Option<Timestamp>,
+    /// The task's command events, as a range of `ReplayMachine::recorded`.
+    commands: Range<usize>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// No activation outstanding; `next_activation` may be called.
+    Idle,
+    /// Replayed activation of task `n` outstanding.
+    Replaying(usize),
+    /// The final, non-replayed activation is outstanding.
+    Final,
+    /// Nothing more to deliver.
+    Done,
+    /// Nondeterminism was reported.
+    Failed,
+}
+
+/// Replays one run's history.
+///
+/// Call [`next_activation`](Self::next_activation) and
+/// [`complete_activation`](Self::complete_activation) alternately until
+/// `next_activation` returns `None`, then collect
+/// [`take_new_commands`](Self::take_new_commands). All work is linear in the size of the
+/// history: it is indexed once in [`new`](Self::new) and then consumed with cursors.
+#[derive(Debug)]
+pub struct ReplayMachine {
+    run_id: String,
+    task_time: Timestamp,
+    tasks: Vec<Task>,
+    recorded: Vec<Recorded>,
+    /// Input events as ready-made jobs, in event order; delivered ones are taken out.
+    inputs: Vec<ActivationJob>,
+    next_input: usize,
+    next_task: usize,
+    state: State,
+    last_replaying: bool,
+    new_commands: Vec<Command>,
+}
+
+impl ReplayMachine {
+    /// Indexes `history`; `task_time` is the current workflow task's time (the clock of
+    /// the final, non-replayed activation).
+    pub fn new(history: History, task_time: Timestamp) -> Result<Self, MalformedHistory> {
+        let mut run_id = String::new();
+        let mut tasks: Vec<Task> = Vec::new();
+        let mut recorded: Vec<Recorded> = Vec::new();
+        let mut inputs: Vec<ActivationJob> = Vec::new();
+        // True right after a marker and while its command events continue.
+        let mut in_command_group = false;
+
+        if history.events.is_empty() {
+            return Err(MalformedHistory::new(
+                "history is empty: event 1 must be workflow_started",
+            ));
+        }
+
+        for (index, event) in history.events.into_iter().enumerate() {
+            let expected_id = index as i64 + 1;
+            let id = event.event_id;
+            if id != expected_id {
+                return Err(MalformedHistory::new(format!(
+                    "event at position {expected_id} has event_id {id}: events must be numbered \
+                     1..N without gaps"
+                )));
+            }
+            let Some(attrs) = event.attributes else {
+                return Err(MalformedHistory::new(format!(
+                    "event {id} has no attributes"
+                )));
+            };
+            if id == 1 && !matches!(attrs, Attributes::WorkflowStarted(_)) {
+                return Err(MalformedHistory::new(format!(
+                    "event 1 must be workflow_started, got {}",
+                    event_kind(&attrs)
+                )));
+            }
+
+            if let Some(command) = Recorded::from_attributes(&attrs) {
+                if !in_command_group {
+                    return Err(MalformedHistory::new(format!(
+                        "event {id} ({}) is a command event not preceded by a \
+                         workflow_task_completed marker",
+                        event_kind(&attrs)
+                    )));
+                }
+                recorded.push(command);
+                if let Some(task) = tasks.last_mut() {
+                    task.commands.end = recorded.len();
+                }
+                continue;
+            }
+            in_command_group = false;
+
+            let job = match attrs {
+                Attributes::WorkflowTaskCompleted(marker) => {
+                    let last_seen = marker.last_seen_event_id;
+                    if last_seen >= id {
+                        return Err(MalformedHistory::new(format!(
+                            "marker event {id} has last_seen_event_id {last_seen}, which is not \
+                             before the marker itself"
+                        )));
+                    }
+                    if last_seen < 1 {
+                        return Err(MalformedHistory::new(format!(
+                            "marker event {id} has last_seen_event_id {last_seen}: a workflow \
+                             task sees at least event 1"
+                        )));
+                    }
+                    if let Some(previous) = tasks.last() {
+                        if last_seen < previous.last_seen {
+                            return Err(MalformedHistory::new(format!(
+                                "marker event {id} has last_seen_event_id {last_seen}, before the \
+                                 previous marker's {}",
+                                previous.last_seen
+                            )));
+                        }
+                    }
+                    tasks.push(Task {
+                        last_seen,
+                        workflow_time: marker.workflow_time.or(event.event_time),
+                        commands: recorded.len()..recorded.len(),
+                    });
+                    in_command_group = true;
+                    continue;
+                }
+                Attributes::WorkflowStarted(started) => {
+                    if id != 1 {
+                        return Err(MalformedHistory::new(format!(
+                            "event {id} is a second workflow_started (only event 1 may be)"
+                        )));
+                    }
+                    run_id.clone_from(&started.run_id);
+                    Job::StartWorkflow(StartWorkflowJob {
+                        workflow_type: started.workflow_type,
+                        workflow_version: started.workflow_version,
+                        workflow_id: started.workflow_id,
+                        run_id: started.run_id,
+                        input: started.input,
+                    })
+                }
+                Attributes::ActivityCompleted(done) => Job::ResolveActivity(ResolveActivityJob {
+                    seq: done.seq,
+                    attempt: done.attempt,
+                    ambiguous: false,
+                    outcome: Some(Outcome::Completed(done.result.unwrap_or_default())),
+                }),
+                Attributes::ActivityFailed(failed) => Job::ResolveActivity(ResolveActivityJob {
+                    seq: failed.seq,
+                    attempt: failed.attempt,
+                    ambiguous: failed.ambiguous,
+                    outcome: Some(Outcome::Failed(failed.failure.unwrap_or_default())),
+                }),
+                Attributes::TimerFired(fired) => Job::FireTimer(FireTimerJob { seq: fired.seq }),
+                Attributes::SignalReceived(signal) => Job::SignalWorkflow(SignalWorkflowJob {
+                    signal_name: signal.signal_name,
+                    input: signal.input,
+                }),
+                Attributes::CancelRequested(cancel) => Job::CancelWorkflow(CancelWorkflowJob {
+                    reason: cancel.reason,
+                }),
+                // Terminal, delivers nothing.
+                Attributes::WorkflowTerminated(_) => continue,
+                // Command events were handled above.
+                Attributes::ActivityScheduled(_)
+                | Attributes::TimerStarted(_)
+                | Attributes::TimerCancelled(_)
+                | Attributes::WorkflowCompleted(_)
+                | Attributes::WorkflowFailed(_)
+                | Attributes::WorkflowCancelled(_) => continue,
+            };
+            inputs.push(ActivationJob {
+                event_id: id,
+                job: Some(job),
+            });
+        }
+
+        Ok(ReplayMachine {
+            run_id,
+            task_time,
+            tasks,
+            recorded,
+            inputs,
+            next_input: 0,
+            next_task: 0,
+            state: State::Idle,
+            last_replaying: false,
+            new_commands: Vec::new(),
+        })
+    }
+
+    /// The run id from `workflow_started`.
+    pub fn run_id(&self) -> &str {
+        &self.run_id
+    }
+
+    /// Whether the outstanding (or last handed out) activation is a replay. False before
+    /// the first activation.
+    pub fn is_replaying(&self) -> bool {
+        self.last_replaying
+    }
+
+    /// The next activation: one per recorded workflow task (replayed), then at most one
+    /// final activation with every undelivered input event, then `None`.
+    pub fn next_activation(&mut self) -> Result<Option<Activation>, UsageError> {
+        match self.state {
+            State::Replaying(_) | State::Final => return Err(UsageError::ActivationPending),
+            State::Failed => return Err(UsageError::Failed),
+            State::Done => return Ok(None),
+            State::Idle => {}
+        }
+
+        if let Some(task) = self.tasks.get(self.next_task) {
+            let (last_seen, timestamp) = (task.last_seen, task.workflow_time);
+            let jobs = self.take_inputs_through(last_seen);
+            self.state = State::Replaying(self.next_task);
+            self.next_task += 1;
+            self.last_replaying = true;
+            return Ok(Some(self.activation(timestamp, true, jobs)));
+        }
+
+        if self.next_input < self.inputs.len() {
+            let jobs = self.take_inputs_through(i64::MAX);
+            self.state = State::Final;
+            self.last_replaying = false;
+            return Ok(Some(self.activation(Some(self.task_time), false, jobs)));
+        }
+
+        self.state = State::Done;
+        Ok(None)
+    }
+
+    /// Hands back the commands produced for the outstanding activation. For a replayed
+    /// activation they must match the task's recorded command events one-to-one, in
+    /// order; for the final activation they are all new and kept.
+    ///
+    /// After a [`NondeterminismError`] the machine is failed and refuses further calls.
+    pub fn complete_activation(
+        &mut self,
+        completion: ActivationCompletion,
+    ) -> Result<(), ReplayError> {
+        match self.state {
+            State::Idle | State::Done => return Err(UsageError::NoActivation.into()),
+            State::Failed => return Err(UsageError::Failed.into()),
+            State::Replaying(_) | State::Final => {}
+        }
+        if let Some(bad) = completion.commands.iter().find(|c| c.kind.is_none()) {
+            return Err(ReplayError::InvalidCommand(format!(
+                "command with seq {} has no kind",
+                bad.seq
+            )));
+        }
+
+        match self.state {
+            State::Replaying(task) => {
+                let range = self.tasks[task].commands.clone();
+                if let Err(e) = match_commands(&self.recorded[range], &completion.commands) {
+                    self.state = State::Failed;
+                    return Err(e.into());
+                }
+                self.state = State::Idle;
+            }
+            _ => {
+                self.new_commands.extend(completion.commands);
+                self.state = State::Idle;
+            }
+        }
+        Ok(())
+    }
+
+    /// The commands of the final activation (the ones to send to the server). Drains
+    /// them: a second call returns nothing.
+    pub fn take_new_commands(&mut self) -> Vec<Command> {
+        std::mem::take(&mut self.new_commands)
+    }
+
+    /// Takes the undelivered input jobs with `event_id <= last_seen`.
+    fn take_inputs_through(&mut self, last_seen: i64) -> Vec<ActivationJob> {
+        let start = self.next_input;
+        let mut end = start;
+        while end < self.inputs.len() && self.inputs[end].event_id <= last_seen {
+            end += 1;
+        }
+        self.next_input = end;
+        self.inputs[start..end]
+            .iter_mut()
+            .map(std::mem::take)
+            .collect()
+    }
+
+    fn activation(
+        &self,
+        timestamp: Option<Timestamp>,
+        is_replaying: bool,
+        jobs: Vec<ActivationJob>,
+    ) -> Activation {
+        Activation {
+            run_id: self.run_id.clone(),
+            timestamp,
+            is_replaying,
+            jobs,
+        }
+    }
+}
+
+/// Matches produced commands against recorded command events, one-to-one in order.
+fn match_commands(recorded: &[Recorded], produced: &[Command]) -> Result<(), NondeterminismError> {
+    let count = recorded.len().max(produced.len());
+    for i in 0..count {
+        let expected = recorded.get(i);
+        let command = produced.get(i);
+        let actual = command.and_then(Recorded::from_command);
+        if expected == actual.as_ref() {
+            continue;
+        }
+        let seq = expected
+            .and_then(Recorded::seq)
+            .or_else(|| command.map(|c| actual.as_ref().and_then(Recorded::seq).unwrap_or(c.seq)))
+            .unwrap_or(0);
+        return Err(NondeterminismError {
+            seq,
+            expected: expected.map_or_else(|| NOTHING.to_owned(), ToString::to_string),
+            actual: actual.map_or_else(|| NOTHING.to_owned(), |a| a.to_string()),
+        });
+    }
+    Ok(())
+}
