@@ -21,6 +21,7 @@ __all__ = [
     "ReplayMachine",
     "decode",
     "encode",
+    "validate",
 ]
 
 # --- Avro Value codec -------------------------------------------------------------
@@ -58,6 +59,10 @@ def encode(value: object) -> bytes:
 
 def decode(data: bytes) -> Any:
     """Decode one frame into plain Python values. Raises :class:`PayloadError`."""
+
+def validate(data: bytes) -> None:
+    """Check that ``data`` is a well-formed frame without building any value.
+    Raises :class:`PayloadError` with the same reasons as :func:`decode`."""
 
 # --- Replay machine ---------------------------------------------------------------
 

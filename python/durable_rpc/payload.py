@@ -13,6 +13,7 @@ from durable_rpc._core import (
     PayloadError,
     decode,
     encode,
+    validate,
 )
 
 __all__ = [
@@ -22,4 +23,5 @@ __all__ = [
     "PayloadError",
     "decode",
     "encode",
+    "validate",
 ]

@@ -114,6 +114,50 @@ impl Builder for ValueBuilder {
     }
 }
 
+/// Checks a frame without building any value: what the server does with payloads it
+/// only stores and forwards.
+struct Validator;
+
+impl Builder for Validator {
+    type Node = ();
+    type Error = CodecError;
+    fn null(&mut self) -> Result<(), CodecError> {
+        Ok(())
+    }
+    fn boolean(&mut self, _: bool) -> Result<(), CodecError> {
+        Ok(())
+    }
+    fn long(&mut self, _: i64) -> Result<(), CodecError> {
+        Ok(())
+    }
+    fn double(&mut self, _: f64) -> Result<(), CodecError> {
+        Ok(())
+    }
+    fn bytes(&mut self, _: &[u8]) -> Result<(), CodecError> {
+        Ok(())
+    }
+    fn string(&mut self, _: &str) -> Result<(), CodecError> {
+        Ok(())
+    }
+    fn array(&mut self, _: Vec<()>) -> Result<(), CodecError> {
+        Ok(())
+    }
+    fn map(&mut self, entries: Vec<(&str, ())>) -> Result<(), CodecError> {
+        let mut seen = std::collections::HashSet::with_capacity(entries.len());
+        for (key, _) in &entries {
+            if !seen.insert(*key) {
+                return Err(CodecError::framing(format!("duplicate map key {key:?}")));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Checks that `frame` is a well-formed Value frame, building nothing.
+pub fn validate(frame: &[u8]) -> Result<(), CodecError> {
+    decode_frame(frame, &mut Validator)
+}
+
 /// Decodes one frame into a [`Value`].
 pub fn decode(frame: &[u8]) -> Result<Value, CodecError> {
     decode_frame(frame, &mut ValueBuilder)
@@ -243,6 +287,21 @@ mod tests {
         let mut other = frame(&[0x00]);
         other[2] = 0x1d;
         assert_eq!(reason(&other), "unsupported_payload_schema");
+    }
+
+    #[test]
+    fn validate_agrees_with_decode() {
+        let good = encode(&Value::Map(vec![("k".into(), Value::Long(1))])).unwrap();
+        assert!(validate(&good).is_ok());
+        let dup = frame(&[0x0e, 0x04, 0x02, b'k', 0x00, 0x02, b'k', 0x00, 0x00]);
+        assert_eq!(
+            validate(&dup).unwrap_err().reason(),
+            "invalid_payload_framing"
+        );
+        assert_eq!(
+            validate(b"").unwrap_err().reason(),
+            "invalid_payload_framing"
+        );
     }
 
     #[test]

@@ -200,11 +200,18 @@ pub fn decode<'py>(py: Python<'py>, data: &[u8]) -> PyResult<Bound<'py, PyAny>> 
     }
 }
 
+/// Checks that `data` is a well-formed Value frame without building Python objects.
+#[pyfunction]
+pub fn validate(py: Python<'_>, data: &[u8]) -> PyResult<()> {
+    codec::validate(data).map_err(|e| payload_error(py, &e))
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add_class::<PayloadError>()?;
     m.add_function(wrap_pyfunction!(encode, m)?)?;
     m.add_function(wrap_pyfunction!(decode, m)?)?;
+    m.add_function(wrap_pyfunction!(validate, m)?)?;
     m.add("VALUE_SCHEMA_JSON", codec::VALUE_SCHEMA_JSON)?;
     m.add(
         "VALUE_SCHEMA_FINGERPRINT",
