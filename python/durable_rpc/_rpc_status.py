@@ -26,9 +26,14 @@ def to_status(error: DurableRpcError) -> grpc.Status:
     return rpc_status.to_status(status)
 
 
+# Sync stubs raise errors that are grpc.Call; aio stubs raise AioRpcError, which is not a
+# grpc.Call but offers the same code/details/trailing_metadata accessors.
+_CALL_ERRORS = (grpc.Call, grpc.aio.AioRpcError)
+
+
 def reason_of(error: grpc.RpcError) -> str | None:
     """The ErrorInfo reason carried by a failed call, if any."""
-    if not isinstance(error, grpc.Call):
+    if not isinstance(error, _CALL_ERRORS):
         return None
     status = rpc_status.from_call(error)
     if status is None:
@@ -44,14 +49,14 @@ def reason_of(error: grpc.RpcError) -> str | None:
 def from_rpc_error(error: grpc.RpcError) -> DurableRpcError:
     """The domain error a client raises for a failed call."""
     reason = reason_of(error)
-    details = error.details() if isinstance(error, grpc.Call) else None
+    details = error.details() if isinstance(error, _CALL_ERRORS) else None
     message = details or str(error)
     cls = ERROR_BY_REASON.get(reason or "")
     if cls is not None:
         # The server's message is "REASON: text"; keep only the text.
         prefix = f"{cls.reason}: "
-        return cls(message[len(prefix) :] if message.startswith(prefix) else message)
-    code = error.code() if isinstance(error, grpc.Call) else None
+        return cls(message.removeprefix(prefix))
+    code = error.code() if isinstance(error, _CALL_ERRORS) else None
     if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
         return StoreUnavailableError(f"server unavailable: {message}")
     return InternalError(f"{code}: {message}")

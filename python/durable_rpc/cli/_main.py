@@ -5,6 +5,8 @@ from __future__ import annotations
 import click
 
 from durable_rpc.cli._selfcheck import selfcheck
+from durable_rpc.cli._server import server
+from durable_rpc.cli._workflow import workflow
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -14,6 +16,8 @@ def cli() -> None:
 
 
 cli.add_command(selfcheck)
+cli.add_command(server)
+cli.add_command(workflow)
 
 
 def main() -> None:

@@ -1,0 +1,206 @@
+"""End-to-end benchmark: the hello workload through a real server, worker and client.
+
+Starts `durable-rpc server` on a temporary SQLite file (every acknowledged write is
+fsynced: WAL with synchronous=FULL, group commit), one worker process and a client in
+this process, then measures the hello workload (a workflow calling two activities that
+return short strings):
+
+- latency: p50/p99 of --sequential runs started one after another (start -> result);
+- throughput: --workflows runs started concurrently, workflows/s until all complete
+  (best and median of --reps);
+- peak RSS (VmHWM) of the server and the worker process.
+
+    python bench/e2e_bench.py [--workflows 500] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from durable_rpc import Client, Worker, activity, workflow
+
+
+@activity.defn
+async def say_hello(name: str) -> str:
+    return f"Hello, {name}!"
+
+
+@activity.defn
+async def say_bye(name: str) -> str:
+    return f"Bye, {name}!"
+
+
+@workflow.defn(name="BenchHello")
+class BenchHello:
+    @workflow.run
+    async def run(self, name: str) -> str:
+        timeout = timedelta(seconds=30)
+        hello = await workflow.execute_activity(say_hello, name, start_to_close_timeout=timeout)
+        bye = await workflow.execute_activity(say_bye, name, start_to_close_timeout=timeout)
+        return f"{hello} {bye}"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def peak_rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def percentile(values: list[float], pct: float) -> float:
+    """Nearest-rank percentile."""
+    ordered = sorted(values)
+    rank = max(1, int(-(-pct * len(ordered) // 100)))
+    return ordered[rank - 1]
+
+
+async def run_worker(address: str, task_queue: str, concurrency: int) -> None:
+    client = await Client.connect(address)
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    async with Worker(
+        client,
+        task_queue=task_queue,
+        workflows=[BenchHello],
+        activities=[say_hello, say_bye],
+        max_concurrent_activities=concurrency,
+    ):
+        print("worker ready", flush=True)
+        await stop.wait()
+    await client.close()
+
+
+async def one(client: Client, queue: str) -> float:
+    start = time.perf_counter()
+    handle = await client.start_workflow(
+        BenchHello.run, "bench", id=f"b-{uuid.uuid4().hex}", task_queue=queue
+    )
+    result = await handle.result()
+    assert result == "Hello, bench! Bye, bench!", result
+    return time.perf_counter() - start
+
+
+async def measure(address: str, queue: str, args: argparse.Namespace) -> dict[str, Any]:
+    client = await Client.connect(address)
+    for _ in range(args.warmup):
+        await one(client, queue)
+    latencies = [await one(client, queue) for _ in range(args.sequential)]
+    rates = []
+    for _ in range(args.reps):
+        start = time.perf_counter()
+        await asyncio.gather(*(one(client, queue) for _ in range(args.workflows)))
+        rates.append(args.workflows / (time.perf_counter() - start))
+    await client.close()
+    return {
+        "latency_p50_ms": percentile(latencies, 50) * 1000,
+        "latency_p99_ms": percentile(latencies, 99) * 1000,
+        "throughput_wf_per_s_best": max(rates),
+        "throughput_wf_per_s_median": statistics.median(rates),
+        "throughput_runs": rates,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workflows", type=int, default=500)
+    parser.add_argument("--sequential", type=int, default=50)
+    parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--worker", nargs=2, metavar=("ADDRESS", "QUEUE"), help=argparse.SUPPRESS)
+    parser.add_argument("--worker-concurrency", type=int, default=200)
+    args = parser.parse_args()
+    if args.worker:
+        asyncio.run(run_worker(args.worker[0], args.worker[1], args.worker_concurrency))
+        return 0
+
+    with tempfile.TemporaryDirectory(prefix="durable-bench-") as tmp:
+        address = f"127.0.0.1:{free_port()}"
+        queue = "bench"
+        server = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "durable_rpc.cli",
+                "server",
+                "--log-level",
+                "WARNING",
+                "--db",
+                f"sqlite:///{tmp}/bench.db",
+                "--listen",
+                address,
+            ],
+        )
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+        worker = subprocess.Popen(
+            [
+                sys.executable,
+                str(Path(__file__).resolve()),
+                "--worker",
+                address,
+                queue,
+                "--worker-concurrency",
+                str(args.worker_concurrency),
+            ],
+            stdout=subprocess.PIPE,
+            env=env,
+        )
+        try:
+            assert worker.stdout is not None
+            if worker.stdout.readline().strip() != b"worker ready":
+                raise SystemExit("worker did not start")
+            figures = asyncio.run(measure(address, queue, args))
+            figures["server_peak_rss_mib"] = peak_rss_mib(server.pid)
+            figures["worker_peak_rss_mib"] = peak_rss_mib(worker.pid)
+        finally:
+            # The worker first, so it can deregister while the server is still up.
+            for proc in (worker, server):
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+    figures["workflows"] = args.workflows
+    figures["store"] = "sqlite-file (synchronous=FULL)"
+    if args.json:
+        print(json.dumps({"benchmark": "e2e", **figures}, indent=2))
+    else:
+        print(f"store: {figures['store']}")
+        print(
+            f"latency (sequential, n={args.sequential}): p50 {figures['latency_p50_ms']:.1f} ms,"
+            f" p99 {figures['latency_p99_ms']:.1f} ms"
+        )
+        print(
+            f"throughput ({args.workflows} concurrent, {args.reps} reps): best "
+            f"{figures['throughput_wf_per_s_best']:.0f} wf/s, median "
+            f"{figures['throughput_wf_per_s_median']:.0f} wf/s"
+        )
+        print(
+            f"peak RSS: server {figures['server_peak_rss_mib']:.0f} MiB, worker "
+            f"{figures['worker_peak_rss_mib']:.0f} MiB"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

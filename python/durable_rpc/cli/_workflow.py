@@ -1,0 +1,354 @@
+"""``durable-rpc workflow ...``: start, inspect and drive runs from a shell."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import dataclasses
+import datetime as dt
+import json
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import click
+from google.protobuf import json_format
+from rich.console import Console
+from rich.table import Table
+
+from durable_rpc import payload
+from durable_rpc.client import Client, WorkflowOutcomeError, default_address
+from durable_rpc.errors import DurableRpcError
+from durable_rpc.v1 import history_pb2, payload_pb2, service_pb2
+
+T = TypeVar("T")
+console = Console()
+
+
+def _run(address: str, namespace: str, action: Callable[[Client], Awaitable[T]]) -> T:
+    async def go() -> T:
+        client = await Client.connect(address, namespace=namespace)
+        try:
+            return await action(client)
+        finally:
+            await client.close()
+
+    try:
+        return asyncio.run(go())
+    except DurableRpcError as exc:
+        raise click.ClickException(str(exc)) from None
+    except WorkflowOutcomeError as exc:
+        click.echo(str(exc), err=True)
+        sys.exit(2)
+
+
+def _plain(value: Any) -> Any:
+    """A decoded Value made JSON-printable (bytes as base64)."""
+    if isinstance(value, bytes):
+        return {"$bytes": base64.b64encode(value).decode()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def _payload_text(p: payload_pb2.Payload) -> Any:
+    if not p.data:
+        return None
+    try:
+        return _plain(payload.decode(p.data))
+    except payload.PayloadError as exc:
+        return f"<{exc.reason}>"
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, dt.datetime):
+        return obj.isoformat()
+    raise TypeError(type(obj).__name__)
+
+
+def _emit_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, default=_json_default))
+
+
+common = [
+    click.option(
+        "--address", default=default_address, show_default="$DURABLE_RPC_ADDRESS or 127.0.0.1:7233"
+    ),
+    click.option("--namespace", default="default", show_default=True),
+    click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table."),
+]
+
+
+def with_common(fn: Callable[..., Any]) -> Callable[..., Any]:
+    for option in reversed(common):
+        fn = option(fn)
+    return fn
+
+
+@click.group()
+def workflow() -> None:
+    """Start, inspect and drive workflow runs."""
+
+
+@workflow.command()
+@click.argument("workflow_type")
+@click.option("--id", "workflow_id", required=True, help="Workflow id (unique among open runs).")
+@click.option("--task-queue", required=True)
+@click.option("--input", "input_json", default="[]", help="JSON array of arguments.")
+@click.option("--version", default="1", show_default=True)
+@click.option("--request-id", default=None, help="Idempotency key (default: random).")
+@with_common
+def start(
+    workflow_type: str,
+    workflow_id: str,
+    task_queue: str,
+    input_json: str,
+    version: str,
+    request_id: str | None,
+    address: str,
+    namespace: str,
+    as_json: bool,
+) -> None:
+    """Start a run of WORKFLOW_TYPE."""
+    args = json.loads(input_json)
+    if not isinstance(args, list):
+        args = [args]
+    handle = _run(
+        address,
+        namespace,
+        lambda c: c.start_workflow(
+            workflow_type,
+            *args,
+            id=workflow_id,
+            task_queue=task_queue,
+            version=version,
+            request_id=request_id,
+        ),
+    )
+    if as_json:
+        _emit_json({"workflow_id": handle.workflow_id, "run_id": handle.run_id})
+    else:
+        console.print(f"started [bold]{handle.workflow_id}[/] run {handle.run_id}")
+
+
+@workflow.command()
+@click.argument("workflow_id")
+@click.option("--run-id", default=None)
+@with_common
+def describe(
+    workflow_id: str, run_id: str | None, address: str, namespace: str, as_json: bool
+) -> None:
+    """Show a run's status, pending activities and last workflow-task failure."""
+    d = _run(address, namespace, lambda c: c.get_handle(workflow_id, run_id).describe())
+    failure = d.last_workflow_task_failure
+    data = {
+        **dataclasses.asdict(d.info),
+        "definition_available": d.definition_available,
+        "workflow_task_attempt": d.workflow_task_attempt,
+        "last_workflow_task_failure": (
+            json_format.MessageToDict(failure) if failure is not None else None
+        ),
+        "pending_activities": [json_format.MessageToDict(a) for a in d.pending_activities],
+    }
+    if as_json:
+        _emit_json(data)
+        return
+    table = Table(show_header=False, box=None)
+    for key, value in data.items():
+        table.add_row(f"[bold]{key}[/]", str(value if value is not None else "-"))
+    console.print(table)
+
+
+def _event_summary(event: history_pb2.HistoryEvent) -> tuple[str, str]:
+    kind = event.WhichOneof("attributes") or "unknown"
+    attrs = getattr(event, kind)
+    fields = {}
+    for field, value in attrs.ListFields():
+        if isinstance(value, payload_pb2.Payload):
+            fields[field.name] = _payload_text(value)
+        elif isinstance(value, payload_pb2.Failure):
+            fields[field.name] = f"{value.type}: {value.message}"
+        elif hasattr(value, "ListFields"):
+            fields[field.name] = json_format.MessageToDict(value)
+        else:
+            fields[field.name] = value
+    return kind, json.dumps(fields, default=str)
+
+
+@workflow.command()
+@click.argument("workflow_id")
+@click.option("--run-id", default=None)
+@click.option(
+    "--export",
+    "export_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write the history as protobuf JSON to this file (for replay tests).",
+)
+@with_common
+def history(
+    workflow_id: str,
+    run_id: str | None,
+    export_path: str | None,
+    address: str,
+    namespace: str,
+    as_json: bool,
+) -> None:
+    """Print a run's event history."""
+    events = _run(address, namespace, lambda c: c.get_handle(workflow_id, run_id).history())
+    full = history_pb2.History(events=events)
+    if export_path:
+        with open(export_path, "w") as fh:
+            fh.write(json_format.MessageToJson(full))
+        console.print(f"wrote {len(events)} events to {export_path}")
+        return
+    if as_json:
+        click.echo(json_format.MessageToJson(full))
+        return
+    table = Table("id", "time", "event", "details")
+    for event in events:
+        kind, details = _event_summary(event)
+        when = event.event_time.ToDatetime(tzinfo=dt.UTC).strftime("%H:%M:%S.%f")[:-3]
+        table.add_row(str(event.event_id), when, kind, details)
+    console.print(table)
+
+
+@workflow.command()
+@click.argument("workflow_id")
+@click.option("--run-id", default=None)
+@click.option("--timeout", type=float, default=None, help="Seconds to wait (default: forever).")
+@with_common
+def result(
+    workflow_id: str,
+    run_id: str | None,
+    timeout: float | None,
+    address: str,
+    namespace: str,
+    as_json: bool,
+) -> None:
+    """Wait for a run to close and print its result (exit 2 if it did not complete)."""
+    value = _run(
+        address, namespace, lambda c: c.get_handle(workflow_id, run_id).result(timeout=timeout)
+    )
+    _emit_json(_plain(value)) if as_json else console.print_json(data=_plain(value))
+
+
+@workflow.command()
+@click.argument("workflow_id")
+@click.argument("signal_name")
+@click.option("--input", "input_json", default="[]", help="JSON array of arguments.")
+@click.option("--run-id", default=None)
+@click.option("--request-id", default=None, help="Deduplication key.")
+@with_common
+def signal(
+    workflow_id: str,
+    signal_name: str,
+    input_json: str,
+    run_id: str | None,
+    request_id: str | None,
+    address: str,
+    namespace: str,
+    as_json: bool,
+) -> None:
+    """Send SIGNAL_NAME to a run."""
+    args = json.loads(input_json)
+    if not isinstance(args, list):
+        args = [args]
+    delivered = _run(
+        address,
+        namespace,
+        lambda c: c.get_handle(workflow_id, run_id).signal(
+            signal_name, *args, request_id=request_id
+        ),
+    )
+    if as_json:
+        _emit_json({"delivered": delivered})
+    else:
+        console.print("delivered" if delivered else "already delivered (same request id)")
+
+
+@workflow.command()
+@click.argument("workflow_id")
+@click.option("--run-id", default=None)
+@click.option("--reason", default="")
+@with_common
+def cancel(
+    workflow_id: str,
+    run_id: str | None,
+    reason: str,
+    address: str,
+    namespace: str,
+    as_json: bool,
+) -> None:
+    """Request cancellation of a run."""
+    _run(address, namespace, lambda c: c.get_handle(workflow_id, run_id).cancel(reason))
+    _emit_json({"cancel_requested": True}) if as_json else console.print("cancel requested")
+
+
+@workflow.command()
+@click.argument("workflow_id")
+@click.option("--run-id", default=None)
+@click.option("--reason", default="")
+@with_common
+def terminate(
+    workflow_id: str,
+    run_id: str | None,
+    reason: str,
+    address: str,
+    namespace: str,
+    as_json: bool,
+) -> None:
+    """Terminate a run now."""
+    _run(address, namespace, lambda c: c.get_handle(workflow_id, run_id).terminate(reason))
+    _emit_json({"terminated": True}) if as_json else console.print("terminated")
+
+
+@workflow.command(name="list")
+@click.option(
+    "--status",
+    type=click.Choice(
+        [
+            "running",
+            "completed",
+            "failed",
+            "cancelled",
+            "terminated",
+            "timed_out",
+            "continued_as_new",
+        ]
+    ),
+    default=None,
+)
+@click.option("--type", "workflow_type", default="")
+@click.option("--limit", type=int, default=100, show_default=True)
+@with_common
+def list_(
+    status: str | None,
+    workflow_type: str,
+    limit: int,
+    address: str,
+    namespace: str,
+    as_json: bool,
+) -> None:
+    """List runs, newest first."""
+    number = service_pb2.WorkflowStatus.Value(f"WORKFLOW_STATUS_{status.upper()}") if status else 0
+
+    async def collect(c: Client) -> list[Any]:
+        rows = []
+        async for info in c.list_workflows(status=number, workflow_type=workflow_type):
+            rows.append(info)
+            if len(rows) >= limit:
+                break
+        return rows
+
+    rows = _run(address, namespace, collect)
+    if as_json:
+        _emit_json([dataclasses.asdict(r) for r in rows])
+        return
+    table = Table("workflow id", "type", "status", "started", "run id")
+    for r in rows:
+        started = r.start_time.strftime("%Y-%m-%d %H:%M:%S") if r.start_time else "-"
+        table.add_row(r.workflow_id, r.workflow_type, r.status, started, r.run_id)
+    console.print(table)

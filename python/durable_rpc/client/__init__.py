@@ -1,0 +1,26 @@
+"""The durable-rpc client: start workflows and drive their runs over gRPC."""
+
+from __future__ import annotations
+
+from durable_rpc.client._client import Client, default_address
+from durable_rpc.client._errors import (
+    WorkflowCancelledError,
+    WorkflowFailureError,
+    WorkflowOutcomeError,
+    WorkflowTerminatedError,
+    WorkflowTimedOutError,
+)
+from durable_rpc.client._handle import WorkflowDescription, WorkflowHandle, WorkflowInfo
+
+__all__ = [
+    "Client",
+    "WorkflowCancelledError",
+    "WorkflowDescription",
+    "WorkflowFailureError",
+    "WorkflowHandle",
+    "WorkflowInfo",
+    "WorkflowOutcomeError",
+    "WorkflowTerminatedError",
+    "WorkflowTimedOutError",
+    "default_address",
+]

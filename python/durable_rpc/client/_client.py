@@ -1,0 +1,139 @@
+"""The client: connects to a server and starts or finds workflow runs."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import grpc
+
+from durable_rpc import converter
+from durable_rpc._rpc_status import from_rpc_error
+from durable_rpc.client._handle import WorkflowHandle, WorkflowInfo, info_from_proto
+from durable_rpc.client._refs import workflow_ref
+from durable_rpc.v1 import payload_pb2, service_pb2, service_pb2_grpc
+
+DEFAULT_ADDRESS = "127.0.0.1:7233"
+
+
+def default_address() -> str:
+    """``DURABLE_RPC_ADDRESS`` or 127.0.0.1:7233."""
+    return os.environ.get("DURABLE_RPC_ADDRESS", DEFAULT_ADDRESS)
+
+
+class Client:
+    """A connection to a durable-rpc server, bound to one namespace."""
+
+    def __init__(self, channel: grpc.aio.Channel, namespace: str = "default") -> None:
+        self.channel = channel
+        self.namespace = namespace
+        self.workflow_service = service_pb2_grpc.WorkflowServiceStub(channel)
+        self.worker_service = service_pb2_grpc.WorkerServiceStub(channel)
+
+    @classmethod
+    async def connect(
+        cls, address: str | None = None, *, namespace: str = "default", timeout: float = 10.0
+    ) -> Client:
+        """Connect to ``address`` (default: ``DURABLE_RPC_ADDRESS``) and wait until ready."""
+        channel = grpc.aio.insecure_channel(
+            address or default_address(),
+            options=[
+                ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+                ("grpc.keepalive_time_ms", 30_000),
+            ],
+        )
+        try:
+            await channel.channel_ready() if timeout is None else await _ready(channel, timeout)
+        except BaseException:
+            await channel.close()
+            raise
+        return cls(channel, namespace)
+
+    async def close(self) -> None:
+        await self.channel.close()
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def call(self, method: Callable[..., Any], request: Any, **kwargs: Any) -> Any:
+        """Call a stub method; failures become the matching domain error."""
+        try:
+            return await method(request, **kwargs)
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+
+    async def start_workflow(
+        self,
+        workflow: Callable[..., Any] | str,
+        *args: Any,
+        id: str,
+        task_queue: str,
+        request_id: str | None = None,
+        version: str | None = None,
+        result_type: Any = None,
+    ) -> WorkflowHandle:
+        """Start a run of ``workflow`` (``Wf.run`` or a type name) with ``args``.
+
+        Idempotent by ``request_id``: repeating it returns the same run. An open run with
+        the same ``id`` started by another request raises WorkflowAlreadyStartedError.
+        """
+        workflow_type, defn_version, hint = workflow_ref(workflow)
+        request = service_pb2.StartWorkflowRequest(
+            namespace=self.namespace,
+            workflow_id=id,
+            workflow_type=workflow_type,
+            workflow_version=version or defn_version,
+            task_queue=task_queue,
+            input=payload_pb2.Payload(data=converter.encode_args(args)),
+            request_id=request_id or uuid.uuid4().hex,
+        )
+        response = await self.call(self.workflow_service.StartWorkflow, request)
+        return WorkflowHandle(
+            self, id, response.run_id, result_type if result_type is not None else hint
+        )
+
+    def get_handle(
+        self, workflow_id: str, run_id: str | None = None, *, result_type: Any = Any
+    ) -> WorkflowHandle:
+        """A handle on an existing run (the latest run of the id when run_id is None)."""
+        return WorkflowHandle(self, workflow_id, run_id, result_type)
+
+    async def list_workflows(
+        self,
+        *,
+        status: int = 0,
+        workflow_type: str = "",
+        page_size: int = 100,
+    ) -> AsyncIterator[WorkflowInfo]:
+        """Every matching run, newest first, fetched page by page."""
+        token = b""
+        while True:
+            request = service_pb2.ListWorkflowsRequest(
+                namespace=self.namespace,
+                status=status,  # type: ignore[arg-type]
+                workflow_type=workflow_type,
+                page_size=page_size,
+                next_page_token=token,
+            )
+            response = await self.call(self.workflow_service.ListWorkflows, request)
+            for info in response.workflows:
+                yield info_from_proto(info)
+            token = response.next_page_token
+            if not token:
+                return
+
+
+async def _ready(channel: grpc.aio.Channel, timeout: float) -> None:
+    import asyncio
+
+    try:
+        await asyncio.wait_for(channel.channel_ready(), timeout)
+    except TimeoutError as exc:
+        from durable_rpc.errors import StoreUnavailableError
+
+        raise StoreUnavailableError(f"no durable-rpc server answered within {timeout}s") from exc

@@ -1,0 +1,197 @@
+"""A handle on one workflow run: result, signal, cancel, terminate, describe, history."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from google.protobuf import duration_pb2
+
+from durable_rpc import converter
+from durable_rpc.client._errors import (
+    WorkflowCancelledError,
+    WorkflowFailureError,
+    WorkflowTerminatedError,
+    WorkflowTimedOutError,
+)
+from durable_rpc.client._refs import signal_name
+from durable_rpc.v1 import history_pb2, payload_pb2, service_pb2
+
+if TYPE_CHECKING:
+    from durable_rpc.client._client import Client
+
+STATUS_NAMES = {
+    value.number: value.name.removeprefix("WORKFLOW_STATUS_").lower()
+    for value in service_pb2.DESCRIPTOR.enum_types_by_name["WorkflowStatus"].values
+}
+RESULT_POLL_S = 30
+
+
+def _time(ts: Any, present: bool) -> dt.datetime | None:
+    return ts.ToDatetime(tzinfo=dt.UTC) if present else None
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkflowInfo:
+    workflow_id: str
+    run_id: str
+    workflow_type: str
+    workflow_version: str
+    task_queue: str
+    status: str
+    start_time: dt.datetime | None
+    close_time: dt.datetime | None
+    history_length: int
+
+
+def info_from_proto(info: service_pb2.WorkflowInfo) -> WorkflowInfo:
+    return WorkflowInfo(
+        workflow_id=info.workflow_id,
+        run_id=info.run_id,
+        workflow_type=info.workflow_type,
+        workflow_version=info.workflow_version,
+        task_queue=info.task_queue,
+        status=STATUS_NAMES.get(info.status, "unspecified"),
+        start_time=_time(info.start_time, info.HasField("start_time")),
+        close_time=_time(info.close_time, info.HasField("close_time")),
+        history_length=info.history_length,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkflowDescription:
+    info: WorkflowInfo
+    pending_activities: list[service_pb2.PendingActivity]
+    last_workflow_task_failure: payload_pb2.Failure | None
+    workflow_task_attempt: int
+    definition_available: bool
+
+
+class WorkflowHandle:
+    def __init__(
+        self, client: Client, workflow_id: str, run_id: str | None, result_type: Any = Any
+    ) -> None:
+        self.client = client
+        self.workflow_id = workflow_id
+        self.run_id = run_id
+        self.result_type = result_type
+
+    def __repr__(self) -> str:
+        return f"WorkflowHandle(workflow_id={self.workflow_id!r}, run_id={self.run_id!r})"
+
+    async def result(self, *, timeout: float | None = None) -> Any:
+        """Wait for the run to close; its typed result, or the matching outcome error."""
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while True:
+            wait = RESULT_POLL_S if deadline is None else max(0.0, deadline - loop.time())
+            request = service_pb2.GetWorkflowResultRequest(
+                namespace=self.client.namespace,
+                workflow_id=self.workflow_id,
+                run_id=self.run_id or "",
+                wait_timeout=duration_pb2.Duration(seconds=int(wait), nanos=int((wait % 1) * 1e9)),
+            )
+            response = await self.client.call(
+                self.client.workflow_service.GetWorkflowResult, request, timeout=wait + 30
+            )
+            status = STATUS_NAMES.get(response.status, "unspecified")
+            run_id = response.run_id
+            if status == "completed":
+                data = response.result.data if response.HasField("result") else b""
+                return converter.decode(data, self.result_type) if data else None
+            if status == "failed":
+                raise WorkflowFailureError(self.workflow_id, run_id, response.failure)
+            if status == "cancelled":
+                raise WorkflowCancelledError(self.workflow_id, run_id, "workflow was cancelled")
+            if status == "terminated":
+                raise WorkflowTerminatedError(self.workflow_id, run_id, "workflow was terminated")
+            if status == "timed_out":
+                raise WorkflowTimedOutError(self.workflow_id, run_id, "workflow timed out")
+            if deadline is not None and loop.time() >= deadline:
+                raise TimeoutError(f"workflow {self.workflow_id} still running after {timeout}s")
+
+    async def signal(
+        self, signal: Callable[..., Any] | str, *args: Any, request_id: str | None = None
+    ) -> bool:
+        """Deliver a signal; False when ``request_id`` was already delivered."""
+        request = service_pb2.SignalWorkflowRequest(
+            namespace=self.client.namespace,
+            workflow_id=self.workflow_id,
+            run_id=self.run_id or "",
+            signal_name=signal_name(signal),
+            input=payload_pb2.Payload(data=converter.encode_args(args)),
+            request_id=request_id or uuid.uuid4().hex,
+        )
+        response = await self.client.call(self.client.workflow_service.SignalWorkflow, request)
+        return bool(response.delivered)
+
+    async def cancel(self, reason: str = "") -> None:
+        """Ask the workflow to cancel; its code sees CancelledError at its await points."""
+        await self.client.call(
+            self.client.workflow_service.CancelWorkflow,
+            service_pb2.CancelWorkflowRequest(
+                namespace=self.client.namespace,
+                workflow_id=self.workflow_id,
+                run_id=self.run_id or "",
+                reason=reason,
+            ),
+        )
+
+    async def terminate(self, reason: str = "") -> None:
+        """End the run now, without running any more workflow code."""
+        await self.client.call(
+            self.client.workflow_service.TerminateWorkflow,
+            service_pb2.TerminateWorkflowRequest(
+                namespace=self.client.namespace,
+                workflow_id=self.workflow_id,
+                run_id=self.run_id or "",
+                reason=reason,
+            ),
+        )
+
+    async def describe(self) -> WorkflowDescription:
+        response = await self.client.call(
+            self.client.workflow_service.DescribeWorkflow,
+            service_pb2.DescribeWorkflowRequest(
+                namespace=self.client.namespace,
+                workflow_id=self.workflow_id,
+                run_id=self.run_id or "",
+            ),
+        )
+        failure = (
+            response.last_workflow_task_failure
+            if response.HasField("last_workflow_task_failure")
+            else None
+        )
+        return WorkflowDescription(
+            info=info_from_proto(response.info),
+            pending_activities=list(response.pending_activities),
+            last_workflow_task_failure=failure,
+            workflow_task_attempt=response.workflow_task_attempt,
+            definition_available=response.definition_available,
+        )
+
+    async def history(self, *, page_size: int = 1000) -> list[history_pb2.HistoryEvent]:
+        """The run's whole history, fetched page by page."""
+        events: list[history_pb2.HistoryEvent] = []
+        token = b""
+        while True:
+            response = await self.client.call(
+                self.client.workflow_service.GetWorkflowHistory,
+                service_pb2.GetWorkflowHistoryRequest(
+                    namespace=self.client.namespace,
+                    workflow_id=self.workflow_id,
+                    run_id=self.run_id or "",
+                    page_size=page_size,
+                    next_page_token=token,
+                ),
+            )
+            events.extend(response.history.events)
+            token = response.next_page_token
+            if not token:
+                return events

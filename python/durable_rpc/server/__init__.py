@@ -1,0 +1,7 @@
+"""The durable-rpc gRPC server: WorkflowService and WorkerService over one Store."""
+
+from __future__ import annotations
+
+from durable_rpc.server._app import Server, ServerConfig
+
+__all__ = ["Server", "ServerConfig"]

@@ -1,0 +1,127 @@
+"""The server process: store, gRPC services, health, reflection, graceful shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import signal
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1.health import aio as health_aio
+from grpc_reflection.v1alpha import reflection
+
+from durable_rpc.server._due import DueLoop
+from durable_rpc.server._interceptor import ErrorInterceptor
+from durable_rpc.server._notify import Notifier
+from durable_rpc.server._worker_service import WorkerService
+from durable_rpc.server._workflow_service import WorkflowService
+from durable_rpc.store import Store, open_store
+from durable_rpc.v1 import service_pb2, service_pb2_grpc
+
+log = logging.getLogger("durable_rpc.server")
+
+SERVICE_NAMES = (
+    service_pb2.DESCRIPTOR.services_by_name["WorkflowService"].full_name,
+    service_pb2.DESCRIPTOR.services_by_name["WorkerService"].full_name,
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerConfig:
+    db_url: str = "sqlite:///durable-rpc.db"
+    listen: str = "127.0.0.1:7233"
+    # Longest a poll waits for work before answering "nothing".
+    poll_timeout_s: float = 20.0
+    # Lease on a workflow task: a worker that dies mid-task is replaced after this.
+    workflow_task_lease_ms: int = 10_000
+    # Requests above this are refused with RESOURCE_EXHAUSTED.
+    max_request_bytes: int = 4 * 1024 * 1024
+    # In-flight calls get this long to finish on shutdown.
+    shutdown_grace_s: float = 10.0
+
+
+class Server:
+    """One durable-rpc server. `await start()`, then `await stop()` (or `serve_forever`)."""
+
+    def __init__(self, config: ServerConfig, store: Store | None = None) -> None:
+        self.config = config
+        self.store = store if store is not None else open_store(config.db_url)
+        self._grpc: grpc.aio.Server | None = None
+        self._due = DueLoop(self.store)
+        self._shutting_down = asyncio.Event()
+        self._health = health_aio.HealthServicer()
+        self.port: int | None = None
+
+    async def start(self) -> None:
+        await self.store.open()
+        notifier = Notifier(asyncio.get_running_loop(), self._due.schedule)
+        self._due.notifier = notifier
+        self.store.set_listener(notifier)
+        server = grpc.aio.server(
+            interceptors=[ErrorInterceptor(self.config.max_request_bytes)],
+            options=[
+                # grpc's own limit sits above ours so the interceptor answers with a reason.
+                ("grpc.max_receive_message_length", self.config.max_request_bytes * 2),
+                ("grpc.max_send_message_length", 64 * 1024 * 1024),
+                ("grpc.so_reuseport", 0),
+            ],
+        )
+        service_pb2_grpc.add_WorkflowServiceServicer_to_server(
+            WorkflowService(self.store, notifier), server
+        )
+        service_pb2_grpc.add_WorkerServiceServicer_to_server(
+            WorkerService(
+                self.store,
+                notifier,
+                poll_timeout_s=self.config.poll_timeout_s,
+                workflow_task_lease_ms=self.config.workflow_task_lease_ms,
+                shutting_down=self._shutting_down,
+            ),
+            server,
+        )
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        reflection.enable_server_reflection(
+            (
+                *SERVICE_NAMES,
+                health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+                reflection.SERVICE_NAME,
+            ),
+            server,
+        )
+        self.port = server.add_insecure_port(self.config.listen)
+        if self.port == 0:
+            raise OSError(f"cannot listen on {self.config.listen}")
+        await server.start()
+        self._grpc = server
+        self._due.start()
+        for name in ("", *SERVICE_NAMES):
+            await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        log.info("durable-rpc listening on %s (store %s)", self.config.listen, self.config.db_url)
+
+    async def stop(self) -> None:
+        """Stop accepting calls, let in-flight ones finish, then close the store."""
+        self._shutting_down.set()  # long polls answer "nothing" right away
+        await self._health.enter_graceful_shutdown()
+        if self._grpc is not None:
+            await self._grpc.stop(self.config.shutdown_grace_s)
+        await self._due.stop()
+        await self.store.close()
+        log.info("durable-rpc stopped")
+
+    async def serve_until_signal(self) -> None:
+        """Run until SIGINT or SIGTERM, then stop gracefully."""
+        await self.start()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        try:
+            await stop.wait()
+        finally:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                with contextlib.suppress(Exception):
+                    loop.remove_signal_handler(sig)
+            await self.stop()

@@ -1,0 +1,72 @@
+"""Wake-ups for long polls: task arrivals per queue and run closures.
+
+The store reports events after each commit, possibly from its writer thread; every
+entry point here hops onto the server's event loop before touching waiters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import defaultdict
+from collections.abc import Callable, Hashable
+
+
+class Waiters:
+    """Futures waiting on a key; `notify(key)` wakes every waiter of that key."""
+
+    def __init__(self) -> None:
+        self._waiting: defaultdict[Hashable, set[asyncio.Future[None]]] = defaultdict(set)
+
+    def register(self, key: Hashable) -> asyncio.Future[None]:
+        """Register before checking for work, so an arrival in between is not missed."""
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting[key].add(future)
+        future.add_done_callback(lambda f: self._discard(key, f))
+        return future
+
+    def _discard(self, key: Hashable, future: asyncio.Future[None]) -> None:
+        waiting = self._waiting.get(key)
+        if waiting is not None:
+            waiting.discard(future)
+            if not waiting:
+                del self._waiting[key]
+
+    def notify(self, key: Hashable) -> None:
+        for future in list(self._waiting.get(key, ())):
+            if not future.done():
+                future.set_result(None)
+
+    def notify_all(self) -> None:
+        for key in list(self._waiting):
+            self.notify(key)
+
+
+class Notifier:
+    """The server's StoreListener: routes store events to long-poll waiters."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, on_due: Callable[[int], None]) -> None:
+        self._loop = loop
+        self._loop_thread = threading.get_ident()
+        self._on_due = on_due
+        self.tasks = Waiters()
+        self.closed_runs = Waiters()
+
+    def _call(self, fn: Callable[..., None], *args: object) -> None:
+        if threading.get_ident() == self._loop_thread:
+            fn(*args)
+        elif not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(fn, *args)
+
+    # StoreListener protocol
+    def tasks_available(self, namespace: str, task_queue: str, kind: str) -> None:
+        self._call(self.tasks.notify, (namespace, task_queue, kind))
+
+    def run_closed(self, namespace: str, run_id: str) -> None:
+        self._call(self.closed_runs.notify, (namespace, run_id))
+
+    def due_at(self, due_ms: int) -> None:
+        self._call(self._on_due, due_ms)
+
+    def wake_all_pollers(self) -> None:
+        self._call(self.tasks.notify_all)

@@ -1,0 +1,241 @@
+"""WorkerService: registration, long-poll claims under fenced leases, outcomes."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+from google.protobuf import duration_pb2
+
+from durable_rpc.server import _convert, _validate
+from durable_rpc.server._notify import Notifier
+from durable_rpc.store import LeaseRef, Store
+from durable_rpc.v1 import payload_pb2, service_pb2, service_pb2_grpc
+
+T = TypeVar("T")
+
+WORKER_HEARTBEAT_INTERVAL_S = 10
+
+
+def _lease(lease: service_pb2.Lease) -> LeaseRef:
+    _validate.lease_fields(lease.task_id, lease.worker_id, lease.fencing_token)
+    return LeaseRef(
+        task_id=lease.task_id, worker_id=lease.worker_id, fencing_token=lease.fencing_token
+    )
+
+
+def _failure_bytes(request_failure: payload_pb2.Failure) -> bytes:
+    if request_failure.HasField("details"):
+        _validate.payload_bytes("failure.details", request_failure.details, has=True)
+    return request_failure.SerializeToString()
+
+
+class WorkerService(service_pb2_grpc.WorkerServiceServicer):
+    def __init__(
+        self,
+        store: Store,
+        notifier: Notifier,
+        *,
+        poll_timeout_s: float,
+        workflow_task_lease_ms: int,
+        shutting_down: asyncio.Event,
+    ) -> None:
+        self._store = store
+        self._notifier = notifier
+        self._poll_timeout_s = poll_timeout_s
+        self._workflow_task_lease_ms = workflow_task_lease_ms
+        self._shutting_down = shutting_down
+
+    async def _long_poll(
+        self, key: tuple[str, str, str], claim: Callable[[], Awaitable[T | None]]
+    ) -> T | None:
+        """Claim, or wait for a wake-up on `key` and claim again, until the poll timeout.
+
+        The waiter is registered before each claim attempt so an arrival between a
+        failed claim and the wait is never missed.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._poll_timeout_s
+        shutdown = asyncio.ensure_future(self._shutting_down.wait())
+        try:
+            while not self._shutting_down.is_set():
+                arrival = self._notifier.tasks.register(key)
+                try:
+                    task = await claim()
+                    if task is not None:
+                        return task
+                    remaining = deadline - loop.time()
+                    if remaining <= 0:
+                        return None
+                    wakeups: set[asyncio.Future[Any]] = {arrival, shutdown}
+                    await asyncio.wait(
+                        wakeups, timeout=remaining, return_when=asyncio.FIRST_COMPLETED
+                    )
+                finally:
+                    arrival.cancel()
+            return None
+        finally:
+            shutdown.cancel()
+
+    async def RegisterWorker(
+        self, request: service_pb2.RegisterWorkerRequest, context: grpc.aio.ServicerContext
+    ) -> service_pb2.RegisterWorkerResponse:
+        definitions = [
+            (
+                _validate.name("workflows.name", d.name),
+                _validate.name("workflows.version", d.version or "1"),
+                _validate.name("workflows.fingerprint", d.fingerprint),
+            )
+            for d in request.workflows
+        ]
+        await self._store.register_worker(
+            _validate.namespace(request.namespace),
+            _validate.name("worker_id", request.worker_id),
+            _validate.name("task_queue", request.task_queue),
+            definitions,
+            [_validate.name("activities", a) for a in request.activities],
+            _validate.name("build_id", request.build_id, required=False),
+            request.allow_definition_change,
+        )
+        return service_pb2.RegisterWorkerResponse(
+            heartbeat_interval=duration_pb2.Duration(seconds=WORKER_HEARTBEAT_INTERVAL_S)
+        )
+
+    async def WorkerHeartbeat(
+        self, request: service_pb2.WorkerHeartbeatRequest, context: grpc.aio.ServicerContext
+    ) -> service_pb2.WorkerHeartbeatResponse:
+        await self._store.worker_heartbeat(
+            _validate.namespace(request.namespace), _validate.name("worker_id", request.worker_id)
+        )
+        return service_pb2.WorkerHeartbeatResponse()
+
+    async def DeregisterWorker(
+        self, request: service_pb2.DeregisterWorkerRequest, context: grpc.aio.ServicerContext
+    ) -> service_pb2.DeregisterWorkerResponse:
+        await self._store.deregister_worker(
+            _validate.namespace(request.namespace), _validate.name("worker_id", request.worker_id)
+        )
+        return service_pb2.DeregisterWorkerResponse()
+
+    async def PollWorkflowTask(
+        self, request: service_pb2.PollWorkflowTaskRequest, context: grpc.aio.ServicerContext
+    ) -> service_pb2.PollWorkflowTaskResponse:
+        ns = _validate.namespace(request.namespace)
+        queue = _validate.name("task_queue", request.task_queue)
+        worker_id = _validate.name("worker_id", request.worker_id)
+        task = await self._long_poll(
+            (ns, queue, "workflow"),
+            lambda: self._store.claim_workflow_task(
+                ns, queue, worker_id, self._workflow_task_lease_ms
+            ),
+        )
+        if task is None:
+            return service_pb2.PollWorkflowTaskResponse()
+        return service_pb2.PollWorkflowTaskResponse(
+            task_id=task.task_id,
+            fencing_token=task.fencing_token,
+            lease_expires_at=_convert.timestamp(task.lease_expires_at_ms),
+            workflow_id=task.workflow_id,
+            run_id=task.run_id,
+            workflow_type=task.workflow_type,
+            workflow_version=task.workflow_version,
+            history=_convert.history(task.events),
+            workflow_time=_convert.timestamp(task.workflow_time_ms),
+            attempt=task.attempt,
+        )
+
+    async def CompleteWorkflowTask(
+        self, request: service_pb2.CompleteWorkflowTaskRequest, context: grpc.aio.ServicerContext
+    ) -> service_pb2.CompleteWorkflowTaskResponse:
+        for command in request.commands:
+            for field, value in command.ListFields():
+                # Every payload a command carries must be a valid frame before it is stored.
+                if hasattr(value, "input") and value.HasField("input"):
+                    _validate.payload_bytes(f"{field.name}.input", value.input, has=True)
+                if hasattr(value, "result") and value.HasField("result"):
+                    _validate.payload_bytes(f"{field.name}.result", value.result, has=True)
+        await self._store.complete_workflow_task(
+            _validate.namespace(request.namespace),
+            _lease(request.lease),
+            request.last_seen_event_id,
+            list(request.commands),
+            request.build_id,
+        )
+        return service_pb2.CompleteWorkflowTaskResponse()
+
+    async def FailWorkflowTask(
+        self, request: service_pb2.FailWorkflowTaskRequest, context: grpc.aio.ServicerContext
+    ) -> service_pb2.FailWorkflowTaskResponse:
+        await self._store.fail_workflow_task(
+            _validate.namespace(request.namespace),
+            _lease(request.lease),
+            _failure_bytes(request.failure),
+        )
+        return service_pb2.FailWorkflowTaskResponse()
+
+    async def PollActivityTask(
+        self, request: service_pb2.PollActivityTaskRequest, context: grpc.aio.ServicerContext
+    ) -> service_pb2.PollActivityTaskResponse:
+        ns = _validate.namespace(request.namespace)
+        queue = _validate.name("task_queue", request.task_queue)
+        worker_id = _validate.name("worker_id", request.worker_id)
+        types = [_validate.name("activity_types", t) for t in request.activity_types]
+        task = await self._long_poll(
+            (ns, queue, "activity"),
+            lambda: self._store.claim_activity_task(ns, queue, worker_id, types),
+        )
+        if task is None:
+            return service_pb2.PollActivityTaskResponse()
+        response = service_pb2.PollActivityTaskResponse(
+            task_id=task.task_id,
+            fencing_token=task.fencing_token,
+            lease_expires_at=_convert.timestamp(task.lease_expires_at_ms),
+            workflow_id=task.workflow_id,
+            run_id=task.run_id,
+            seq=task.seq,
+            activity_type=task.activity_type,
+            input=_convert.payload(task.input),
+            attempt=task.attempt,
+            heartbeat_details=_convert.payload(task.heartbeat_details),
+        )
+        if task.heartbeat_timeout_ms:
+            response.heartbeat_timeout.FromMilliseconds(task.heartbeat_timeout_ms)
+        if task.start_to_close_timeout_ms:
+            response.start_to_close_timeout.FromMilliseconds(task.start_to_close_timeout_ms)
+        return response
+
+    async def HeartbeatActivityTask(
+        self, request: service_pb2.HeartbeatActivityTaskRequest, context: grpc.aio.ServicerContext
+    ) -> service_pb2.HeartbeatActivityTaskResponse:
+        details = None
+        if request.HasField("details"):
+            details = _validate.payload_bytes("details", request.details, has=True)
+        result = await self._store.heartbeat_activity_task(
+            _validate.namespace(request.namespace), _lease(request.lease), details
+        )
+        return service_pb2.HeartbeatActivityTaskResponse(
+            cancel_requested=result.cancel_requested,
+            lease_expires_at=_convert.timestamp(result.lease_expires_at_ms),
+        )
+
+    async def CompleteActivityTask(
+        self, request: service_pb2.CompleteActivityTaskRequest, context: grpc.aio.ServicerContext
+    ) -> service_pb2.CompleteActivityTaskResponse:
+        await self._store.complete_activity_task(
+            _validate.namespace(request.namespace),
+            _lease(request.lease),
+            _validate.payload_bytes("result", request.result, has=request.HasField("result")),
+        )
+        return service_pb2.CompleteActivityTaskResponse()
+
+    async def FailActivityTask(
+        self, request: service_pb2.FailActivityTaskRequest, context: grpc.aio.ServicerContext
+    ) -> service_pb2.FailActivityTaskResponse:
+        await self._store.fail_activity_task(
+            _validate.namespace(request.namespace),
+            _lease(request.lease),
+            _failure_bytes(request.failure),
+        )
+        return service_pb2.FailActivityTaskResponse()

@@ -1,0 +1,71 @@
+"""The durable store: runs, histories, tasks under fenced leases, timers, workers.
+
+``open_store(url)`` builds a backend from a URL (call ``await store.open()`` or use
+``async with``):
+
+- ``sqlite:///relative/file.db``, ``sqlite:////absolute/file.db`` — a SQLite file;
+- ``sqlite://:memory:`` — a private in-memory database (tests).
+"""
+
+from __future__ import annotations
+
+from durable_rpc.errors import InvalidArgumentError
+from durable_rpc.store._api import (
+    RUN_STATUSES,
+    ClaimedActivityTask,
+    ClaimedWorkflowTask,
+    DueReport,
+    HeartbeatResult,
+    HistoryPage,
+    LeaseRef,
+    PendingActivity,
+    RunDescription,
+    RunInfo,
+    RunOutcome,
+    StartResult,
+    Store,
+    StoreListener,
+    StoreOptions,
+    StoreStats,
+    TaskKind,
+)
+from durable_rpc.store._sqlite import SQLiteStore
+
+__all__ = [
+    "RUN_STATUSES",
+    "ClaimedActivityTask",
+    "ClaimedWorkflowTask",
+    "DueReport",
+    "HeartbeatResult",
+    "HistoryPage",
+    "LeaseRef",
+    "PendingActivity",
+    "RunDescription",
+    "RunInfo",
+    "RunOutcome",
+    "SQLiteStore",
+    "StartResult",
+    "Store",
+    "StoreListener",
+    "StoreOptions",
+    "StoreStats",
+    "TaskKind",
+    "open_store",
+]
+
+_SQLITE = "sqlite://"
+
+
+def open_store(url: str, options: StoreOptions | None = None) -> Store:
+    """The store for ``url`` (not yet opened)."""
+    if url.startswith(_SQLITE):
+        rest = url[len(_SQLITE) :]
+        if rest in (":memory:", "/:memory:"):
+            return SQLiteStore(":memory:", options)
+        if not rest.startswith("/") or len(rest) < 2:
+            raise InvalidArgumentError(
+                f"invalid SQLite URL {url!r}: use sqlite:///path/to/file.db or sqlite://:memory:"
+            )
+        return SQLiteStore(rest[1:], options)
+    scheme = url.split(":", 1)[0] if ":" in url else url
+    raise InvalidArgumentError(f"unsupported store URL scheme {scheme!r} in {url!r}")

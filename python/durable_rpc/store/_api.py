@@ -1,0 +1,376 @@
+"""The abstract store interface and the records it returns.
+
+Every backend (SQLite now, PostgreSQL next) implements :class:`Store` and passes the same
+test suite. Payload arguments are serialized ``payload_pb2.Payload`` bytes, failures
+serialized ``payload_pb2.Failure`` bytes, history events serialized
+``history_pb2.HistoryEvent`` bytes. Every time is integer milliseconds since the epoch,
+read from the database clock.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Literal, Protocol
+
+from durable_rpc.v1 import workflow_task_pb2
+
+TaskKind = Literal["workflow", "activity"]
+
+RUN_STATUSES: frozenset[str] = frozenset(
+    {
+        "running",
+        "completed",
+        "failed",
+        "cancelled",
+        "terminated",
+        "timed_out",
+        "continued_as_new",
+    }
+)
+
+
+class StoreListener(Protocol):
+    """Told about changes after the commit that caused them (on the store's event loop)."""
+
+    def tasks_available(self, namespace: str, task_queue: str, kind: TaskKind) -> None:
+        """A task of ``kind`` became claimable now on ``task_queue``."""
+
+    def due_at(self, due_ms: int) -> None:
+        """Something (timer, retry backoff, lease expiry, deadline) is due at ``due_ms``:
+        call :meth:`Store.process_due` then (and wake pollers)."""
+
+    def run_closed(self, namespace: str, run_id: str) -> None:
+        """The run reached a terminal status."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoreOptions:
+    """Tunables shared by every backend."""
+
+    #: Backoff of a failed workflow task: min(initial * 2^(attempt-1), max).
+    workflow_task_initial_backoff_ms: int = 100
+    workflow_task_max_backoff_ms: int = 10_000
+    #: A worker counts as live this long after its last heartbeat/registration.
+    worker_liveness_ms: int = 60_000
+    #: Lease of an activity attempt with no heartbeat/start_to_close/schedule_to_close.
+    default_activity_lease_ms: int = 60_000
+    #: How long a statement waits for a database lock before UNAVAILABLE.
+    busy_timeout_ms: int = 5_000
+    #: Most operations committed in one group-commit transaction.
+    max_batch: int = 256
+    #: Most due items of each kind handled by one process_due call.
+    due_batch: int = 500
+
+
+@dataclass(slots=True)
+class StoreStats:
+    """Counters for tests and metrics (updated by the backend)."""
+
+    #: Committed write transactions (one per group-commit batch).
+    transactions: int = 0
+    #: Write operations executed (committed or rolled back alone).
+    operations: int = 0
+    #: Write operations that raised and were rolled back alone.
+    failed_operations: int = 0
+    #: Batches aborted as a whole (database unusable); every caller got UNAVAILABLE.
+    aborted_batches: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseRef:
+    """The proof of ownership every write after a claim carries."""
+
+    task_id: int
+    worker_id: str
+    fencing_token: int
+
+
+@dataclass(frozen=True, slots=True)
+class StartResult:
+    run_id: str
+    #: False when the request id matched an earlier start (nothing new was created).
+    started: bool
+
+
+@dataclass(frozen=True, slots=True)
+class RunInfo:
+    workflow_id: str
+    run_id: str
+    workflow_type: str
+    workflow_version: str
+    task_queue: str
+    status: str
+    start_time_ms: int
+    close_time_ms: int | None
+    history_length: int
+
+
+@dataclass(frozen=True, slots=True)
+class PendingActivity:
+    seq: int
+    activity_type: str
+    #: "queued", "leased" or "waiting" (backoff before a retry).
+    state: str
+    attempt: int
+    last_failure: bytes | None
+    worker_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class RunDescription:
+    info: RunInfo
+    pending_activities: list[PendingActivity]
+    last_workflow_task_failure: bytes | None
+    workflow_task_attempt: int
+    definition_available: bool
+    cancel_requested: bool
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryPage:
+    run_id: str
+    events: list[bytes]
+    has_more: bool
+
+
+@dataclass(frozen=True, slots=True)
+class RunOutcome:
+    run_id: str
+    #: "running" while the run is open.
+    status: str
+    result: bytes | None
+    failure: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedWorkflowTask:
+    task_id: int
+    worker_id: str
+    fencing_token: int
+    lease_expires_at_ms: int
+    #: Database time of the claim: the workflow's clock for this task.
+    workflow_time_ms: int
+    attempt: int
+    workflow_id: str
+    run_id: str
+    workflow_type: str
+    workflow_version: str
+    task_queue: str
+    #: The whole history at claim time (serialized HistoryEvent).
+    events: list[bytes]
+
+    @property
+    def lease(self) -> LeaseRef:
+        return LeaseRef(self.task_id, self.worker_id, self.fencing_token)
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedActivityTask:
+    task_id: int
+    worker_id: str
+    fencing_token: int
+    lease_expires_at_ms: int
+    workflow_id: str
+    run_id: str
+    seq: int
+    activity_type: str
+    input: bytes
+    attempt: int
+    #: Details of the last heartbeat of an earlier attempt.
+    heartbeat_details: bytes | None
+    heartbeat_timeout_ms: int | None
+    start_to_close_timeout_ms: int | None
+    #: Serialized ActivityOptions as scheduled.
+    options: bytes
+
+    @property
+    def lease(self) -> LeaseRef:
+        return LeaseRef(self.task_id, self.worker_id, self.fencing_token)
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatResult:
+    cancel_requested: bool
+    lease_expires_at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class DueReport:
+    fired_timers: int
+    expired_activity_attempts: int
+    #: Earliest pending due time (waiting visibility, lease expiry, deadline), if any.
+    next_due_ms: int | None
+    db_now_ms: int
+
+
+class Store(abc.ABC):
+    """The durable state of every namespace: runs, histories, tasks, leases, workers."""
+
+    @property
+    @abc.abstractmethod
+    def stats(self) -> StoreStats: ...
+
+    @abc.abstractmethod
+    async def open(self) -> None: ...
+
+    @abc.abstractmethod
+    async def close(self) -> None: ...
+
+    async def __aenter__(self) -> Store:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    @abc.abstractmethod
+    async def now_ms(self) -> int: ...
+
+    @abc.abstractmethod
+    def set_listener(self, listener: StoreListener | None) -> None: ...
+
+    # namespaces
+    @abc.abstractmethod
+    async def namespace_exists(self, namespace: str) -> bool: ...
+
+    @abc.abstractmethod
+    async def create_namespace(self, namespace: str) -> None: ...
+
+    # runs
+    @abc.abstractmethod
+    async def start_workflow(
+        self,
+        namespace: str,
+        workflow_id: str,
+        workflow_type: str,
+        workflow_version: str,
+        task_queue: str,
+        input: bytes,
+        request_id: str,
+    ) -> StartResult: ...
+
+    @abc.abstractmethod
+    async def signal_workflow(
+        self,
+        namespace: str,
+        workflow_id: str,
+        run_id: str | None,
+        signal_name: str,
+        input: bytes,
+        request_id: str,
+    ) -> bool: ...
+
+    @abc.abstractmethod
+    async def request_cancel(
+        self, namespace: str, workflow_id: str, run_id: str | None, reason: str
+    ) -> None: ...
+
+    @abc.abstractmethod
+    async def terminate(
+        self, namespace: str, workflow_id: str, run_id: str | None, reason: str
+    ) -> None: ...
+
+    @abc.abstractmethod
+    async def describe(
+        self, namespace: str, workflow_id: str, run_id: str | None
+    ) -> RunDescription: ...
+
+    @abc.abstractmethod
+    async def get_history(
+        self,
+        namespace: str,
+        workflow_id: str,
+        run_id: str | None,
+        after_event_id: int,
+        limit: int,
+    ) -> HistoryPage: ...
+
+    @abc.abstractmethod
+    async def get_outcome(
+        self, namespace: str, workflow_id: str, run_id: str | None
+    ) -> RunOutcome: ...
+
+    @abc.abstractmethod
+    async def list_runs(
+        self,
+        namespace: str,
+        status: str | None,
+        workflow_type: str | None,
+        started_after_ms: int | None,
+        started_before_ms: int | None,
+        limit: int,
+        cursor: str | None,
+    ) -> tuple[list[RunInfo], str | None]: ...
+
+    # workers
+    @abc.abstractmethod
+    async def register_worker(
+        self,
+        namespace: str,
+        worker_id: str,
+        task_queue: str,
+        definitions: Sequence[tuple[str, str, str]],
+        activities: Sequence[str],
+        build_id: str,
+        allow_definition_change: bool,
+    ) -> None: ...
+
+    @abc.abstractmethod
+    async def worker_heartbeat(self, namespace: str, worker_id: str) -> None: ...
+
+    @abc.abstractmethod
+    async def deregister_worker(self, namespace: str, worker_id: str) -> None: ...
+
+    # workflow tasks
+    @abc.abstractmethod
+    async def claim_workflow_task(
+        self, namespace: str, task_queue: str, worker_id: str, lease_ms: int
+    ) -> ClaimedWorkflowTask | None: ...
+
+    @abc.abstractmethod
+    async def complete_workflow_task(
+        self,
+        namespace: str,
+        lease: LeaseRef,
+        last_seen_event_id: int,
+        commands: Sequence[workflow_task_pb2.Command],
+        build_id: str = "",
+    ) -> None: ...
+
+    @abc.abstractmethod
+    async def fail_workflow_task(self, namespace: str, lease: LeaseRef, failure: bytes) -> None: ...
+
+    # activity tasks
+    @abc.abstractmethod
+    async def claim_activity_task(
+        self,
+        namespace: str,
+        task_queue: str,
+        worker_id: str,
+        activity_types: Sequence[str],
+    ) -> ClaimedActivityTask | None: ...
+
+    @abc.abstractmethod
+    async def heartbeat_activity_task(
+        self, namespace: str, lease: LeaseRef, details: bytes | None
+    ) -> HeartbeatResult: ...
+
+    @abc.abstractmethod
+    async def complete_activity_task(
+        self, namespace: str, lease: LeaseRef, result: bytes
+    ) -> None: ...
+
+    @abc.abstractmethod
+    async def fail_activity_task(self, namespace: str, lease: LeaseRef, failure: bytes) -> None: ...
+
+    # time
+    @abc.abstractmethod
+    async def process_due(self) -> DueReport: ...

@@ -1,0 +1,226 @@
+"""Dialect-independent pieces: payload parsing, event building, command validation,
+activity timeouts and retry backoff. No I/O and no clock here: callers pass the
+database time in."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from google.protobuf import duration_pb2
+from google.protobuf.message import DecodeError, Message
+
+from durable_rpc.errors import InvalidArgumentError, InvalidPayloadError
+from durable_rpc.v1 import history_pb2, options_pb2, payload_pb2, workflow_task_pb2
+
+#: Events delivered to workflow code (a new one after a task's view needs a new task).
+INPUT_EVENT_KINDS: tuple[str, ...] = (
+    "workflow_started",
+    "activity_completed",
+    "activity_failed",
+    "timer_fired",
+    "signal_received",
+    "cancel_requested",
+)
+
+#: Commands that close the run; must be the last command of a task.
+TERMINAL_COMMANDS: frozenset[str] = frozenset(
+    {"complete_workflow", "fail_workflow", "cancel_workflow"}
+)
+
+DEFAULT_RETRY_INITIAL_MS = 1_000
+DEFAULT_RETRY_COEFFICIENT = 2.0
+DEFAULT_RETRY_MAX_FACTOR = 100
+
+ACTIVITY_TIMEOUT_ERROR = "ActivityTimeoutError"
+AMBIGUOUS_EFFECT_ERROR = "AmbiguousEffectError"
+
+
+def parse_payload(data: bytes, what: str = "payload") -> payload_pb2.Payload:
+    try:
+        return payload_pb2.Payload.FromString(data)
+    except DecodeError as exc:
+        raise InvalidPayloadError(f"{what} is not a serialized Payload: {exc}") from exc
+
+
+def parse_failure(data: bytes, what: str = "failure") -> payload_pb2.Failure:
+    try:
+        return payload_pb2.Failure.FromString(data)
+    except DecodeError as exc:
+        raise InvalidPayloadError(f"{what} is not a serialized Failure: {exc}") from exc
+
+
+def parse_options(data: bytes) -> options_pb2.ActivityOptions:
+    return options_pb2.ActivityOptions.FromString(data)
+
+
+def make_event(event_id: int, now_ms: int, kind: str, attributes: Message) -> bytes:
+    """One serialized HistoryEvent with ``kind`` (the oneof field name) set."""
+    event = history_pb2.HistoryEvent(event_id=event_id)
+    event.event_time.FromMilliseconds(now_ms)
+    getattr(event, kind).CopyFrom(attributes)
+    return event.SerializeToString()
+
+
+def failure_bytes(message: str, type_: str, *, cause: bytes | None = None) -> bytes:
+    failure = payload_pb2.Failure(message=message, type=type_)
+    if cause:
+        failure.cause.CopyFrom(payload_pb2.Failure.FromString(cause))
+    return failure.SerializeToString()
+
+
+def duration_ms(duration: duration_pb2.Duration) -> int:
+    return duration.seconds * 1000 + duration.nanos // 1_000_000
+
+
+def _optional_ms(owner: Message, field: str) -> int | None:
+    """A timeout field: unset or zero means "no timeout"."""
+    if not owner.HasField(field):
+        return None
+    value = duration_ms(getattr(owner, field))
+    return value if value > 0 else None
+
+
+@dataclass(frozen=True, slots=True)
+class ActivityTimeouts:
+    start_to_close_ms: int | None
+    schedule_to_close_ms: int | None
+    schedule_to_start_ms: int | None
+    heartbeat_ms: int | None
+
+    def lease_ms(self, default_ms: int) -> int:
+        """Lease of one attempt: heartbeat, else start_to_close, else schedule_to_close."""
+        for value in (self.heartbeat_ms, self.start_to_close_ms, self.schedule_to_close_ms):
+            if value is not None:
+                return value
+        return default_ms
+
+
+def activity_timeouts(options: options_pb2.ActivityOptions) -> ActivityTimeouts:
+    return ActivityTimeouts(
+        start_to_close_ms=_optional_ms(options, "start_to_close_timeout"),
+        schedule_to_close_ms=_optional_ms(options, "schedule_to_close_timeout"),
+        schedule_to_start_ms=_optional_ms(options, "schedule_to_start_timeout"),
+        heartbeat_ms=_optional_ms(options, "heartbeat_timeout"),
+    )
+
+
+def earliest(*values: int | None) -> int | None:
+    present = [v for v in values if v is not None]
+    return min(present) if present else None
+
+
+def workflow_task_backoff_ms(attempt: int, initial_ms: int, max_ms: int) -> int:
+    """Delay before retrying workflow task ``attempt`` (1 = first) after it failed."""
+    exponent = min(max(attempt - 1, 0), 62)
+    return int(min(initial_ms * (2**exponent), max_ms))
+
+
+def activity_retry_delay_ms(
+    options: options_pb2.ActivityOptions,
+    attempt: int,
+    failure: payload_pb2.Failure,
+    now_ms: int,
+    schedule_to_close_deadline_ms: int | None,
+) -> int | None:
+    """Delay before the next attempt after ``attempt`` failed, or None for a final failure."""
+    policy = options.retry_policy
+    if failure.non_retryable or failure.type in policy.non_retryable_error_types:
+        return None
+    if policy.maximum_attempts > 0 and attempt >= policy.maximum_attempts:
+        return None
+    initial = _optional_ms(policy, "initial_interval") or DEFAULT_RETRY_INITIAL_MS
+    coefficient = policy.backoff_coefficient or DEFAULT_RETRY_COEFFICIENT
+    maximum = _optional_ms(policy, "maximum_interval") or initial * DEFAULT_RETRY_MAX_FACTOR
+    exponent = min(max(attempt - 1, 0), 200)
+    try:
+        raw = initial * coefficient**exponent
+    except OverflowError:
+        raw = float(maximum)
+    delay = int(min(raw, maximum))
+    if (
+        schedule_to_close_deadline_ms is not None
+        and now_ms + delay >= schedule_to_close_deadline_ms
+    ):
+        return None
+    return delay
+
+
+def _check_duration(duration: duration_pb2.Duration, what: str) -> None:
+    if duration.seconds < 0 or duration.nanos < 0:
+        raise InvalidArgumentError(f"{what} must not be negative")
+
+
+def validate_activity_options(options: options_pb2.ActivityOptions, seq: int) -> None:
+    for field in (
+        "start_to_close_timeout",
+        "schedule_to_close_timeout",
+        "schedule_to_start_timeout",
+        "heartbeat_timeout",
+    ):
+        _check_duration(getattr(options, field), f"command seq {seq}: {field}")
+    policy = options.retry_policy
+    for field in ("initial_interval", "maximum_interval"):
+        _check_duration(getattr(policy, field), f"command seq {seq}: retry_policy.{field}")
+    if policy.backoff_coefficient != 0 and policy.backoff_coefficient < 1:
+        raise InvalidArgumentError(
+            f"command seq {seq}: retry_policy.backoff_coefficient must be >= 1"
+        )
+    if policy.maximum_attempts < 0:
+        raise InvalidArgumentError(f"command seq {seq}: retry_policy.maximum_attempts < 0")
+
+
+@dataclass(frozen=True, slots=True)
+class CommandPlan:
+    """What a validated command list needs checked against the stored run."""
+
+    #: seqs of the new activities and timers (must not exist in the run yet).
+    new_seqs: tuple[int, ...]
+    #: timer seqs cancelled that were not started by this same command list.
+    cancelled_existing_timers: tuple[int, ...]
+
+
+def validate_commands(commands: Sequence[workflow_task_pb2.Command]) -> CommandPlan:
+    """Checks everything that needs no stored state; raises InvalidArgumentError."""
+    new_seqs: list[int] = []
+    seen: set[int] = set()
+    started_timers: set[int] = set()
+    cancelled_existing: list[int] = []
+    for index, command in enumerate(commands):
+        kind = command.WhichOneof("kind")
+        if kind is None:
+            raise InvalidArgumentError(f"command #{index} has no kind")
+        if kind in TERMINAL_COMMANDS:
+            if index != len(commands) - 1:
+                raise InvalidArgumentError(f"{kind} must be the last command")
+            continue
+        if kind == "cancel_timer":
+            target = command.cancel_timer.timer_seq
+            if target <= 0:
+                raise InvalidArgumentError(f"command #{index}: cancel_timer.timer_seq must be > 0")
+            if target not in started_timers:
+                cancelled_existing.append(target)
+            continue
+        seq = command.seq
+        if seq <= 0:
+            raise InvalidArgumentError(f"command #{index} ({kind}): seq must be > 0")
+        if seq in seen:
+            raise InvalidArgumentError(f"command #{index} ({kind}): duplicate seq {seq}")
+        seen.add(seq)
+        new_seqs.append(seq)
+        if kind == "schedule_activity":
+            activity = command.schedule_activity
+            if not activity.activity_type:
+                raise InvalidArgumentError(f"command seq {seq}: activity_type is empty")
+            validate_activity_options(activity.options, seq)
+        elif kind == "start_timer":
+            _check_duration(command.start_timer.duration, f"command seq {seq}: timer duration")
+            started_timers.add(seq)
+    return CommandPlan(tuple(new_seqs), tuple(cancelled_existing))
+
+
+def lease_lost_message(task_id: int, worker_id: str, fencing_token: int) -> str:
+    return (
+        f"task {task_id}: worker {worker_id!r} with fencing token {fencing_token} "
+        "no longer holds the lease"
+    )

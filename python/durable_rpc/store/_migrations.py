@@ -1,0 +1,163 @@
+"""Versioned schema migrations: an ordered list, applied on open, recorded in
+``schema_version``. Never edit a released migration; append a new one.
+
+Invariants the queries and indexes rely on:
+- ``tasks.due_ms`` is non-NULL exactly while the task is queued, leased or waiting
+  (queued/waiting: when it becomes visible; leased: when the lease expires);
+- ``tasks.queue_deadline_ms`` is non-NULL only while an activity is queued or waiting
+  (its schedule_to_close / schedule_to_start deadline);
+- at most one workflow task per run is queued, leased or waiting (a unique index).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: The database clock in integer milliseconds since the epoch (SQLite).
+SQLITE_NOW_MS = "CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)"
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    version: int
+    name: str
+    statements: tuple[str, ...]
+
+
+_SQLITE_V1 = (
+    """CREATE TABLE namespaces (
+        name TEXT PRIMARY KEY,
+        created_at_ms INTEGER NOT NULL
+    )""",
+    f"INSERT INTO namespaces (name, created_at_ms) VALUES ('default', {SQLITE_NOW_MS})",
+    """CREATE TABLE runs (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        namespace TEXT NOT NULL,
+        run_id TEXT NOT NULL,
+        workflow_id TEXT NOT NULL,
+        workflow_type TEXT NOT NULL,
+        workflow_version TEXT NOT NULL,
+        task_queue TEXT NOT NULL,
+        status TEXT NOT NULL,
+        start_time_ms INTEGER NOT NULL,
+        close_time_ms INTEGER,
+        history_length INTEGER NOT NULL DEFAULT 0,
+        definition_fingerprint TEXT NOT NULL DEFAULT '',
+        cancel_requested INTEGER NOT NULL DEFAULT 0,
+        wft_attempt INTEGER NOT NULL DEFAULT 1,
+        last_wft_failure BLOB,
+        result BLOB,
+        failure BLOB
+    )""",
+    "CREATE UNIQUE INDEX runs_by_run_id ON runs (namespace, run_id)",
+    "CREATE UNIQUE INDEX runs_open_workflow_id ON runs (namespace, workflow_id) "
+    "WHERE status = 'running'",
+    "CREATE INDEX runs_by_workflow_id ON runs (namespace, workflow_id, id)",
+    "CREATE INDEX runs_by_status ON runs (namespace, status, id)",
+    "CREATE INDEX runs_by_type ON runs (namespace, workflow_type, id)",
+    "CREATE INDEX runs_by_start_time ON runs (namespace, start_time_ms)",
+    """CREATE TABLE start_requests (
+        namespace TEXT NOT NULL,
+        workflow_id TEXT NOT NULL,
+        request_id TEXT NOT NULL,
+        run_id TEXT NOT NULL,
+        PRIMARY KEY (namespace, workflow_id, request_id)
+    )""",
+    """CREATE TABLE signal_requests (
+        namespace TEXT NOT NULL,
+        run_id TEXT NOT NULL,
+        request_id TEXT NOT NULL,
+        created_at_ms INTEGER NOT NULL,
+        PRIMARY KEY (namespace, run_id, request_id)
+    )""",
+    """CREATE TABLE history (
+        namespace TEXT NOT NULL,
+        run_id TEXT NOT NULL,
+        event_id INTEGER NOT NULL,
+        kind TEXT NOT NULL,
+        event_time_ms INTEGER NOT NULL,
+        data BLOB NOT NULL,
+        PRIMARY KEY (namespace, run_id, event_id)
+    )""",
+    """CREATE TABLE tasks (
+        task_id INTEGER PRIMARY KEY AUTOINCREMENT,
+        namespace TEXT NOT NULL,
+        run_id TEXT NOT NULL,
+        kind TEXT NOT NULL CHECK (kind IN ('workflow', 'activity', 'timer')),
+        task_queue TEXT NOT NULL,
+        state TEXT NOT NULL
+            CHECK (state IN ('queued', 'leased', 'waiting', 'completed', 'failed', 'cancelled')),
+        visible_at_ms INTEGER NOT NULL,
+        due_ms INTEGER,
+        expires_at_ms INTEGER,
+        claimed_at_ms INTEGER,
+        fencing_token INTEGER NOT NULL DEFAULT 0,
+        worker_id TEXT,
+        attempt INTEGER NOT NULL DEFAULT 1,
+        outcome_token INTEGER,
+        outcome_kind TEXT,
+        seq INTEGER,
+        activity_type TEXT,
+        input BLOB,
+        options BLOB,
+        lease_ms INTEGER,
+        start_to_close_ms INTEGER,
+        attempt_deadline_ms INTEGER,
+        schedule_to_close_deadline_ms INTEGER,
+        queue_deadline_ms INTEGER,
+        heartbeat_details BLOB,
+        last_failure BLOB,
+        cancel_requested INTEGER NOT NULL DEFAULT 0,
+        created_at_ms INTEGER NOT NULL
+    )""",
+    # Claims: the best visible task of a (namespace, kind, queue).
+    "CREATE INDEX tasks_claim ON tasks (namespace, kind, task_queue, due_ms) "
+    "WHERE due_ms IS NOT NULL",
+    # process_due: due timers, ended backoffs, expired leases.
+    "CREATE INDEX tasks_due ON tasks (kind, state, due_ms) WHERE due_ms IS NOT NULL",
+    # next_due_ms.
+    "CREATE INDEX tasks_next_due ON tasks (due_ms) WHERE state IN ('waiting', 'leased')",
+    "CREATE INDEX tasks_queue_deadline ON tasks (queue_deadline_ms) "
+    "WHERE queue_deadline_ms IS NOT NULL",
+    # A run's tasks (pending activities, closing a run, the run's workflow task).
+    "CREATE INDEX tasks_by_run ON tasks (namespace, run_id, kind, state)",
+    "CREATE UNIQUE INDEX tasks_run_seq ON tasks (namespace, run_id, seq) WHERE seq IS NOT NULL",
+    "CREATE UNIQUE INDEX tasks_one_workflow_task ON tasks (namespace, run_id) "
+    "WHERE kind = 'workflow' AND state IN ('queued', 'leased', 'waiting')",
+    """CREATE TABLE workers (
+        namespace TEXT NOT NULL,
+        worker_id TEXT NOT NULL,
+        task_queue TEXT NOT NULL,
+        build_id TEXT NOT NULL,
+        activities TEXT NOT NULL,
+        registered_at_ms INTEGER NOT NULL,
+        last_heartbeat_ms INTEGER NOT NULL,
+        PRIMARY KEY (namespace, worker_id)
+    )""",
+    """CREATE TABLE definitions (
+        namespace TEXT NOT NULL,
+        name TEXT NOT NULL,
+        version TEXT NOT NULL,
+        fingerprint TEXT NOT NULL,
+        registered_at_ms INTEGER NOT NULL,
+        PRIMARY KEY (namespace, name, version)
+    )""",
+    """CREATE TABLE worker_definitions (
+        namespace TEXT NOT NULL,
+        worker_id TEXT NOT NULL,
+        name TEXT NOT NULL,
+        version TEXT NOT NULL,
+        PRIMARY KEY (namespace, worker_id, name, version)
+    )""",
+    "CREATE INDEX worker_definitions_by_definition "
+    "ON worker_definitions (namespace, name, version)",
+)
+
+SQLITE_MIGRATIONS: tuple[Migration, ...] = (Migration(1, "initial schema", _SQLITE_V1),)
+
+
+def check_ordered(migrations: tuple[Migration, ...]) -> None:
+    """Versions must be 1, 2, 3, ... in order."""
+    for expected, migration in enumerate(migrations, start=1):
+        if migration.version != expected:
+            raise ValueError(f"migration #{expected} has version {migration.version}")

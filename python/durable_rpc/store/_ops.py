@@ -1,0 +1,1442 @@
+"""Every store operation, written once against :class:`Tx` (dialect-independent SQL).
+
+A backend subclasses :class:`SqlStore` and supplies ``_write`` (runs a function inside a
+write transaction, answers after the commit, then delivers the function's notes to the
+listener) and ``_read`` (runs a function on a consistent read snapshot). Every ``now``
+comes from ``tx.now_ms()``: the database clock, read inside the transaction that uses it.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+from google.protobuf.message import Message
+
+from durable_rpc.errors import (
+    DefinitionChangedError,
+    InvalidArgumentError,
+    LeaseLostError,
+    NamespaceNotFoundError,
+    NotFoundError,
+    WorkflowAlreadyStartedError,
+    WorkflowNotRunningError,
+)
+from durable_rpc.store._api import (
+    RUN_STATUSES,
+    ClaimedActivityTask,
+    ClaimedWorkflowTask,
+    DueReport,
+    HeartbeatResult,
+    HistoryPage,
+    LeaseRef,
+    PendingActivity,
+    RunDescription,
+    RunInfo,
+    RunOutcome,
+    StartResult,
+    Store,
+    StoreListener,
+    StoreOptions,
+    StoreStats,
+    TaskKind,
+)
+from durable_rpc.store._logic import (
+    ACTIVITY_TIMEOUT_ERROR,
+    AMBIGUOUS_EFFECT_ERROR,
+    INPUT_EVENT_KINDS,
+    activity_retry_delay_ms,
+    activity_timeouts,
+    duration_ms,
+    earliest,
+    failure_bytes,
+    lease_lost_message,
+    make_event,
+    parse_failure,
+    parse_options,
+    parse_payload,
+    validate_commands,
+    workflow_task_backoff_ms,
+)
+from durable_rpc.store._tx import Row, Tx
+from durable_rpc.v1 import history_pb2, payload_pb2, workflow_task_pb2
+
+T = TypeVar("T")
+
+_ACTIVE = "('queued', 'leased', 'waiting')"
+_INPUT_KINDS_SQL = "(" + ", ".join(f"'{kind}'" for kind in INPUT_EVENT_KINDS) + ")"
+_FENCE = (
+    "task_id = ? AND namespace = ? AND kind = ? AND state = 'leased' AND worker_id = ? "
+    "AND fencing_token = ? AND expires_at_ms > ?"
+)
+_LIST_LIMIT_MAX = 1000
+
+
+def _require(value: str, what: str) -> None:
+    if not value:
+        raise InvalidArgumentError(f"{what} must not be empty")
+
+
+def _version(version: str) -> str:
+    return version or "1"
+
+
+def _require_namespace(tx: Tx, namespace: str) -> None:
+    if tx.one("SELECT name FROM namespaces WHERE name = ?", (namespace,)) is None:
+        raise NamespaceNotFoundError(f"namespace {namespace!r} does not exist")
+
+
+def _find_run(tx: Tx, namespace: str, workflow_id: str, run_id: str | None) -> Row:
+    _require_namespace(tx, namespace)
+    if run_id:
+        row = tx.one("SELECT * FROM runs WHERE namespace = ? AND run_id = ?", (namespace, run_id))
+        if row is None or (workflow_id and row["workflow_id"] != workflow_id):
+            raise NotFoundError(f"run {run_id!r} of workflow {workflow_id!r} not found")
+        return row
+    _require(workflow_id, "workflow_id")
+    row = tx.one(
+        "SELECT * FROM runs WHERE namespace = ? AND workflow_id = ? ORDER BY id DESC LIMIT 1",
+        (namespace, workflow_id),
+    )
+    if row is None:
+        raise NotFoundError(f"workflow {workflow_id!r} not found")
+    return row
+
+
+def _run_info(row: Row) -> RunInfo:
+    return RunInfo(
+        workflow_id=row["workflow_id"],
+        run_id=row["run_id"],
+        workflow_type=row["workflow_type"],
+        workflow_version=row["workflow_version"],
+        task_queue=row["task_queue"],
+        status=row["status"],
+        start_time_ms=row["start_time_ms"],
+        close_time_ms=row["close_time_ms"],
+        history_length=row["history_length"],
+    )
+
+
+def _blob(value: object) -> bytes | None:
+    if value is None:
+        return None
+    assert isinstance(value, bytes | bytearray | memoryview)
+    return bytes(value)
+
+
+def _append(tx: Tx, namespace: str, run_id: str, now: int, kind: str, attributes: Message) -> int:
+    """Appends one event (event_id = history_length + 1); returns its event id."""
+    event_id = tx.value(
+        "UPDATE runs SET history_length = history_length + 1 "
+        "WHERE namespace = ? AND run_id = ? RETURNING history_length",
+        (namespace, run_id),
+    )
+    assert isinstance(event_id, int)
+    tx.run(
+        "INSERT INTO history (namespace, run_id, event_id, kind, event_time_ms, data) "
+        "VALUES (?, ?, ?, ?, ?, ?)",
+        (namespace, run_id, event_id, kind, now, make_event(event_id, now, kind, attributes)),
+    )
+    return event_id
+
+
+def _ensure_workflow_task(tx: Tx, namespace: str, run_id: str, task_queue: str, now: int) -> None:
+    """Queues a workflow task unless the run already has one queued, leased or waiting."""
+    inserted = tx.run(
+        "INSERT INTO tasks (namespace, run_id, kind, task_queue, state, visible_at_ms, due_ms, "
+        "attempt, fencing_token, created_at_ms) "
+        "SELECT ?, ?, 'workflow', ?, 'queued', ?, ?, 1, 0, ? WHERE NOT EXISTS ("
+        "SELECT 1 FROM tasks WHERE namespace = ? AND run_id = ? AND kind = 'workflow' "
+        f"AND state IN {_ACTIVE})",
+        (namespace, run_id, task_queue, now, now, now, namespace, run_id),
+    )
+    if inserted:
+        tx.notes.tasks.add((namespace, task_queue, "workflow"))
+
+
+def _close_run(
+    tx: Tx,
+    namespace: str,
+    run_id: str,
+    status: str,
+    now: int,
+    result: bytes | None = None,
+    failure: bytes | None = None,
+) -> None:
+    """Closes the run and cancels its queued, leased and waiting tasks."""
+    tx.run(
+        "UPDATE runs SET status = ?, close_time_ms = ?, result = ?, failure = ? "
+        "WHERE namespace = ? AND run_id = ?",
+        (status, now, result, failure, namespace, run_id),
+    )
+    tx.run(
+        "UPDATE tasks SET state = 'cancelled', due_ms = NULL, queue_deadline_ms = NULL, "
+        f"cancel_requested = 1 WHERE namespace = ? AND run_id = ? AND state IN {_ACTIVE}",
+        (namespace, run_id),
+    )
+    tx.notes.closed.append((namespace, run_id))
+
+
+def _open_run(tx: Tx, namespace: str, run_id: str) -> Row:
+    run = tx.one("SELECT * FROM runs WHERE namespace = ? AND run_id = ?", (namespace, run_id))
+    if run is None:
+        raise NotFoundError(f"run {run_id!r} not found")
+    if run["status"] != "running":
+        raise WorkflowNotRunningError(f"run {run_id!r} is {run['status']}")
+    return run
+
+
+def _fenced(
+    tx: Tx,
+    namespace: str,
+    lease: LeaseRef,
+    kind: str,
+    now: int,
+    assignments: str,
+    params: Sequence[object] = (),
+) -> Row | None:
+    """The conditional write of the lease protocol: applies ``assignments`` only if the
+    caller still owns the leased task with this token and the lease has not expired."""
+    return tx.one(
+        f"UPDATE tasks SET {assignments} WHERE {_FENCE} RETURNING *",
+        (
+            *params,
+            lease.task_id,
+            namespace,
+            kind,
+            lease.worker_id,
+            lease.fencing_token,
+            now,
+        ),
+    )
+
+
+def _lease_miss(tx: Tx, namespace: str, lease: LeaseRef, kind: str, outcome: str) -> None:
+    """The fenced write matched nothing: succeed for a duplicate of the outcome this very
+    lease recorded, else raise (and the caller's savepoint discards any change)."""
+    row = tx.one(
+        "SELECT state, worker_id, fencing_token, outcome_token, outcome_kind FROM tasks "
+        "WHERE task_id = ? AND namespace = ? AND kind = ?",
+        (lease.task_id, namespace, kind),
+    )
+    if row is not None and row["worker_id"] == lease.worker_id:
+        if row["outcome_token"] == lease.fencing_token and row["outcome_kind"] == outcome:
+            return
+        if row["state"] == "cancelled" and row["fencing_token"] == lease.fencing_token:
+            raise WorkflowNotRunningError(
+                f"task {lease.task_id} was cancelled because its workflow run closed"
+            )
+    raise LeaseLostError(lease_lost_message(lease.task_id, lease.worker_id, lease.fencing_token))
+
+
+@dataclass(frozen=True, slots=True)
+class _WorkflowClaim:
+    task_id: int
+    fencing_token: int
+    expires_at_ms: int
+    now_ms: int
+    attempt: int
+    run: Row
+
+
+class SqlStore(Store):
+    """The dialect-independent half of a SQL backend."""
+
+    def __init__(self, options: StoreOptions | None = None) -> None:
+        self._options = options or StoreOptions()
+        self._listener: StoreListener | None = None
+        self._stats = StoreStats()
+
+    @property
+    def options(self) -> StoreOptions:
+        return self._options
+
+    @property
+    def stats(self) -> StoreStats:
+        return self._stats
+
+    def set_listener(self, listener: StoreListener | None) -> None:
+        self._listener = listener
+
+    @abc.abstractmethod
+    async def _write(self, fn: Callable[[Tx], T]) -> T:
+        """Runs ``fn`` in a write transaction (rolled back alone if it raises); returns
+        after the commit."""
+
+    @abc.abstractmethod
+    async def _read(self, fn: Callable[[Tx], T]) -> T:
+        """Runs ``fn`` on a consistent read snapshot."""
+
+    # -- clock and namespaces -------------------------------------------------------------
+
+    async def now_ms(self) -> int:
+        return await self._read(lambda tx: tx.now_ms())
+
+    async def namespace_exists(self, namespace: str) -> bool:
+        def op(tx: Tx) -> bool:
+            return tx.one("SELECT name FROM namespaces WHERE name = ?", (namespace,)) is not None
+
+        return await self._read(op)
+
+    async def create_namespace(self, namespace: str) -> None:
+        _require(namespace, "namespace")
+
+        def op(tx: Tx) -> None:
+            tx.run(
+                "INSERT INTO namespaces (name, created_at_ms) VALUES (?, ?) "
+                "ON CONFLICT (name) DO NOTHING",
+                (namespace, tx.now_ms()),
+            )
+
+        await self._write(op)
+
+    # -- runs -----------------------------------------------------------------------------
+
+    async def start_workflow(
+        self,
+        namespace: str,
+        workflow_id: str,
+        workflow_type: str,
+        workflow_version: str,
+        task_queue: str,
+        input: bytes,
+        request_id: str,
+    ) -> StartResult:
+        _require(workflow_id, "workflow_id")
+        _require(workflow_type, "workflow_type")
+        _require(task_queue, "task_queue")
+        version = _version(workflow_version)
+        payload = parse_payload(input, "input")
+
+        def op(tx: Tx) -> StartResult:
+            _require_namespace(tx, namespace)
+            if request_id:
+                earlier = tx.one(
+                    "SELECT run_id FROM start_requests "
+                    "WHERE namespace = ? AND workflow_id = ? AND request_id = ?",
+                    (namespace, workflow_id, request_id),
+                )
+                if earlier is not None:
+                    return StartResult(earlier["run_id"], started=False)
+            running = tx.one(
+                "SELECT run_id FROM runs "
+                "WHERE namespace = ? AND workflow_id = ? AND status = 'running'",
+                (namespace, workflow_id),
+            )
+            if running is not None:
+                raise WorkflowAlreadyStartedError(
+                    f"workflow {workflow_id!r} already has an open run {running['run_id']}"
+                )
+            now = tx.now_ms()
+            fingerprint = tx.value(
+                "SELECT fingerprint FROM definitions "
+                "WHERE namespace = ? AND name = ? AND version = ?",
+                (namespace, workflow_type, version),
+            )
+            run_id = str(uuid.uuid4())
+            tx.run(
+                "INSERT INTO runs (namespace, run_id, workflow_id, workflow_type, "
+                "workflow_version, task_queue, status, start_time_ms, history_length, "
+                "definition_fingerprint, cancel_requested, wft_attempt) "
+                "VALUES (?, ?, ?, ?, ?, ?, 'running', ?, 0, ?, 0, 1)",
+                (
+                    namespace,
+                    run_id,
+                    workflow_id,
+                    workflow_type,
+                    version,
+                    task_queue,
+                    now,
+                    fingerprint or "",
+                ),
+            )
+            if request_id:
+                tx.run(
+                    "INSERT INTO start_requests (namespace, workflow_id, request_id, run_id) "
+                    "VALUES (?, ?, ?, ?)",
+                    (namespace, workflow_id, request_id, run_id),
+                )
+            _append(
+                tx,
+                namespace,
+                run_id,
+                now,
+                "workflow_started",
+                history_pb2.WorkflowStarted(
+                    workflow_type=workflow_type,
+                    workflow_version=version,
+                    workflow_id=workflow_id,
+                    run_id=run_id,
+                    task_queue=task_queue,
+                    input=payload,
+                    definition_fingerprint=fingerprint or "",
+                    request_id=request_id,
+                ),
+            )
+            _ensure_workflow_task(tx, namespace, run_id, task_queue, now)
+            return StartResult(run_id, started=True)
+
+        return await self._write(op)
+
+    async def signal_workflow(
+        self,
+        namespace: str,
+        workflow_id: str,
+        run_id: str | None,
+        signal_name: str,
+        input: bytes,
+        request_id: str,
+    ) -> bool:
+        _require(signal_name, "signal_name")
+        payload = parse_payload(input, "input")
+
+        def op(tx: Tx) -> bool:
+            run = _find_run(tx, namespace, workflow_id, run_id)
+            if request_id:
+                seen = tx.one(
+                    "SELECT request_id FROM signal_requests "
+                    "WHERE namespace = ? AND run_id = ? AND request_id = ?",
+                    (namespace, run["run_id"], request_id),
+                )
+                if seen is not None:
+                    return False
+            if run["status"] != "running":
+                raise WorkflowNotRunningError(f"run {run['run_id']} is {run['status']}")
+            now = tx.now_ms()
+            if request_id:
+                tx.run(
+                    "INSERT INTO signal_requests (namespace, run_id, request_id, created_at_ms) "
+                    "VALUES (?, ?, ?, ?)",
+                    (namespace, run["run_id"], request_id, now),
+                )
+            _append(
+                tx,
+                namespace,
+                run["run_id"],
+                now,
+                "signal_received",
+                history_pb2.SignalReceived(
+                    signal_name=signal_name, input=payload, request_id=request_id
+                ),
+            )
+            _ensure_workflow_task(tx, namespace, run["run_id"], run["task_queue"], now)
+            return True
+
+        return await self._write(op)
+
+    async def request_cancel(
+        self, namespace: str, workflow_id: str, run_id: str | None, reason: str
+    ) -> None:
+        def op(tx: Tx) -> None:
+            run = _find_run(tx, namespace, workflow_id, run_id)
+            if run["status"] != "running":
+                raise WorkflowNotRunningError(f"run {run['run_id']} is {run['status']}")
+            if run["cancel_requested"]:
+                return
+            now = tx.now_ms()
+            tx.run(
+                "UPDATE runs SET cancel_requested = 1 WHERE namespace = ? AND run_id = ?",
+                (namespace, run["run_id"]),
+            )
+            # Running activities learn about it from their next heartbeat.
+            tx.run(
+                "UPDATE tasks SET cancel_requested = 1 WHERE namespace = ? AND run_id = ? "
+                f"AND kind = 'activity' AND state IN {_ACTIVE}",
+                (namespace, run["run_id"]),
+            )
+            _append(
+                tx,
+                namespace,
+                run["run_id"],
+                now,
+                "cancel_requested",
+                history_pb2.CancelRequested(reason=reason),
+            )
+            _ensure_workflow_task(tx, namespace, run["run_id"], run["task_queue"], now)
+
+        await self._write(op)
+
+    async def terminate(
+        self, namespace: str, workflow_id: str, run_id: str | None, reason: str
+    ) -> None:
+        def op(tx: Tx) -> None:
+            run = _find_run(tx, namespace, workflow_id, run_id)
+            if run["status"] != "running":
+                raise WorkflowNotRunningError(f"run {run['run_id']} is {run['status']}")
+            now = tx.now_ms()
+            _append(
+                tx,
+                namespace,
+                run["run_id"],
+                now,
+                "workflow_terminated",
+                history_pb2.WorkflowTerminated(reason=reason),
+            )
+            failure = failure_bytes(reason or "terminated", "WorkflowTerminatedError")
+            _close_run(tx, namespace, run["run_id"], "terminated", now, failure=failure)
+
+        await self._write(op)
+
+    async def describe(
+        self, namespace: str, workflow_id: str, run_id: str | None
+    ) -> RunDescription:
+        def op(tx: Tx) -> RunDescription:
+            run = _find_run(tx, namespace, workflow_id, run_id)
+            rows = tx.all(
+                "SELECT seq, activity_type, state, attempt, last_failure, worker_id FROM tasks "
+                "WHERE namespace = ? AND run_id = ? AND kind = 'activity' "
+                f"AND state IN {_ACTIVE} ORDER BY seq",
+                (namespace, run["run_id"]),
+            )
+            live_since = tx.now_ms() - self._options.worker_liveness_ms
+            available = tx.one(
+                "SELECT 1 AS live FROM worker_definitions wd JOIN workers w "
+                "ON w.namespace = wd.namespace AND w.worker_id = wd.worker_id "
+                "WHERE wd.namespace = ? AND wd.name = ? AND wd.version = ? "
+                "AND w.last_heartbeat_ms >= ? LIMIT 1",
+                (namespace, run["workflow_type"], run["workflow_version"], live_since),
+            )
+            return RunDescription(
+                info=_run_info(run),
+                pending_activities=[
+                    PendingActivity(
+                        seq=row["seq"],
+                        activity_type=row["activity_type"],
+                        state=row["state"],
+                        attempt=row["attempt"],
+                        last_failure=_blob(row["last_failure"]),
+                        worker_id=row["worker_id"] if row["state"] == "leased" else None,
+                    )
+                    for row in rows
+                ],
+                last_workflow_task_failure=_blob(run["last_wft_failure"]),
+                workflow_task_attempt=run["wft_attempt"],
+                definition_available=available is not None,
+                cancel_requested=bool(run["cancel_requested"]),
+            )
+
+        return await self._read(op)
+
+    async def get_history(
+        self,
+        namespace: str,
+        workflow_id: str,
+        run_id: str | None,
+        after_event_id: int,
+        limit: int,
+    ) -> HistoryPage:
+        if after_event_id < 0:
+            raise InvalidArgumentError("after_event_id must not be negative")
+        if limit <= 0:
+            raise InvalidArgumentError("limit must be positive")
+
+        def op(tx: Tx) -> HistoryPage:
+            run = _find_run(tx, namespace, workflow_id, run_id)
+            rows = tx.all(
+                "SELECT data FROM history WHERE namespace = ? AND run_id = ? AND event_id > ? "
+                "ORDER BY event_id LIMIT ?",
+                (namespace, run["run_id"], after_event_id, limit + 1),
+            )
+            events = [bytes(row["data"]) for row in rows[:limit]]
+            return HistoryPage(run["run_id"], events, has_more=len(rows) > limit)
+
+        return await self._read(op)
+
+    async def get_outcome(self, namespace: str, workflow_id: str, run_id: str | None) -> RunOutcome:
+        def op(tx: Tx) -> RunOutcome:
+            run = _find_run(tx, namespace, workflow_id, run_id)
+            return RunOutcome(
+                run_id=run["run_id"],
+                status=run["status"],
+                result=_blob(run["result"]),
+                failure=_blob(run["failure"]),
+            )
+
+        return await self._read(op)
+
+    async def list_runs(
+        self,
+        namespace: str,
+        status: str | None,
+        workflow_type: str | None,
+        started_after_ms: int | None,
+        started_before_ms: int | None,
+        limit: int,
+        cursor: str | None,
+    ) -> tuple[list[RunInfo], str | None]:
+        if status and status not in RUN_STATUSES:
+            raise InvalidArgumentError(f"unknown status {status!r}")
+        if limit <= 0:
+            raise InvalidArgumentError("limit must be positive")
+        limit = min(limit, _LIST_LIMIT_MAX)
+        where = ["namespace = ?"]
+        params: list[object] = [namespace]
+        if status:
+            where.append("status = ?")
+            params.append(status)
+        if workflow_type:
+            where.append("workflow_type = ?")
+            params.append(workflow_type)
+        if started_after_ms is not None:
+            where.append("start_time_ms >= ?")
+            params.append(started_after_ms)
+        if started_before_ms is not None:
+            where.append("start_time_ms < ?")
+            params.append(started_before_ms)
+        if cursor:
+            try:
+                after_id = int(cursor)
+            except ValueError as exc:
+                raise InvalidArgumentError(f"invalid cursor {cursor!r}") from exc
+            where.append("id < ?")
+            params.append(after_id)
+        params.append(limit + 1)
+        sql = f"SELECT * FROM runs WHERE {' AND '.join(where)} ORDER BY id DESC LIMIT ?"
+
+        def op(tx: Tx) -> tuple[list[RunInfo], str | None]:
+            _require_namespace(tx, namespace)
+            rows = tx.all(sql, params)
+            page = rows[:limit]
+            next_cursor = str(page[-1]["id"]) if len(rows) > limit else None
+            return [_run_info(row) for row in page], next_cursor
+
+        return await self._read(op)
+
+    # -- workers --------------------------------------------------------------------------
+
+    async def register_worker(
+        self,
+        namespace: str,
+        worker_id: str,
+        task_queue: str,
+        definitions: Sequence[tuple[str, str, str]],
+        activities: Sequence[str],
+        build_id: str,
+        allow_definition_change: bool,
+    ) -> None:
+        _require(worker_id, "worker_id")
+        _require(task_queue, "task_queue")
+        defs = [(name, _version(version), fp) for name, version, fp in definitions]
+        for name, _, fingerprint in defs:
+            _require(name, "definition name")
+            _require(fingerprint, f"fingerprint of {name!r}")
+
+        activities_json = json.dumps(list(activities))
+
+        def op(tx: Tx) -> None:
+            _require_namespace(tx, namespace)
+            now = tx.now_ms()
+            for name, version, fingerprint in defs:
+                known = tx.value(
+                    "SELECT fingerprint FROM definitions "
+                    "WHERE namespace = ? AND name = ? AND version = ?",
+                    (namespace, name, version),
+                )
+                if known is None:
+                    tx.run(
+                        "INSERT INTO definitions (namespace, name, version, fingerprint, "
+                        "registered_at_ms) VALUES (?, ?, ?, ?, ?)",
+                        (namespace, name, version, fingerprint, now),
+                    )
+                elif known != fingerprint:
+                    if not allow_definition_change:
+                        raise DefinitionChangedError(
+                            f"definition ({name!r}, {version!r}) is registered with "
+                            f"fingerprint {known!r}, not {fingerprint!r}"
+                        )
+                    tx.run(
+                        "UPDATE definitions SET fingerprint = ?, registered_at_ms = ? "
+                        "WHERE namespace = ? AND name = ? AND version = ?",
+                        (fingerprint, now, namespace, name, version),
+                    )
+            tx.run(
+                "INSERT INTO workers (namespace, worker_id, task_queue, build_id, activities, "
+                "registered_at_ms, last_heartbeat_ms) VALUES (?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (namespace, worker_id) DO UPDATE SET "
+                "task_queue = excluded.task_queue, "
+                "build_id = excluded.build_id, activities = excluded.activities, "
+                "registered_at_ms = excluded.registered_at_ms, "
+                "last_heartbeat_ms = excluded.last_heartbeat_ms",
+                (
+                    namespace,
+                    worker_id,
+                    task_queue,
+                    build_id,
+                    activities_json,
+                    now,
+                    now,
+                ),
+            )
+            tx.run(
+                "DELETE FROM worker_definitions WHERE namespace = ? AND worker_id = ?",
+                (namespace, worker_id),
+            )
+            for name, version, _ in dict.fromkeys(defs):
+                tx.run(
+                    "INSERT INTO worker_definitions (namespace, worker_id, name, version) "
+                    "VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                    (namespace, worker_id, name, version),
+                )
+
+        await self._write(op)
+
+    async def worker_heartbeat(self, namespace: str, worker_id: str) -> None:
+        def op(tx: Tx) -> None:
+            _require_namespace(tx, namespace)
+            changed = tx.run(
+                "UPDATE workers SET last_heartbeat_ms = ? WHERE namespace = ? AND worker_id = ?",
+                (tx.now_ms(), namespace, worker_id),
+            )
+            if not changed:
+                raise NotFoundError(f"worker {worker_id!r} is not registered")
+
+        await self._write(op)
+
+    async def deregister_worker(self, namespace: str, worker_id: str) -> None:
+        def op(tx: Tx) -> None:
+            _require_namespace(tx, namespace)
+            tx.run(
+                "DELETE FROM worker_definitions WHERE namespace = ? AND worker_id = ?",
+                (namespace, worker_id),
+            )
+            tx.run(
+                "DELETE FROM workers WHERE namespace = ? AND worker_id = ?",
+                (namespace, worker_id),
+            )
+
+        await self._write(op)
+
+    # -- workflow tasks -------------------------------------------------------------------
+
+    async def claim_workflow_task(
+        self, namespace: str, task_queue: str, worker_id: str, lease_ms: int
+    ) -> ClaimedWorkflowTask | None:
+        _require(worker_id, "worker_id")
+        if lease_ms <= 0:
+            raise InvalidArgumentError("lease_ms must be positive")
+
+        def op(tx: Tx) -> _WorkflowClaim | None:
+            _require_namespace(tx, namespace)
+            now = tx.now_ms()
+            expires = now + lease_ms
+            # One statement: pick the best visible task (queued, waiting and due, or leased
+            # with an expired lease), take it over, raise its token.
+            row = tx.one(
+                "UPDATE tasks SET state = 'leased', worker_id = ?, "
+                "fencing_token = fencing_token + 1, "
+                "attempt = CASE WHEN state = 'leased' THEN attempt + 1 ELSE attempt END, "
+                "claimed_at_ms = ?, expires_at_ms = ?, due_ms = ?, "
+                "outcome_token = NULL, outcome_kind = NULL "
+                "WHERE task_id = (SELECT task_id FROM tasks WHERE namespace = ? "
+                "AND kind = 'workflow' AND task_queue = ? AND due_ms IS NOT NULL "
+                f"AND due_ms <= ? AND state IN {_ACTIVE} ORDER BY due_ms, task_id LIMIT 1"
+                f"{tx.claim_lock_suffix}) "
+                "RETURNING task_id, run_id, fencing_token, attempt",
+                (worker_id, now, expires, expires, namespace, task_queue, now),
+            )
+            if row is None:
+                return None
+            tx.run(
+                "UPDATE runs SET wft_attempt = ? WHERE namespace = ? AND run_id = ?",
+                (row["attempt"], namespace, row["run_id"]),
+            )
+            run = tx.one(
+                "SELECT * FROM runs WHERE namespace = ? AND run_id = ?",
+                (namespace, row["run_id"]),
+            )
+            assert run is not None
+            tx.notes.due.add(expires)
+            return _WorkflowClaim(
+                task_id=row["task_id"],
+                fencing_token=row["fencing_token"],
+                expires_at_ms=expires,
+                now_ms=now,
+                attempt=row["attempt"],
+                run=run,
+            )
+
+        claim = await self._write(op)
+        if claim is None:
+            return None
+        run = claim.run
+
+        def history(tx: Tx) -> list[bytes]:
+            rows = tx.all(
+                "SELECT data FROM history WHERE namespace = ? AND run_id = ? AND event_id <= ? "
+                "ORDER BY event_id",
+                (namespace, run["run_id"], run["history_length"]),
+            )
+            return [bytes(row["data"]) for row in rows]
+
+        # History is append-only: reading it after the claim committed, up to the length
+        # seen by the claim, is the claim's snapshot (and keeps big reads off the writer).
+        events = await self._read(history)
+        return ClaimedWorkflowTask(
+            task_id=claim.task_id,
+            worker_id=worker_id,
+            fencing_token=claim.fencing_token,
+            lease_expires_at_ms=claim.expires_at_ms,
+            workflow_time_ms=claim.now_ms,
+            attempt=claim.attempt,
+            workflow_id=run["workflow_id"],
+            run_id=run["run_id"],
+            workflow_type=run["workflow_type"],
+            workflow_version=run["workflow_version"],
+            task_queue=run["task_queue"],
+            events=events,
+        )
+
+    async def complete_workflow_task(
+        self,
+        namespace: str,
+        lease: LeaseRef,
+        last_seen_event_id: int,
+        commands: Sequence[workflow_task_pb2.Command],
+        build_id: str = "",
+    ) -> None:
+        commands = list(commands)
+        plan = validate_commands(commands)
+
+        def op(tx: Tx) -> None:
+            _require_namespace(tx, namespace)
+            now = tx.now_ms()
+            task = _fenced(
+                tx,
+                namespace,
+                lease,
+                "workflow",
+                now,
+                "state = 'completed', due_ms = NULL, outcome_token = fencing_token, "
+                "outcome_kind = 'completed'",
+            )
+            if task is None:
+                _lease_miss(tx, namespace, lease, "workflow", "completed")
+                return
+            run_id: str = task["run_id"]
+            run = _open_run(tx, namespace, run_id)
+            if not 0 <= last_seen_event_id <= run["history_length"]:
+                raise InvalidArgumentError(
+                    f"last_seen_event_id {last_seen_event_id} is outside the history "
+                    f"(1..{run['history_length']})"
+                )
+            if plan.new_seqs:
+                marks = ", ".join("?" for _ in plan.new_seqs)
+                used = tx.all(
+                    "SELECT seq FROM tasks WHERE namespace = ? AND run_id = ? "
+                    f"AND seq IN ({marks})",
+                    (namespace, run_id, *plan.new_seqs),
+                )
+                if used:
+                    seqs = sorted(row["seq"] for row in used)
+                    raise InvalidArgumentError(f"seq {seqs} already used in run {run_id}")
+            for timer_seq in plan.cancelled_existing_timers:
+                timer = tx.one(
+                    "SELECT kind FROM tasks WHERE namespace = ? AND run_id = ? AND seq = ?",
+                    (namespace, run_id, timer_seq),
+                )
+                if timer is None or timer["kind"] != "timer":
+                    raise InvalidArgumentError(f"cancel_timer: no timer with seq {timer_seq}")
+
+            marker = history_pb2.WorkflowTaskCompleted(
+                last_seen_event_id=last_seen_event_id,
+                worker_id=lease.worker_id,
+                build_id=build_id,
+            )
+            marker.workflow_time.FromMilliseconds(task["claimed_at_ms"])
+            _append(tx, namespace, run_id, now, "workflow_task_completed", marker)
+            closed = False
+            for command in commands:
+                closed = self._apply_command(tx, namespace, run, command, now) or closed
+            if not closed:
+                new_input = tx.one(
+                    "SELECT event_id FROM history WHERE namespace = ? AND run_id = ? "
+                    f"AND event_id > ? AND kind IN {_INPUT_KINDS_SQL} LIMIT 1",
+                    (namespace, run_id, last_seen_event_id),
+                )
+                if new_input is not None:
+                    _ensure_workflow_task(tx, namespace, run_id, run["task_queue"], now)
+            tx.run(
+                "UPDATE runs SET wft_attempt = 1, last_wft_failure = NULL "
+                "WHERE namespace = ? AND run_id = ?",
+                (namespace, run_id),
+            )
+
+        await self._write(op)
+
+    def _apply_command(
+        self, tx: Tx, namespace: str, run: Row, command: workflow_task_pb2.Command, now: int
+    ) -> bool:
+        """Appends the command's event and makes its effect; True if it closed the run."""
+        run_id: str = run["run_id"]
+        kind = command.WhichOneof("kind")
+        if kind == "schedule_activity":
+            spec = command.schedule_activity
+            queue = spec.task_queue or run["task_queue"]
+            _append(
+                tx,
+                namespace,
+                run_id,
+                now,
+                "activity_scheduled",
+                history_pb2.ActivityScheduled(
+                    seq=command.seq,
+                    activity_type=spec.activity_type,
+                    input=spec.input,
+                    task_queue=queue,
+                    options=spec.options,
+                ),
+            )
+            timeouts = activity_timeouts(spec.options)
+            close_deadline = (
+                now + timeouts.schedule_to_close_ms
+                if timeouts.schedule_to_close_ms is not None
+                else None
+            )
+            start_deadline = (
+                now + timeouts.schedule_to_start_ms
+                if timeouts.schedule_to_start_ms is not None
+                else None
+            )
+            queue_deadline = earliest(close_deadline, start_deadline)
+            tx.run(
+                "INSERT INTO tasks (namespace, run_id, kind, task_queue, state, visible_at_ms, "
+                "due_ms, attempt, fencing_token, seq, activity_type, input, options, lease_ms, "
+                "start_to_close_ms, schedule_to_close_deadline_ms, queue_deadline_ms, "
+                "created_at_ms) "
+                "VALUES (?, ?, 'activity', ?, 'queued', ?, ?, 1, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    namespace,
+                    run_id,
+                    queue,
+                    now,
+                    now,
+                    command.seq,
+                    spec.activity_type,
+                    spec.input.SerializeToString(),
+                    spec.options.SerializeToString(),
+                    timeouts.lease_ms(self._options.default_activity_lease_ms),
+                    timeouts.start_to_close_ms,
+                    close_deadline,
+                    queue_deadline,
+                    now,
+                ),
+            )
+            tx.notes.tasks.add((namespace, queue, "activity"))
+            if queue_deadline is not None:
+                tx.notes.due.add(queue_deadline)
+            return False
+        if kind == "start_timer":
+            due = now + duration_ms(command.start_timer.duration)
+            _append(
+                tx,
+                namespace,
+                run_id,
+                now,
+                "timer_started",
+                history_pb2.TimerStarted(seq=command.seq, duration=command.start_timer.duration),
+            )
+            tx.run(
+                "INSERT INTO tasks (namespace, run_id, kind, task_queue, state, visible_at_ms, "
+                "due_ms, attempt, fencing_token, seq, created_at_ms) "
+                "VALUES (?, ?, 'timer', ?, 'waiting', ?, ?, 1, 0, ?, ?)",
+                (namespace, run_id, run["task_queue"], due, due, command.seq, now),
+            )
+            tx.notes.due.add(due)
+            return False
+        if kind == "cancel_timer":
+            timer_seq = command.cancel_timer.timer_seq
+            _append(
+                tx,
+                namespace,
+                run_id,
+                now,
+                "timer_cancelled",
+                history_pb2.TimerCancelled(seq=timer_seq),
+            )
+            tx.run(
+                "UPDATE tasks SET state = 'cancelled', due_ms = NULL WHERE namespace = ? "
+                "AND run_id = ? AND seq = ? AND kind = 'timer' AND state = 'waiting'",
+                (namespace, run_id, timer_seq),
+            )
+            return False
+        if kind == "complete_workflow":
+            result = command.complete_workflow.result
+            _append(
+                tx,
+                namespace,
+                run_id,
+                now,
+                "workflow_completed",
+                history_pb2.WorkflowCompleted(result=result),
+            )
+            _close_run(tx, namespace, run_id, "completed", now, result=result.SerializeToString())
+            return True
+        if kind == "fail_workflow":
+            failure = command.fail_workflow.failure
+            _append(
+                tx,
+                namespace,
+                run_id,
+                now,
+                "workflow_failed",
+                history_pb2.WorkflowFailed(failure=failure),
+            )
+            _close_run(tx, namespace, run_id, "failed", now, failure=failure.SerializeToString())
+            return True
+        if kind == "cancel_workflow":
+            _append(
+                tx,
+                namespace,
+                run_id,
+                now,
+                "workflow_cancelled",
+                history_pb2.WorkflowCancelled(),
+            )
+            cancelled = failure_bytes("workflow cancelled", "CancelledError")
+            _close_run(tx, namespace, run_id, "cancelled", now, failure=cancelled)
+            return True
+        raise InvalidArgumentError(f"unsupported command kind {kind!r}")
+
+    async def fail_workflow_task(self, namespace: str, lease: LeaseRef, failure: bytes) -> None:
+        parse_failure(failure)
+        options = self._options
+
+        def op(tx: Tx) -> None:
+            _require_namespace(tx, namespace)
+            now = tx.now_ms()
+            task = _fenced(
+                tx,
+                namespace,
+                lease,
+                "workflow",
+                now,
+                "state = 'waiting', attempt = attempt + 1, expires_at_ms = NULL, "
+                "outcome_token = fencing_token, outcome_kind = 'failed'",
+            )
+            if task is None:
+                _lease_miss(tx, namespace, lease, "workflow", "failed")
+                return
+            failed_attempt = task["attempt"] - 1
+            visible = now + workflow_task_backoff_ms(
+                failed_attempt,
+                options.workflow_task_initial_backoff_ms,
+                options.workflow_task_max_backoff_ms,
+            )
+            tx.run(
+                "UPDATE tasks SET visible_at_ms = ?, due_ms = ? WHERE task_id = ?",
+                (visible, visible, task["task_id"]),
+            )
+            tx.run(
+                "UPDATE runs SET last_wft_failure = ?, wft_attempt = ? "
+                "WHERE namespace = ? AND run_id = ?",
+                (failure, task["attempt"], namespace, task["run_id"]),
+            )
+            tx.notes.due.add(visible)
+
+        await self._write(op)
+
+    # -- activity tasks -------------------------------------------------------------------
+
+    async def claim_activity_task(
+        self,
+        namespace: str,
+        task_queue: str,
+        worker_id: str,
+        activity_types: Sequence[str],
+    ) -> ClaimedActivityTask | None:
+        _require(worker_id, "worker_id")
+        types = list(dict.fromkeys(activity_types))
+        type_filter = ""
+        if types:
+            type_filter = f" AND activity_type IN ({', '.join('?' for _ in types)})"
+
+        def op(tx: Tx) -> ClaimedActivityTask | None:
+            _require_namespace(tx, namespace)
+            now = tx.now_ms()
+            candidate = tx.one(
+                "SELECT task_id, lease_ms, start_to_close_ms, schedule_to_close_deadline_ms "
+                "FROM tasks WHERE namespace = ? AND kind = 'activity' AND task_queue = ? "
+                "AND due_ms IS NOT NULL AND due_ms <= ? AND state IN ('queued', 'waiting') "
+                f"AND (queue_deadline_ms IS NULL OR queue_deadline_ms > ?){type_filter} "
+                f"ORDER BY due_ms, task_id LIMIT 1{tx.claim_lock_suffix}",
+                (namespace, task_queue, now, now, *types),
+            )
+            if candidate is None:
+                return None
+            start_to_close = candidate["start_to_close_ms"]
+            attempt_deadline = earliest(
+                now + start_to_close if start_to_close is not None else None,
+                candidate["schedule_to_close_deadline_ms"],
+            )
+            expires = earliest(now + candidate["lease_ms"], attempt_deadline)
+            assert expires is not None
+            row = tx.one(
+                "UPDATE tasks SET state = 'leased', worker_id = ?, "
+                "fencing_token = fencing_token + 1, claimed_at_ms = ?, expires_at_ms = ?, "
+                "due_ms = ?, attempt_deadline_ms = ?, queue_deadline_ms = NULL, "
+                "outcome_token = NULL, outcome_kind = NULL "
+                "WHERE task_id = ? AND state IN ('queued', 'waiting') RETURNING *",
+                (worker_id, now, expires, expires, attempt_deadline, candidate["task_id"]),
+            )
+            assert row is not None
+            workflow_id = tx.value(
+                "SELECT workflow_id FROM runs WHERE namespace = ? AND run_id = ?",
+                (namespace, row["run_id"]),
+            )
+            options_bytes = bytes(row["options"])
+            timeouts = activity_timeouts(parse_options(options_bytes))
+            tx.notes.due.add(expires)
+            return ClaimedActivityTask(
+                task_id=row["task_id"],
+                worker_id=worker_id,
+                fencing_token=row["fencing_token"],
+                lease_expires_at_ms=expires,
+                workflow_id=str(workflow_id),
+                run_id=row["run_id"],
+                seq=row["seq"],
+                activity_type=row["activity_type"],
+                input=bytes(row["input"]),
+                attempt=row["attempt"],
+                heartbeat_details=_blob(row["heartbeat_details"]),
+                heartbeat_timeout_ms=timeouts.heartbeat_ms,
+                start_to_close_timeout_ms=timeouts.start_to_close_ms,
+                options=options_bytes,
+            )
+
+        return await self._write(op)
+
+    async def heartbeat_activity_task(
+        self, namespace: str, lease: LeaseRef, details: bytes | None
+    ) -> HeartbeatResult:
+        if details is not None:
+            parse_payload(details, "heartbeat details")
+
+        def op(tx: Tx) -> HeartbeatResult:
+            _require_namespace(tx, namespace)
+            now = tx.now_ms()
+            # Extend by the attempt's lease length, never past its start_to_close deadline.
+            extended = (
+                "CASE WHEN attempt_deadline_ms IS NOT NULL AND attempt_deadline_ms < ? + lease_ms "
+                "THEN attempt_deadline_ms ELSE ? + lease_ms END"
+            )
+            row = _fenced(
+                tx,
+                namespace,
+                lease,
+                "activity",
+                now,
+                f"expires_at_ms = {extended}, due_ms = {extended}, "
+                "heartbeat_details = COALESCE(?, heartbeat_details)",
+                (now, now, now, now, details),
+            )
+            if row is not None:
+                return HeartbeatResult(bool(row["cancel_requested"]), row["expires_at_ms"])
+            stale = tx.one(
+                "SELECT state, worker_id, fencing_token, expires_at_ms FROM tasks "
+                "WHERE task_id = ? AND namespace = ? AND kind = 'activity'",
+                (lease.task_id, namespace),
+            )
+            if (
+                stale is not None
+                and stale["state"] == "cancelled"
+                and stale["worker_id"] == lease.worker_id
+                and stale["fencing_token"] == lease.fencing_token
+            ):
+                return HeartbeatResult(True, stale["expires_at_ms"] or now)
+            raise LeaseLostError(
+                lease_lost_message(lease.task_id, lease.worker_id, lease.fencing_token)
+            )
+
+        return await self._write(op)
+
+    async def complete_activity_task(self, namespace: str, lease: LeaseRef, result: bytes) -> None:
+        payload = parse_payload(result, "result")
+
+        def op(tx: Tx) -> None:
+            _require_namespace(tx, namespace)
+            now = tx.now_ms()
+            task = _fenced(
+                tx,
+                namespace,
+                lease,
+                "activity",
+                now,
+                "state = 'completed', due_ms = NULL, outcome_token = fencing_token, "
+                "outcome_kind = 'completed'",
+            )
+            if task is None:
+                _lease_miss(tx, namespace, lease, "activity", "completed")
+                return
+            run = _open_run(tx, namespace, task["run_id"])
+            _append(
+                tx,
+                namespace,
+                task["run_id"],
+                now,
+                "activity_completed",
+                history_pb2.ActivityCompleted(
+                    seq=task["seq"],
+                    result=payload,
+                    attempt=task["attempt"],
+                    worker_id=lease.worker_id,
+                    fencing_token=lease.fencing_token,
+                ),
+            )
+            _ensure_workflow_task(tx, namespace, task["run_id"], run["task_queue"], now)
+
+        await self._write(op)
+
+    async def fail_activity_task(self, namespace: str, lease: LeaseRef, failure: bytes) -> None:
+        parsed = parse_failure(failure)
+
+        def op(tx: Tx) -> None:
+            _require_namespace(tx, namespace)
+            now = tx.now_ms()
+            task = _fenced(
+                tx,
+                namespace,
+                lease,
+                "activity",
+                now,
+                "state = 'failed', due_ms = NULL, last_failure = ?, "
+                "outcome_token = fencing_token, outcome_kind = 'failed'",
+                (failure,),
+            )
+            if task is None:
+                _lease_miss(tx, namespace, lease, "activity", "failed")
+                return
+            _open_run(tx, namespace, task["run_id"])
+            self._retry_or_fail(tx, task, parsed, now, ambiguous=False)
+
+        await self._write(op)
+
+    def _retry_or_fail(
+        self, tx: Tx, task: Row, failure: payload_pb2.Failure, now: int, *, ambiguous: bool
+    ) -> bool:
+        """After an attempt failed (the task row is already `failed`): schedule the retry
+        (task `waiting`, no history) or record the final ActivityFailed. True = retried."""
+        namespace: str = task["namespace"]
+        run_id: str = task["run_id"]
+        encoded = failure.SerializeToString()
+        options = parse_options(bytes(task["options"]))
+        delay = (
+            None
+            if ambiguous
+            else activity_retry_delay_ms(
+                options, task["attempt"], failure, now, task["schedule_to_close_deadline_ms"]
+            )
+        )
+        if delay is not None:
+            visible = now + delay
+            timeouts = activity_timeouts(options)
+            queue_deadline = earliest(
+                task["schedule_to_close_deadline_ms"],
+                visible + timeouts.schedule_to_start_ms
+                if timeouts.schedule_to_start_ms is not None
+                else None,
+            )
+            tx.run(
+                "UPDATE tasks SET state = 'waiting', attempt = attempt + 1, visible_at_ms = ?, "
+                "due_ms = ?, queue_deadline_ms = ?, expires_at_ms = NULL, last_failure = ? "
+                "WHERE task_id = ?",
+                (visible, visible, queue_deadline, encoded, task["task_id"]),
+            )
+            tx.notes.due.add(visible)
+            return True
+        tx.run(
+            "UPDATE tasks SET state = 'failed', due_ms = NULL, queue_deadline_ms = NULL, "
+            "last_failure = ? WHERE task_id = ?",
+            (encoded, task["task_id"]),
+        )
+        _append(
+            tx,
+            namespace,
+            run_id,
+            now,
+            "activity_failed",
+            history_pb2.ActivityFailed(
+                seq=task["seq"],
+                failure=failure,
+                attempt=task["attempt"],
+                worker_id=task["worker_id"] or "",
+                fencing_token=task["fencing_token"],
+                ambiguous=ambiguous,
+            ),
+        )
+        queue = tx.value(
+            "SELECT task_queue FROM runs WHERE namespace = ? AND run_id = ?", (namespace, run_id)
+        )
+        _ensure_workflow_task(tx, namespace, run_id, str(queue), now)
+        return False
+
+    # -- time -----------------------------------------------------------------------------
+
+    async def process_due(self) -> DueReport:
+        limit = self._options.due_batch
+
+        def op(tx: Tx) -> DueReport:
+            now = tx.now_ms()
+            saturated = False
+
+            # 1. Timers that are due fire once.
+            timers = tx.all(
+                "SELECT t.task_id, t.namespace, t.run_id, t.seq, r.task_queue FROM tasks t "
+                "JOIN runs r ON r.namespace = t.namespace AND r.run_id = t.run_id "
+                "WHERE t.kind = 'timer' AND t.state = 'waiting' AND t.due_ms IS NOT NULL "
+                "AND t.due_ms <= ? ORDER BY t.due_ms LIMIT ?",
+                (now, limit),
+            )
+            saturated |= len(timers) >= limit
+            for timer in timers:
+                tx.run(
+                    "UPDATE tasks SET state = 'completed', due_ms = NULL WHERE task_id = ?",
+                    (timer["task_id"],),
+                )
+                _append(
+                    tx,
+                    timer["namespace"],
+                    timer["run_id"],
+                    now,
+                    "timer_fired",
+                    history_pb2.TimerFired(seq=timer["seq"]),
+                )
+                _ensure_workflow_task(
+                    tx, timer["namespace"], timer["run_id"], timer["task_queue"], now
+                )
+
+            # 2. Backoffs that ended: the task is claimable now; tell the pollers.
+            kinds: tuple[TaskKind, ...] = ("workflow", "activity")
+            for kind in kinds:
+                released = tx.all(
+                    "UPDATE tasks SET state = 'queued' WHERE task_id IN (SELECT task_id "
+                    "FROM tasks WHERE kind = ? AND state = 'waiting' AND due_ms IS NOT NULL "
+                    "AND due_ms <= ? ORDER BY due_ms LIMIT ?) RETURNING namespace, task_queue",
+                    (kind, now, limit),
+                )
+                saturated |= len(released) >= limit
+                for row in released:
+                    tx.notes.tasks.add((row["namespace"], row["task_queue"], kind))
+
+            # 3. Expired workflow-task leases: the task is claimable again (next attempt).
+            expired_wf = tx.all(
+                "UPDATE tasks SET state = 'queued', attempt = attempt + 1 WHERE task_id IN ("
+                "SELECT task_id FROM tasks WHERE kind = 'workflow' AND state = 'leased' "
+                "AND due_ms IS NOT NULL AND due_ms <= ? ORDER BY due_ms LIMIT ?) "
+                "RETURNING namespace, run_id, task_queue, attempt",
+                (now, limit),
+            )
+            saturated |= len(expired_wf) >= limit
+            for row in expired_wf:
+                tx.run(
+                    "UPDATE runs SET wft_attempt = ? WHERE namespace = ? AND run_id = ?",
+                    (row["attempt"], row["namespace"], row["run_id"]),
+                )
+                tx.notes.tasks.add((row["namespace"], row["task_queue"], "workflow"))
+
+            # 4. Expired activity leases with no outcome: ambiguous attempts.
+            expired = tx.all(
+                "SELECT * FROM tasks WHERE kind = 'activity' AND state = 'leased' "
+                "AND due_ms IS NOT NULL AND due_ms <= ? ORDER BY due_ms LIMIT ?",
+                (now, limit),
+            )
+            saturated |= len(expired) >= limit
+            for task in expired:
+                tx.run(
+                    "UPDATE tasks SET state = 'failed', due_ms = NULL, "
+                    "outcome_token = fencing_token, outcome_kind = 'expired' WHERE task_id = ?",
+                    (task["task_id"],),
+                )
+                identity = (
+                    f"task_id={task['task_id']} attempt={task['attempt']} "
+                    f"worker_id={task['worker_id']} fencing_token={task['fencing_token']}"
+                )
+                options = parse_options(bytes(task["options"]))
+                if options.non_idempotent:
+                    failure = payload_pb2.Failure(
+                        type=AMBIGUOUS_EFFECT_ERROR,
+                        message=(
+                            "the lease of a non-idempotent activity attempt expired with no "
+                            f"outcome; its effect may or may not have happened ({identity})"
+                        ),
+                        non_retryable=True,
+                    )
+                    self._retry_or_fail(tx, task, failure, now, ambiguous=True)
+                else:
+                    deadline = task["attempt_deadline_ms"]
+                    which = (
+                        "start_to_close"
+                        if deadline is not None and deadline <= now
+                        else "heartbeat/lease"
+                    )
+                    failure = payload_pb2.Failure(
+                        type=ACTIVITY_TIMEOUT_ERROR,
+                        message=f"activity attempt timed out ({which}; {identity})",
+                    )
+                    self._retry_or_fail(tx, task, failure, now, ambiguous=False)
+
+            # 5. Queued/waiting activities past schedule_to_close (or schedule_to_start).
+            overdue = tx.all(
+                "SELECT * FROM tasks WHERE queue_deadline_ms IS NOT NULL "
+                "AND queue_deadline_ms <= ? AND state IN ('queued', 'waiting') "
+                "ORDER BY queue_deadline_ms LIMIT ?",
+                (now, limit),
+            )
+            saturated |= len(overdue) >= limit
+            for task in overdue:
+                tx.run(
+                    "UPDATE tasks SET state = 'failed', due_ms = NULL, queue_deadline_ms = NULL "
+                    "WHERE task_id = ?",
+                    (task["task_id"],),
+                )
+                failure = payload_pb2.Failure(
+                    type=ACTIVITY_TIMEOUT_ERROR,
+                    message=(
+                        f"activity seq {task['seq']} ({task['activity_type']}) was not completed "
+                        "before its schedule deadline"
+                    ),
+                    non_retryable=True,
+                )
+                last = _blob(task["last_failure"])
+                if last:
+                    failure.cause.CopyFrom(payload_pb2.Failure.FromString(last))
+                _append(
+                    tx,
+                    task["namespace"],
+                    task["run_id"],
+                    now,
+                    "activity_failed",
+                    history_pb2.ActivityFailed(
+                        seq=task["seq"],
+                        failure=failure,
+                        attempt=task["attempt"] - 1,
+                        worker_id=task["worker_id"] or "",
+                        fencing_token=task["fencing_token"],
+                    ),
+                )
+                queue = tx.value(
+                    "SELECT task_queue FROM runs WHERE namespace = ? AND run_id = ?",
+                    (task["namespace"], task["run_id"]),
+                )
+                _ensure_workflow_task(tx, task["namespace"], task["run_id"], str(queue), now)
+
+            next_due = earliest(
+                tx.value("SELECT MIN(due_ms) AS m FROM tasks WHERE state IN ('waiting', 'leased')"),
+                tx.value(
+                    "SELECT MIN(queue_deadline_ms) AS m FROM tasks "
+                    "WHERE queue_deadline_ms IS NOT NULL"
+                ),
+            )
+            if saturated:
+                next_due = now
+            return DueReport(
+                fired_timers=len(timers),
+                expired_activity_attempts=len(expired),
+                next_due_ms=next_due,
+                db_now_ms=now,
+            )
+
+        return await self._write(op)

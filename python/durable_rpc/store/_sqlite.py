@@ -1,0 +1,437 @@
+"""The SQLite backend: WAL, synchronous=FULL, one writer connection on a dedicated
+thread doing group commit, and a separate read connection on its own thread.
+
+Group commit: callers' write operations are queued; the writer thread drains the queue
+and runs up to ``max_batch`` operations in one ``BEGIN IMMEDIATE`` transaction, each in
+its own SAVEPOINT (an operation that raises is rolled back alone and its caller gets the
+exception), commits once, and only then answers every caller and delivers listener
+notifications. If the transaction itself cannot be completed (I/O error, database file
+removed or replaced, lock timeout) every caller of the batch gets StoreUnavailableError.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import os
+import queue
+import sqlite3
+import threading
+import urllib.parse
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from durable_rpc.errors import DurableRpcError, InternalError, StoreUnavailableError
+from durable_rpc.store._api import StoreOptions
+from durable_rpc.store._migrations import SQLITE_MIGRATIONS, SQLITE_NOW_MS, check_ordered
+from durable_rpc.store._ops import SqlStore
+from durable_rpc.store._tx import Notes, Row, Tx
+
+T = TypeVar("T")
+
+_log = logging.getLogger("durable_rpc.store.sqlite")
+
+MEMORY = ":memory:"
+
+
+def _dict_row(cursor: sqlite3.Cursor, row: tuple[Any, ...]) -> dict[str, Any]:
+    return {column[0]: value for column, value in zip(cursor.description, row, strict=True)}
+
+
+class _SQLiteTx(Tx):
+    def __init__(self, conn: sqlite3.Connection, hook: Callable[[str], None] | None = None) -> None:
+        super().__init__()
+        self._conn = conn
+        self._hook = hook
+
+    def all(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        if self._hook is not None:
+            self._hook(sql)
+        cursor = self._conn.execute(sql, tuple(params))
+        try:
+            rows: list[Row] = cursor.fetchall()
+        finally:
+            cursor.close()
+        return rows
+
+    def one(self, sql: str, params: Sequence[Any] = ()) -> Row | None:
+        rows = self.all(sql, params)
+        return rows[0] if rows else None
+
+    def run(self, sql: str, params: Sequence[Any] = ()) -> int:
+        if self._hook is not None:
+            self._hook(sql)
+        cursor = self._conn.execute(sql, tuple(params))
+        try:
+            return cursor.rowcount
+        finally:
+            cursor.close()
+
+    def now_ms(self) -> int:
+        row = self.one(f"SELECT {SQLITE_NOW_MS} AS now_ms")
+        assert row is not None
+        now: int = row["now_ms"]
+        return now
+
+
+@dataclass(slots=True)
+class _Op:
+    fn: Callable[[Tx], Any]
+    future: asyncio.Future[Any]
+    loop: asyncio.AbstractEventLoop
+
+
+_STOP = object()
+
+
+def _resolve(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    if future.done():  # the caller gave up (cancelled); the operation still happened
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
+
+
+def _unavailable(exc: BaseException, what: str) -> StoreUnavailableError:
+    if isinstance(exc, StoreUnavailableError):
+        return exc
+    return StoreUnavailableError(f"{what}: {exc}")
+
+
+def _map_error(exc: Exception) -> Exception:
+    if isinstance(exc, DurableRpcError):
+        return exc
+    if isinstance(exc, sqlite3.IntegrityError):
+        return InternalError(f"store invariant violated: {exc}")
+    if isinstance(exc, sqlite3.Error):
+        return StoreUnavailableError(f"database error: {exc}")
+    return exc
+
+
+class SQLiteStore(SqlStore):
+    """A file (``path``) or in-memory (``":memory:"``) SQLite store.
+
+    ``statement_hook`` (diagnostics, tests) is called with the text of every statement an
+    operation executes, on the thread executing it.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        options: StoreOptions | None = None,
+        *,
+        statement_hook: Callable[[str], None] | None = None,
+    ) -> None:
+        super().__init__(options)
+        self._hook = statement_hook
+        self._memory = path == MEMORY
+        self._path = path if self._memory else os.path.abspath(path)
+        self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._accepting = False
+        self._opened = False
+        self._closed = False
+        self._writer: threading.Thread | None = None
+        self._writer_done: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._reader: concurrent.futures.ThreadPoolExecutor | None = None
+        self._reader_conn: sqlite3.Connection | None = None
+        self._identity: tuple[int, int] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def path(self) -> str:
+        return self._path
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        if self._opened:
+            raise StoreUnavailableError("store was already opened")
+        self._opened = True
+        self._loop = asyncio.get_running_loop()
+        ready: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._writer = threading.Thread(
+            target=self._writer_main, args=(ready,), name="durable-rpc-sqlite-writer", daemon=True
+        )
+        self._writer.start()
+        try:
+            await asyncio.wrap_future(ready)
+        except BaseException:
+            self._closed = True
+            raise
+        if not self._memory:
+            self._reader = concurrent.futures.ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix="durable-rpc-sqlite-reader"
+            )
+            try:
+                await asyncio.wrap_future(self._reader.submit(self._reader_open))
+            except BaseException:
+                with self._lock:
+                    self._queue.put(_STOP)
+                await asyncio.wrap_future(self._writer_done)
+                self._reader.shutdown(wait=False)
+                self._closed = True
+                raise
+        with self._lock:
+            self._accepting = True
+
+    async def close(self) -> None:
+        """Stops accepting operations, lets the writer finish every queued one (they commit
+        and their callers are answered), then closes both connections."""
+        if not self._opened or self._closed:
+            self._closed = True
+            return
+        self._closed = True
+        with self._lock:
+            self._accepting = False
+            self._queue.put(_STOP)
+        await asyncio.wrap_future(self._writer_done)
+        reader = self._reader
+        if reader is not None:
+            with contextlib.suppress(RuntimeError):
+                await asyncio.wrap_future(reader.submit(self._reader_close))
+            await asyncio.to_thread(reader.shutdown, True)
+
+    # -- connections ----------------------------------------------------------------------
+
+    def _connect(self, *, reader: bool) -> sqlite3.Connection:
+        busy_ms = self._options.busy_timeout_ms
+        if self._memory:
+            conn = sqlite3.connect(MEMORY, isolation_level=None)
+        else:
+            mode = "rw" if reader else "rwc"
+            uri = f"file:{urllib.parse.quote(self._path)}?mode={mode}"
+            conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=busy_ms / 1000)
+        try:
+            conn.row_factory = _dict_row
+            conn.execute(f"PRAGMA busy_timeout = {int(busy_ms)}")
+            if not self._memory and not reader:
+                row = conn.execute("PRAGMA journal_mode = WAL").fetchone()
+                if str(row["journal_mode"]).lower() != "wal":
+                    raise StoreUnavailableError(f"cannot enable WAL on {self._path}")
+            conn.execute("PRAGMA synchronous = FULL")
+            if reader:
+                conn.execute("PRAGMA query_only = ON")
+            return conn
+        except BaseException:
+            conn.close()
+            raise
+
+    def _file_identity(self) -> tuple[int, int]:
+        try:
+            st = os.stat(self._path)
+        except OSError as exc:
+            raise StoreUnavailableError(f"database file {self._path} is gone: {exc}") from exc
+        return (st.st_dev, st.st_ino)
+
+    def _check_file(self) -> None:
+        """The file we hold open must still be the file at the path: writes acknowledged to
+        a deleted or replaced file would be lost."""
+        if self._memory:
+            return
+        if self._file_identity() != self._identity:
+            raise StoreUnavailableError(f"database file {self._path} was replaced")
+
+    def _migrate(self, conn: sqlite3.Connection) -> None:
+        """Applies the pending migrations, in order, in one transaction."""
+        check_ordered(SQLITE_MIGRATIONS)
+        latest = SQLITE_MIGRATIONS[-1].version
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, "
+                "name TEXT NOT NULL, applied_at_ms INTEGER NOT NULL)"
+            )
+            row = conn.execute("SELECT COALESCE(MAX(version), 0) AS v FROM schema_version")
+            current = int(row.fetchone()["v"])
+            if current > latest:
+                raise StoreUnavailableError(
+                    f"database schema version {current} is newer than this code ({latest})"
+                )
+            for migration in SQLITE_MIGRATIONS[current:]:
+                for statement in migration.statements:
+                    conn.execute(statement)
+                conn.execute(
+                    f"INSERT INTO schema_version (version, name, applied_at_ms) "
+                    f"VALUES (?, ?, {SQLITE_NOW_MS})",
+                    (migration.version, migration.name),
+                )
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+
+    # -- the writer thread ----------------------------------------------------------------
+
+    def _writer_main(self, ready: concurrent.futures.Future[None]) -> None:
+        conn: sqlite3.Connection | None = None
+        try:
+            try:
+                conn = self._connect(reader=False)
+                self._migrate(conn)
+                if not self._memory:
+                    self._identity = self._file_identity()
+            except BaseException as exc:
+                ready.set_exception(_unavailable(exc, f"cannot open {self._path}"))
+                return
+            ready.set_result(None)
+            stop = False
+            while not stop:
+                first = self._queue.get()
+                if first is _STOP:
+                    break
+                assert isinstance(first, _Op)
+                batch = [first]
+                while len(batch) < self._options.max_batch:
+                    try:
+                        item = self._queue.get_nowait()
+                    except queue.Empty:
+                        break
+                    if item is _STOP:
+                        stop = True
+                        break
+                    assert isinstance(item, _Op)
+                    batch.append(item)
+                self._run_batch(conn, batch)
+        except BaseException:  # pragma: no cover - a bug; never leave callers hanging
+            _log.exception("sqlite writer thread crashed")
+        finally:
+            with self._lock:
+                self._accepting = False
+            if conn is not None:
+                try:
+                    conn.close()
+                except sqlite3.Error:
+                    _log.exception("closing the sqlite writer connection failed")
+            self._fail_queued()
+            self._writer_done.set_result(None)
+
+    def _fail_queued(self) -> None:
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            if isinstance(item, _Op):
+                self._settle(item, None, StoreUnavailableError("the store is closed"))
+
+    def _run_batch(self, conn: sqlite3.Connection, batch: list[_Op]) -> None:
+        outcomes: list[tuple[_Op, Any, BaseException | None]] = []
+        notes: list[Notes] = []
+        failed = 0
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            for op in batch:
+                tx = _SQLiteTx(conn, self._hook)
+                conn.execute("SAVEPOINT op")
+                try:
+                    result = op.fn(tx)
+                except Exception as exc:
+                    if isinstance(exc, sqlite3.Error) and not conn.in_transaction:
+                        raise  # SQLite rolled the whole transaction back
+                    conn.execute("ROLLBACK TO op")
+                    conn.execute("RELEASE op")
+                    outcomes.append((op, None, _map_error(exc)))
+                    failed += 1
+                else:
+                    conn.execute("RELEASE op")
+                    outcomes.append((op, result, None))
+                    notes.append(tx.notes)
+            self._check_file()
+            conn.execute("COMMIT")
+        except BaseException as exc:
+            if conn.in_transaction:
+                try:
+                    conn.execute("ROLLBACK")
+                except sqlite3.Error:
+                    _log.exception("rollback failed")
+            self._stats.aborted_batches += 1
+            unavailable = _unavailable(exc, "the database is unusable")
+            _log.warning("write batch of %d aborted: %s", len(batch), exc)
+            for op in batch:
+                self._settle(op, None, unavailable)
+            return
+        self._stats.transactions += 1
+        self._stats.operations += len(batch)
+        self._stats.failed_operations += failed
+        for op, result, error in outcomes:
+            self._settle(op, result, error)
+        if notes and self._loop is not None:
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(self._deliver, notes)
+
+    @staticmethod
+    def _settle(op: _Op, result: Any, error: BaseException | None) -> None:
+        with contextlib.suppress(RuntimeError):  # RuntimeError: the caller's loop is closed
+            op.loop.call_soon_threadsafe(_resolve, op.future, result, error)
+
+    def _deliver(self, batch: list[Notes]) -> None:
+        listener = self._listener
+        if listener is None:
+            return
+        for notes in batch:
+            try:
+                notes.deliver(listener)
+            except Exception:
+                _log.exception("store listener failed")
+
+    # -- the reader thread ----------------------------------------------------------------
+
+    def _reader_open(self) -> None:
+        try:
+            self._reader_conn = self._connect(reader=True)
+        except BaseException as exc:
+            raise _unavailable(exc, f"cannot open {self._path} for reading") from exc
+
+    def _reader_close(self) -> None:
+        conn, self._reader_conn = self._reader_conn, None
+        if conn is not None:
+            conn.close()
+
+    def _run_read(self, fn: Callable[[Tx], T]) -> T:
+        conn = self._reader_conn
+        if conn is None:
+            raise StoreUnavailableError("the store is closed")
+        try:
+            self._check_file()
+            conn.execute("BEGIN")
+            try:
+                return fn(_SQLiteTx(conn, self._hook))
+            finally:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+        except DurableRpcError:
+            raise
+        except sqlite3.IntegrityError as exc:
+            raise InternalError(f"store invariant violated: {exc}") from exc
+        except sqlite3.Error as exc:
+            raise StoreUnavailableError(f"database error: {exc}") from exc
+
+    # -- SqlStore -------------------------------------------------------------------------
+
+    async def _write(self, fn: Callable[[Tx], T]) -> T:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        with self._lock:
+            if not self._accepting:
+                raise StoreUnavailableError("the store is not open")
+            self._queue.put(_Op(fn, future, loop))
+        return await future
+
+    async def _read(self, fn: Callable[[Tx], T]) -> T:
+        if self._memory:
+            # One in-memory database is visible to one connection only.
+            return await self._write(fn)
+        reader = self._reader
+        if reader is None or not self._accepting:
+            raise StoreUnavailableError("the store is not open")
+        try:
+            future = reader.submit(self._run_read, fn)
+        except RuntimeError as exc:
+            raise StoreUnavailableError("the store is closed") from exc
+        return await asyncio.wrap_future(future)

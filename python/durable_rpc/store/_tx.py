@@ -1,0 +1,64 @@
+"""The small transaction surface the dialect-independent operations are written against.
+
+SQL uses ``?`` placeholders, ``RETURNING``, partial indexes and ``INSERT ... SELECT ...
+WHERE NOT EXISTS``: a subset SQLite and PostgreSQL share (a PostgreSQL adapter rewrites
+the placeholders). Dialect-specific fragments are attributes of the transaction.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from durable_rpc.store._api import StoreListener, TaskKind
+
+Row = dict[str, Any]
+
+
+@dataclass(slots=True)
+class Notes:
+    """Listener notifications an operation produced; delivered only after its commit."""
+
+    tasks: set[tuple[str, str, TaskKind]] = field(default_factory=set)
+    due: set[int] = field(default_factory=set)
+    closed: list[tuple[str, str]] = field(default_factory=list)
+
+    def deliver(self, listener: StoreListener) -> None:
+        for namespace, task_queue, kind in sorted(self.tasks):
+            listener.tasks_available(namespace, task_queue, kind)
+        if self.due:
+            listener.due_at(min(self.due))
+        for namespace, run_id in self.closed:
+            listener.run_closed(namespace, run_id)
+
+
+class Tx(abc.ABC):
+    """One operation's view of the open transaction."""
+
+    #: Appended to the candidate SELECT of a claim (PostgreSQL: FOR UPDATE SKIP LOCKED).
+    claim_lock_suffix: str = ""
+
+    def __init__(self) -> None:
+        self.notes = Notes()
+
+    @abc.abstractmethod
+    def one(self, sql: str, params: Sequence[Any] = ()) -> Row | None: ...
+
+    @abc.abstractmethod
+    def all(self, sql: str, params: Sequence[Any] = ()) -> list[Row]: ...
+
+    @abc.abstractmethod
+    def run(self, sql: str, params: Sequence[Any] = ()) -> int:
+        """Executes a statement; returns the number of rows it changed."""
+
+    @abc.abstractmethod
+    def now_ms(self) -> int:
+        """The database clock, read inside this transaction."""
+
+    def value(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        row = self.one(sql, params)
+        if row is None:
+            return None
+        return next(iter(row.values()))

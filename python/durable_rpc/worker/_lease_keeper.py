@@ -1,0 +1,164 @@
+"""Keeps running activities' leases alive, and notices when one is lost.
+
+One background task per worker. It sleeps until the lease book's next deadline, sends
+a heartbeat for every lease due (at half its window, carrying the details last given
+to ``activity.heartbeat``), and tells an attempt to stop when its lease is lost: the
+server answered LEASE_LOST, or the lease lapsed locally with no successful heartbeat.
+A stopped attempt never completes; a newer owner holds a higher fencing token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from google.protobuf import timestamp_pb2
+
+from durable_rpc import _core, converter
+from durable_rpc.activity._context import ActivityContext
+from durable_rpc.errors import DurableRpcError, LeaseLostError
+from durable_rpc.v1 import payload_pb2, service_pb2
+from durable_rpc.worker._client import WorkerClient, call
+
+log = logging.getLogger("durable_rpc.worker")
+
+# Without any hint from the server, assume a short window: heartbeating early is cheap,
+# losing a lease is not.
+DEFAULT_WINDOW_MS = 10_000
+# After a failed (not lost) heartbeat, wait this long before trying again.
+RETRY_MS = 500
+# Bounds on one sleep: the upper one so a missed wake-up cannot stall heartbeats (and
+# expiry, which the book's next_deadline does not include, is noticed); the lower one
+# so leases already due but waiting on an in-flight heartbeat do not spin the loop.
+MAX_SLEEP_S = 1.0
+MIN_SLEEP_S = 0.05
+
+
+def now_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+def lease_window_ms(expires_at: timestamp_pb2.Timestamp | None, cap_ms: int | None) -> int:
+    """How long the lease lasts from now, as far as this process can tell.
+
+    The server's expiry is database time; comparing it with the local wall clock is
+    only an estimate, so it is capped by the heartbeat timeout (the real bound on the
+    gap between heartbeats) and the shorter of the two wins.
+    """
+    windows = []
+    if expires_at is not None and (expires_at.seconds or expires_at.nanos):
+        remaining = expires_at.ToMilliseconds() - int(time.time() * 1000)
+        if remaining > 0:
+            windows.append(remaining)
+    if cap_ms:
+        windows.append(cap_ms)
+    return min(windows) if windows else DEFAULT_WINDOW_MS
+
+
+@dataclass
+class HeldLease:
+    lease: service_pb2.Lease
+    cap_ms: int | None
+    context: ActivityContext
+    # Called once, from the keeper's task, when the attempt must stop.
+    on_lost: Callable[[], None]
+    on_cancel_requested: Callable[[], None]
+    not_before_ms: int = 0
+
+
+class LeaseKeeper:
+    def __init__(self, client: WorkerClient, heartbeat_fraction: float = 0.5) -> None:
+        self._client = client
+        # Rust bookkeeping, keyed by str(task_id); see durable_rpc._core.LeaseBook.
+        self._book = _core.LeaseBook(heartbeat_fraction)
+        self._held: dict[int, HeldLease] = {}
+        self._in_flight: set[int] = set()
+        self._wake = asyncio.Event()
+        self.lost = 0
+
+    def hold(self, held: HeldLease, window_ms: int) -> None:
+        self._held[held.lease.task_id] = held
+        self._book.track(str(held.lease.task_id), held.lease.fencing_token, window_ms, now_ms())
+        self._wake.set()
+
+    def release(self, task_id: int) -> None:
+        self._held.pop(task_id, None)
+        self._book.release(str(task_id))
+
+    async def run(self) -> None:
+        heartbeats: set[asyncio.Task[None]] = set()
+        try:
+            while True:
+                self._tick(heartbeats)
+                deadline = self._book.next_deadline()
+                delay = MAX_SLEEP_S
+                if deadline is not None:
+                    delay = min(MAX_SLEEP_S, max(MIN_SLEEP_S, (deadline - now_ms()) / 1000))
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), delay)
+        finally:
+            for task in heartbeats:
+                task.cancel()
+
+    def _tick(self, heartbeats: set[asyncio.Task[None]]) -> None:
+        now = now_ms()
+        for key, token in self._book.expired(now):
+            held = self._held.get(int(key))
+            if held is not None and held.lease.fencing_token == token:
+                log.warning("lease of activity task %s lapsed before a heartbeat", key)
+                self._lose(held)
+            else:
+                self._book.release(key)
+        for key, token in self._book.due_for_heartbeat(now):
+            task_id = int(key)
+            held = self._held.get(task_id)
+            if held is None or held.lease.fencing_token != token:
+                continue
+            if task_id in self._in_flight or now < held.not_before_ms:
+                continue
+            self._in_flight.add(task_id)
+            task = asyncio.ensure_future(self._heartbeat(held))
+            heartbeats.add(task)
+            task.add_done_callback(heartbeats.discard)
+
+    def _lose(self, held: HeldLease) -> None:
+        self.release(held.lease.task_id)
+        self.lost += 1
+        held.on_lost()
+
+    async def _heartbeat(self, held: HeldLease) -> None:
+        task_id = held.lease.task_id
+        request = service_pb2.HeartbeatActivityTaskRequest(
+            namespace=self._client.namespace, lease=held.lease
+        )
+        details = held.context.details
+        if details is not None:
+            request.details.CopyFrom(payload_pb2.Payload(data=converter.encode_args(details)))
+        try:
+            response = await call(self._client.worker_service.HeartbeatActivityTask, request)
+        except LeaseLostError:
+            if self._held.get(task_id) is held:
+                self._lose(held)
+            return
+        except (DurableRpcError, converter.ConversionError) as error:
+            # Transient (or bad details): keep the lease we have, try again shortly.
+            log.warning("heartbeat of activity task %s failed: %s", task_id, error)
+            held.not_before_ms = now_ms() + RETRY_MS
+            return
+        finally:
+            self._in_flight.discard(task_id)
+        if self._held.get(task_id) is not held:
+            return
+        window = lease_window_ms(
+            response.lease_expires_at if response.HasField("lease_expires_at") else None,
+            held.cap_ms,
+        )
+        self._book.renewed(str(task_id), held.lease.fencing_token, window, now_ms())
+        self._wake.set()
+        if response.cancel_requested:
+            held.on_cancel_requested()

@@ -1,0 +1,238 @@
+"""``WorkflowSupervisor``: bounded claim-and-execute cycles with backoff and a graceful stop.
+
+``max_concurrency`` cycles run at once; each polls for one task, runs it and reports it
+under its lease. On errors (server unavailable...) a cycle backs off exponentially
+between the configured bounds. When the token is cancelled, cycles stop claiming
+(polls in progress are abandoned), tasks already claimed run to the end of their lease
+protocol, then the worker deregisters and :meth:`WorkflowSupervisor.run` returns a
+:class:`SupervisorReport`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass, replace
+from datetime import timedelta
+from typing import Any
+
+from durable_rpc.errors import DurableRpcError, StoreUnavailableError
+from durable_rpc.worker._worker import TaskKind, TaskOutcome, Worker
+
+log = logging.getLogger("durable_rpc.worker")
+
+
+def _seconds(value: timedelta | float) -> float:
+    return value.total_seconds() if isinstance(value, timedelta) else float(value)
+
+
+@dataclass(frozen=True)
+class WorkflowSupervisorConfig:
+    """How many claim-and-execute cycles run at once, and the error backoff bounds."""
+
+    max_concurrency: int
+    backoff_min: float = 0.025
+    backoff_max: float = 5.0
+
+    def __post_init__(self) -> None:
+        if self.max_concurrency < 1:
+            raise ValueError("max_concurrency must be at least 1")
+        if self.backoff_min <= 0:
+            raise ValueError("backoff min must be positive")
+        if self.backoff_max < self.backoff_min:
+            raise ValueError("backoff max must not be below min")
+
+    def with_backoff(
+        self, min: timedelta | float, max: timedelta | float
+    ) -> WorkflowSupervisorConfig:
+        """A copy backing off from ``min`` doubling up to ``max`` (timedelta or seconds)."""
+        return replace(self, backoff_min=_seconds(min), backoff_max=_seconds(max))
+
+    def backoff(self, consecutive_errors: int) -> float:
+        exponent = min(consecutive_errors - 1, 32)
+        return float(min(self.backoff_max, self.backoff_min * 2**exponent))
+
+    @classmethod
+    def default(cls) -> WorkflowSupervisorConfig:
+        return cls(8)
+
+
+class CancellationToken:
+    """Cancelled once, observed by many; ``cancel()`` is safe from any thread."""
+
+    def __init__(self) -> None:
+        self._cancelled = False
+        self._event: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def is_cancelled(self) -> bool:
+        return self._cancelled
+
+    def cancel(self) -> None:
+        self._cancelled = True
+        if self._event is None or self._loop is None:
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self._loop:
+            self._event.set()
+        else:
+            self._loop.call_soon_threadsafe(self._event.set)
+
+    async def wait(self) -> None:
+        """Return once the token is cancelled."""
+        if self._event is None:
+            self._event = asyncio.Event()
+            self._loop = asyncio.get_running_loop()
+        if self._cancelled:
+            return
+        await self._event.wait()
+
+
+@dataclass
+class SupervisorReport:
+    """What one ``run`` did. ``claims`` = tasks received; ``completions`` and
+    ``failures`` = outcomes accepted by the server; ``lease_losses`` = outcomes dropped
+    because another owner took over; ``errors`` = cycles that backed off."""
+
+    claims: int = 0
+    completions: int = 0
+    failures: int = 0
+    lease_losses: int = 0
+    workflow_tasks: int = 0
+    activity_tasks: int = 0
+    errors: int = 0
+
+    def count(self, outcome: TaskOutcome) -> None:
+        if outcome == "completed":
+            self.completions += 1
+        elif outcome == "failed":
+            self.failures += 1
+        else:
+            self.lease_losses += 1
+
+
+class WorkflowSupervisor:
+    def __init__(self, worker: Worker, config: WorkflowSupervisorConfig | None = None) -> None:
+        self.worker = worker
+        self.config = config or WorkflowSupervisorConfig.default()
+
+    async def run(self, token: CancellationToken) -> SupervisorReport:
+        report = SupervisorReport()
+        await self._start(token, report)
+        if token.is_cancelled:
+            await self.worker.stop()
+            return report
+        try:
+            cycles = [
+                asyncio.ensure_future(self._cycle(kinds, token, report)) for kinds in self._plan()
+            ]
+            # Cycles end by themselves after the token is cancelled (draining their task).
+            await asyncio.gather(*cycles)
+        finally:
+            await self.worker.stop()
+        return report
+
+    async def _start(self, token: CancellationToken, report: SupervisorReport) -> None:
+        errors = 0
+        while not token.is_cancelled:
+            try:
+                await self.worker.start()
+                return
+            except StoreUnavailableError as error:
+                errors += 1
+                report.errors += 1
+                log.warning("worker start failed (retrying): %s", error)
+                await self._pause(token, self.config.backoff(errors))
+
+    def _plan(self) -> list[list[TaskKind]]:
+        """The task kinds each cycle polls. With both kinds, half the cycles poll each
+        (workflow tasks are short, activities long); a single cycle alternates."""
+        kinds = list(self.worker.task_kinds)
+        n = self.config.max_concurrency
+        if len(kinds) == 1:
+            return [kinds] * n
+        if n == 1:
+            return [kinds]
+        workflow_cycles = max(1, n // 2)
+        workflow: list[TaskKind] = ["workflow"]
+        activity: list[TaskKind] = ["activity"]
+        return [workflow] * workflow_cycles + [activity] * (n - workflow_cycles)
+
+    async def _pause(self, token: CancellationToken, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(token.wait(), seconds)
+
+    async def _cycle(
+        self, kinds: list[TaskKind], token: CancellationToken, report: SupervisorReport
+    ) -> None:
+        errors = 0
+        turn = 0
+        while not token.is_cancelled:
+            kind = kinds[turn % len(kinds)]
+            turn += 1
+            try:
+                if kind == "activity":
+                    async with self.worker.activity_capacity():
+                        claimed = await self._claim_and_execute(kind, token, report)
+                else:
+                    claimed = await self._claim_and_execute(kind, token, report)
+            except DurableRpcError as error:
+                errors += 1
+                report.errors += 1
+                log.warning("%s cycle failed (backing off): %s", kind, error)
+                await self._pause(token, self.config.backoff(errors))
+                continue
+            except Exception:
+                # A bug must not take the whole worker down; back off and keep going.
+                errors += 1
+                report.errors += 1
+                log.exception("%s cycle crashed (backing off)", kind)
+                await self._pause(token, self.config.backoff(errors))
+                continue
+            if claimed:
+                errors = 0
+
+    async def _claim_and_execute(
+        self, kind: TaskKind, token: CancellationToken, report: SupervisorReport
+    ) -> bool:
+        task = await self._poll(kind, token)
+        if task is None:
+            return False
+        report.claims += 1
+        # Claimed tasks are not interrupted by the token: their lease protocol finishes.
+        if kind == "workflow":
+            report.workflow_tasks += 1
+            outcome = await self.worker.execute_workflow_task(task)
+        else:
+            report.activity_tasks += 1
+            outcome = await self.worker.execute_activity_task(task)
+        report.count(outcome)
+        return True
+
+    async def _poll(self, kind: TaskKind, token: CancellationToken) -> Any:
+        """One long poll, abandoned if the token is cancelled first.
+
+        Abandoning can lose a task the server claimed at that very instant; its lease
+        then lapses and it is claimed again (the price of not waiting out a long poll).
+        """
+        poll: asyncio.Future[Any] = asyncio.ensure_future(
+            self.worker.poll_workflow_task()
+            if kind == "workflow"
+            else self.worker.poll_activity_task()
+        )
+        stop = asyncio.ensure_future(token.wait())
+        try:
+            await asyncio.wait({poll, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+        if not poll.done():
+            poll.cancel()
+            with contextlib.suppress(asyncio.CancelledError, DurableRpcError):
+                await poll
+            return None
+        return poll.result()

@@ -1,0 +1,395 @@
+"""``Worker``: registers definitions, claims tasks, runs them, reports under its lease."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from concurrent.futures import Executor, ThreadPoolExecutor
+from datetime import timedelta
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Literal
+
+from durable_rpc.activity._definition import ActivityDefinition, must_define
+from durable_rpc.activity._failure import failure_from_exception
+from durable_rpc.errors import DurableRpcError, LeaseLostError, StoreUnavailableError
+from durable_rpc.v1 import payload_pb2, service_pb2
+from durable_rpc.worker._activity_task import AttemptOutcome, run_attempt
+from durable_rpc.worker._client import WorkerClient, call
+from durable_rpc.worker._lease_keeper import LeaseKeeper
+from durable_rpc.worker._workflow_task import last_event_id, replay
+from durable_rpc.workflow._definition import WorkflowDefinition, definition_of
+
+if TYPE_CHECKING:
+    from durable_rpc.worker._supervisor import CancellationToken, SupervisorReport
+
+log = logging.getLogger("durable_rpc.worker")
+
+TaskOutcome = Literal["completed", "failed", "lease_lost"]
+TaskKind = Literal["workflow", "activity"]
+
+# A completion that fails for a transient reason is retried this many times: completing
+# twice with the same lease is idempotent, so retrying is always safe.
+_REPORT_ATTEMPTS = 4
+_REPORT_BACKOFF_S = 0.2
+_DEFAULT_WORKER_HEARTBEAT_S = 10.0
+
+
+@functools.cache
+def default_worker_id() -> str:
+    """``host:pid:random`` -- unique per process, stable for the process's lifetime."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class DefinitionUnavailableError(Exception):
+    """A workflow task names a (type, version) this worker did not register."""
+
+
+class Worker:
+    """Runs registered workflows and activities from one task queue.
+
+    Host it with :class:`~durable_rpc.worker.WorkflowSupervisor` for bounded concurrency
+    and graceful shutdown, or ``async with Worker(...)`` for a default supervisor in the
+    background.
+    """
+
+    def __init__(
+        self,
+        client: WorkerClient,
+        *,
+        task_queue: str,
+        workflows: Iterable[type] = (),
+        activities: Iterable[Callable[..., Any]] = (),
+        worker_id: str | None = None,
+        build_id: str = "",
+        max_concurrent_activities: int = 100,
+        allow_definition_change: bool = False,
+        workflow_task_deadline: timedelta = timedelta(seconds=10),
+        activity_executor: Executor | None = None,
+    ) -> None:
+        if not task_queue:
+            raise ValueError("task_queue must not be empty")
+        if max_concurrent_activities < 1:
+            raise ValueError("max_concurrent_activities must be at least 1")
+        self.client = client
+        self.task_queue = task_queue
+        self.worker_id = worker_id or default_worker_id()
+        self.build_id = build_id
+        self.allow_definition_change = allow_definition_change
+        self.workflow_task_deadline = workflow_task_deadline
+        self._workflows = _index_workflows(workflows)
+        self._activities = _index_activities(activities)
+        if not self._workflows and not self._activities:
+            raise ValueError("a worker needs at least one workflow or activity")
+        self._activity_slots = asyncio.Semaphore(max_concurrent_activities)
+        self._owns_activity_executor = activity_executor is None
+        self._activity_executor = activity_executor or ThreadPoolExecutor(
+            max_workers=max_concurrent_activities, thread_name_prefix="durable-activity"
+        )
+        # Workflow tasks run in their own pool: a workflow stuck in blocking code keeps
+        # its thread (Python threads cannot be killed) but never blocks activities or
+        # the event loop; its task fails at the deadline.
+        self._workflow_executor = ThreadPoolExecutor(thread_name_prefix="durable-workflow")
+        self._keeper = LeaseKeeper(client)
+        self._background: list[asyncio.Task[None]] = []
+        self._registered = False
+        self._heartbeat_interval = _DEFAULT_WORKER_HEARTBEAT_S
+        self._supervisor_token: CancellationToken | None = None
+        self._supervisor_task: asyncio.Task[SupervisorReport] | None = None
+        # The report of the background supervisor, once ``async with`` exited.
+        self.report: SupervisorReport | None = None
+
+    # --- identity -------------------------------------------------------------------
+
+    @property
+    def namespace(self) -> str:
+        return self.client.namespace
+
+    @property
+    def workflow_definitions(self) -> Sequence[WorkflowDefinition]:
+        return list(self._workflows.values())
+
+    @property
+    def activity_names(self) -> Sequence[str]:
+        return sorted(self._activities)
+
+    @property
+    def task_kinds(self) -> Sequence[TaskKind]:
+        kinds: list[TaskKind] = []
+        if self._workflows:
+            kinds.append("workflow")
+        if self._activities:
+            kinds.append("activity")
+        return kinds
+
+    @property
+    def lease_losses(self) -> int:
+        return self._keeper.lost
+
+    # --- lifecycle ------------------------------------------------------------------
+
+    async def register(self) -> None:
+        """Register definitions (refused with DefinitionChangedError when a fingerprint
+        changed under an existing (name, version))."""
+        request = service_pb2.RegisterWorkerRequest(
+            namespace=self.namespace,
+            worker_id=self.worker_id,
+            task_queue=self.task_queue,
+            workflows=[
+                service_pb2.WorkflowDefinition(
+                    name=d.name, version=d.version, fingerprint=d.fingerprint
+                )
+                for d in self._workflows.values()
+            ],
+            activities=self.activity_names,
+            build_id=self.build_id,
+            allow_definition_change=self.allow_definition_change,
+        )
+        response = await call(self.client.worker_service.RegisterWorker, request)
+        interval = response.heartbeat_interval.ToTimedelta().total_seconds()
+        self._heartbeat_interval = interval if interval > 0 else _DEFAULT_WORKER_HEARTBEAT_S
+        self._registered = True
+
+    async def start(self) -> None:
+        """Register (once) and start the worker heartbeat and the lease keeper."""
+        if not self._registered:
+            await self.register()
+        if not self._background:
+            self._background = [
+                asyncio.ensure_future(self._heartbeat_loop()),
+                asyncio.ensure_future(self._keeper.run()),
+            ]
+
+    async def stop(self) -> None:
+        """Stop background work and deregister. Call after in-flight tasks drained."""
+        for task in self._background:
+            task.cancel()
+        for task in self._background:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._background = []
+        if self._registered:
+            request = service_pb2.DeregisterWorkerRequest(
+                namespace=self.namespace, worker_id=self.worker_id
+            )
+            try:
+                await call(self.client.worker_service.DeregisterWorker, request)
+            except DurableRpcError as error:
+                log.warning("deregistering worker %s failed: %s", self.worker_id, error)
+            self._registered = False
+        self._workflow_executor.shutdown(wait=False, cancel_futures=True)
+        if self._owns_activity_executor:
+            self._activity_executor.shutdown(wait=False, cancel_futures=True)
+
+    async def _heartbeat_loop(self) -> None:
+        request = service_pb2.WorkerHeartbeatRequest(
+            namespace=self.namespace, worker_id=self.worker_id
+        )
+        while True:
+            await asyncio.sleep(self._heartbeat_interval)
+            try:
+                await call(self.client.worker_service.WorkerHeartbeat, request)
+            except DurableRpcError as error:
+                log.warning("worker heartbeat failed: %s", error)
+
+    async def __aenter__(self) -> Worker:
+        from durable_rpc.worker._supervisor import (
+            CancellationToken,
+            WorkflowSupervisor,
+            WorkflowSupervisorConfig,
+        )
+
+        await self.register()
+        token = CancellationToken()
+        supervisor = WorkflowSupervisor(self, WorkflowSupervisorConfig.default())
+        self._supervisor_token = token
+        self._supervisor_task = asyncio.ensure_future(supervisor.run(token))
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._supervisor_task is None or self._supervisor_token is None:
+            return
+        self._supervisor_token.cancel()
+        self.report = await self._supervisor_task
+        self._supervisor_task = None
+
+    # --- claiming -------------------------------------------------------------------
+
+    async def poll_workflow_task(self) -> service_pb2.PollWorkflowTaskResponse | None:
+        """Long-poll for a workflow task; None when the poll ended empty."""
+        request = service_pb2.PollWorkflowTaskRequest(
+            namespace=self.namespace, task_queue=self.task_queue, worker_id=self.worker_id
+        )
+        response = await call(self.client.worker_service.PollWorkflowTask, request)
+        return response if response.task_id else None
+
+    async def poll_activity_task(self) -> service_pb2.PollActivityTaskResponse | None:
+        """Long-poll for an activity attempt; None when the poll ended empty."""
+        request = service_pb2.PollActivityTaskRequest(
+            namespace=self.namespace,
+            task_queue=self.task_queue,
+            worker_id=self.worker_id,
+            activity_types=self.activity_names,
+        )
+        response = await call(self.client.worker_service.PollActivityTask, request)
+        return response if response.task_id else None
+
+    def activity_capacity(self) -> asyncio.Semaphore:
+        """Held around poll *and* run: an attempt is only claimed when it can start."""
+        return self._activity_slots
+
+    def _lease(self, task_id: int, fencing_token: int) -> service_pb2.Lease:
+        return service_pb2.Lease(
+            task_id=task_id, worker_id=self.worker_id, fencing_token=fencing_token
+        )
+
+    # --- workflow tasks -------------------------------------------------------------
+
+    async def execute_workflow_task(
+        self, task: service_pb2.PollWorkflowTaskResponse
+    ) -> TaskOutcome:
+        """Replay, decide, and complete (or fail) the workflow task."""
+        lease = self._lease(task.task_id, task.fencing_token)
+        try:
+            commands = await self._decide(task)
+        except Exception as error:
+            # Never the workflow: the run stays open, the task is retried and the failure
+            # is shown by describe (NondeterminismError, deadline, missing definition...).
+            log.warning("workflow task %s of %s failed: %s", task.task_id, task.workflow_id, error)
+            fail = service_pb2.FailWorkflowTaskRequest(
+                namespace=self.namespace, lease=lease, failure=failure_from_exception(error)
+            )
+            return await self._report(self.client.worker_service.FailWorkflowTask, fail, "failed")
+        complete = service_pb2.CompleteWorkflowTaskRequest(
+            namespace=self.namespace,
+            lease=lease,
+            last_seen_event_id=last_event_id(task.history),
+            commands=commands,
+            build_id=self.build_id,
+        )
+        return await self._report(
+            self.client.worker_service.CompleteWorkflowTask, complete, "completed"
+        )
+
+    async def _decide(self, task: service_pb2.PollWorkflowTaskResponse) -> Sequence[Any]:
+        version = task.workflow_version or "1"
+        definition = self._workflows.get((task.workflow_type, version))
+        if definition is None:
+            raise DefinitionUnavailableError(
+                f"worker {self.worker_id} has no workflow {task.workflow_type!r} "
+                f"version {version!r}"
+            )
+        seconds = self.workflow_task_deadline.total_seconds()
+        loop = asyncio.get_running_loop()
+        decide = functools.partial(
+            replay,
+            definition,
+            task.history.SerializeToString(),
+            task.workflow_time.ToMilliseconds(),
+            task_queue=self.task_queue,
+            deadline=time.monotonic() + seconds,
+        )
+        try:
+            return await asyncio.wait_for(
+                loop.run_in_executor(self._workflow_executor, decide), seconds
+            )
+        except TimeoutError:
+            raise TimeoutError(
+                f"workflow task did not finish within {seconds:g}s "
+                "(blocking call in workflow code?)"
+            ) from None
+
+    # --- activity tasks -------------------------------------------------------------
+
+    async def execute_activity_task(
+        self, task: service_pb2.PollActivityTaskResponse
+    ) -> TaskOutcome:
+        """Run one activity attempt and report its outcome under its lease."""
+        lease = self._lease(task.task_id, task.fencing_token)
+        definition = self._activities.get(task.activity_type)
+        if definition is None:
+            failure = payload_pb2.Failure(
+                type="ActivityNotRegistered",
+                message=f"worker {self.worker_id} has no activity {task.activity_type!r}",
+            )
+            outcome = AttemptOutcome("failed", failure=failure)
+        else:
+            outcome = await run_attempt(
+                definition,
+                task,
+                lease,
+                task_queue=self.task_queue,
+                keeper=self._keeper,
+                executor=self._activity_executor,
+            )
+        if outcome.kind == "lease_lost":
+            log.info("activity task %s lost its lease; its outcome is dropped", task.task_id)
+            return "lease_lost"
+        if outcome.kind == "completed":
+            complete = service_pb2.CompleteActivityTaskRequest(
+                namespace=self.namespace,
+                lease=lease,
+                result=payload_pb2.Payload(data=outcome.result),
+            )
+            return await self._report(
+                self.client.worker_service.CompleteActivityTask, complete, "completed"
+            )
+        fail = service_pb2.FailActivityTaskRequest(
+            namespace=self.namespace, lease=lease, failure=outcome.failure
+        )
+        return await self._report(self.client.worker_service.FailActivityTask, fail, "failed")
+
+    # --- reporting ------------------------------------------------------------------
+
+    async def _report(
+        self,
+        method: Callable[[Any], Awaitable[Any]],
+        request: Any,
+        outcome: TaskOutcome,
+    ) -> TaskOutcome:
+        """Send a completion; LEASE_LOST means another owner took over: drop silently."""
+        for attempt in range(_REPORT_ATTEMPTS):
+            try:
+                await call(method, request)
+                return outcome
+            except LeaseLostError:
+                self._keeper.lost += 1
+                log.info("task %s: lease lost before reporting; dropped", request.lease.task_id)
+                return "lease_lost"
+            except StoreUnavailableError:
+                if attempt == _REPORT_ATTEMPTS - 1:
+                    raise
+                await asyncio.sleep(_REPORT_BACKOFF_S * 2**attempt)
+        raise AssertionError("unreachable")
+
+
+def _index_workflows(classes: Iterable[type]) -> dict[tuple[str, str], WorkflowDefinition]:
+    out: dict[tuple[str, str], WorkflowDefinition] = {}
+    for cls in classes:
+        definition = definition_of(cls)
+        key = (definition.name, definition.version)
+        if key in out:
+            raise ValueError(f"workflow {key[0]!r} version {key[1]!r} registered twice")
+        out[key] = definition
+    return out
+
+
+def _index_activities(functions: Iterable[Callable[..., Any]]) -> dict[str, ActivityDefinition]:
+    out: dict[str, ActivityDefinition] = {}
+    for fn in functions:
+        definition = must_define(fn)
+        if definition.name in out:
+            raise ValueError(f"activity {definition.name!r} registered twice")
+        out[definition.name] = definition
+    return out

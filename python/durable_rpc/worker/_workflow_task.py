@@ -1,0 +1,45 @@
+"""One workflow task: replay the history through the Rust machine and the runtime.
+
+Pure and synchronous (bytes in, commands out), so the worker can run it in a thread
+under a deadline and tests and offline replayers can call it directly.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from durable_rpc import _core
+from durable_rpc.v1 import history_pb2, workflow_task_pb2
+from durable_rpc.workflow._definition import WorkflowDefinition
+from durable_rpc.workflow._errors import WorkflowTaskError
+from durable_rpc.workflow._runtime import WorkflowInstance
+
+
+def last_event_id(history: history_pb2.History) -> int:
+    return history.events[-1].event_id if history.events else 0
+
+
+def replay(
+    definition: WorkflowDefinition,
+    history: bytes,
+    task_time_ms: int,
+    *,
+    task_queue: str,
+    deadline: float | None = None,
+) -> Sequence[workflow_task_pb2.Command]:
+    """The new commands the workflow produces after ``history``.
+
+    Raises :class:`durable_rpc._core.NondeterminismError` when the code no longer
+    matches the recorded commands, ``MalformedHistoryError`` for a broken history, and
+    :class:`WorkflowTaskError` for runtime-level failures, including running past
+    ``deadline`` (a ``time.monotonic()`` instant).
+    """
+    machine = _core.ReplayMachine(history, task_time_ms)
+    instance = WorkflowInstance(definition, task_queue=task_queue, deadline=deadline)
+    while (raw := machine.next_activation()) is not None:
+        if deadline is not None and time.monotonic() > deadline:
+            raise WorkflowTaskError("replay ran past the workflow task deadline")
+        completion = instance.activate(workflow_task_pb2.Activation.FromString(raw))
+        machine.complete_activation(completion.SerializeToString())
+    return workflow_task_pb2.ActivationCompletion.FromString(machine.take_new_commands()).commands

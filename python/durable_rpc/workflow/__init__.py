@@ -1,0 +1,87 @@
+"""Workflows: deterministic async Python whose progress survives any crash.
+
+```python
+from datetime import timedelta
+from durable_rpc import workflow
+
+@workflow.defn(version="1")
+class Checkout:
+    def __init__(self) -> None:
+        self.approved = False
+
+    @workflow.signal
+    def approve(self) -> None:
+        self.approved = True
+
+    @workflow.run
+    async def run(self, order_id: str) -> str:
+        await workflow.wait_condition(lambda: self.approved)
+        return await workflow.execute_activity(
+            charge, order_id, start_to_close_timeout=timedelta(seconds=30)
+        )
+```
+
+Workflow code runs on a deterministic event loop: asyncio.gather / wait / create_task /
+Event / Lock work; real timers and I/O raise. Use ``workflow.sleep``, ``workflow.now``,
+``workflow.random`` and ``workflow.uuid4`` instead of their non-deterministic cousins,
+and activities for anything that touches the outside world.
+"""
+
+from __future__ import annotations
+
+from durable_rpc.activity._errors import ApplicationError
+from durable_rpc.workflow._api import (
+    execute_activity,
+    in_workflow,
+    info,
+    now,
+    random,
+    set_signal_handler,
+    sleep,
+    uuid4,
+    wait_condition,
+)
+from durable_rpc.workflow._definition import (
+    SignalDefinition,
+    WorkflowDefinition,
+    definition_of,
+    defn,
+    run,
+    signal,
+)
+from durable_rpc.workflow._errors import (
+    ActivityError,
+    AmbiguousEffectError,
+    RestrictedOperationError,
+    WorkflowTaskError,
+)
+from durable_rpc.workflow._logger import logger
+from durable_rpc.workflow._retry import RetryPolicy
+from durable_rpc.workflow._runtime import WorkflowInfo, WorkflowInstance
+
+__all__ = [
+    "ActivityError",
+    "AmbiguousEffectError",
+    "ApplicationError",
+    "RestrictedOperationError",
+    "RetryPolicy",
+    "SignalDefinition",
+    "WorkflowDefinition",
+    "WorkflowInfo",
+    "WorkflowInstance",
+    "WorkflowTaskError",
+    "definition_of",
+    "defn",
+    "execute_activity",
+    "in_workflow",
+    "info",
+    "logger",
+    "now",
+    "random",
+    "run",
+    "set_signal_handler",
+    "signal",
+    "sleep",
+    "uuid4",
+    "wait_condition",
+]

@@ -1,0 +1,212 @@
+"""The functions workflow code calls; each finds its runtime through the running loop."""
+
+from __future__ import annotations
+
+import asyncio
+import random as _random
+import uuid
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
+from typing import Any, TypeVar, overload
+
+from durable_rpc import converter
+from durable_rpc.activity._definition import must_define
+from durable_rpc.v1 import options_pb2
+from durable_rpc.workflow._loop import WorkflowLoop
+from durable_rpc.workflow._retry import RetryPolicy, duration
+from durable_rpc.workflow._runtime import WorkflowInfo, WorkflowInstance
+
+_R = TypeVar("_R")
+
+
+def current() -> WorkflowInstance:
+    """The runtime of the workflow whose code is running now."""
+    loop = asyncio._get_running_loop()
+    if isinstance(loop, WorkflowLoop) and isinstance(loop.owner, WorkflowInstance):
+        return loop.owner
+    raise RuntimeError("not running inside workflow code")
+
+
+def in_workflow() -> bool:
+    loop = asyncio._get_running_loop()
+    return isinstance(loop, WorkflowLoop)
+
+
+def info() -> WorkflowInfo:
+    """workflow_id, run_id, type, version, task queue and whether this is a replay."""
+    return current().current_info()
+
+
+def now() -> datetime:
+    """The workflow clock (tz-aware UTC): the recorded time of the current workflow task,
+    identical on every replay."""
+    return current().now
+
+
+def random() -> _random.Random:
+    """A Random seeded from the run id; draws are identical on every replay."""
+    return current().random
+
+
+def uuid4() -> uuid.UUID:
+    """A version-4 UUID drawn from :func:`random`, so it replays identically."""
+    return uuid.UUID(int=current().random.getrandbits(128), version=4)
+
+
+async def sleep(delay: float | timedelta) -> None:
+    """A durable timer: survives worker restarts; cancelling the awaiting task cancels it."""
+    span = delay if isinstance(delay, timedelta) else timedelta(seconds=delay)
+    if span < timedelta(0):
+        raise ValueError("sleep duration must not be negative")
+    if span == timedelta(0):
+        # No timer for a zero delay, just a yield (deterministic all the same).
+        await asyncio.sleep(0)
+        return
+    runtime = current()
+    pb = duration(span)
+    seq, future = runtime.start_timer((pb.seconds, pb.nanos))
+    try:
+        await future
+    except asyncio.CancelledError:
+        runtime.cancel_timer(seq)
+        raise
+
+
+async def wait_condition(predicate: Callable[[], bool]) -> None:
+    """Wait until ``predicate()`` is true; it is re-checked whenever the workflow's
+    coroutines are all blocked (for example after a signal handler ran)."""
+    if predicate():
+        return
+    await current().wait_condition(predicate)
+
+
+def set_signal_handler(name: str, handler: Callable[..., Any] | None) -> None:
+    """Register (or with None, remove) a handler at runtime; signals that arrived for
+    ``name`` earlier are delivered to it now, in arrival order."""
+    current().set_signal_handler(name, handler)
+
+
+def _activity_options(
+    start_to_close_timeout: timedelta | None,
+    schedule_to_close_timeout: timedelta | None,
+    schedule_to_start_timeout: timedelta | None,
+    heartbeat_timeout: timedelta | None,
+    retry_policy: RetryPolicy | None,
+    idempotent: bool,
+) -> options_pb2.ActivityOptions:
+    if start_to_close_timeout is None and schedule_to_close_timeout is None:
+        raise ValueError(
+            "execute_activity needs start_to_close_timeout or schedule_to_close_timeout"
+        )
+    options = options_pb2.ActivityOptions(non_idempotent=not idempotent)
+    if start_to_close_timeout is not None:
+        options.start_to_close_timeout.CopyFrom(duration(start_to_close_timeout))
+    if schedule_to_close_timeout is not None:
+        options.schedule_to_close_timeout.CopyFrom(duration(schedule_to_close_timeout))
+    if schedule_to_start_timeout is not None:
+        options.schedule_to_start_timeout.CopyFrom(duration(schedule_to_start_timeout))
+    if heartbeat_timeout is not None:
+        options.heartbeat_timeout.CopyFrom(duration(heartbeat_timeout))
+    if retry_policy is not None:
+        options.retry_policy.CopyFrom(retry_policy.to_proto())
+    return options
+
+
+@overload
+async def execute_activity(
+    activity: Callable[..., Awaitable[_R]],
+    *args: Any,
+    start_to_close_timeout: timedelta | None = None,
+    schedule_to_close_timeout: timedelta | None = None,
+    schedule_to_start_timeout: timedelta | None = None,
+    heartbeat_timeout: timedelta | None = None,
+    retry_policy: RetryPolicy | None = None,
+    idempotent: bool = True,
+    task_queue: str | None = None,
+    result_type: type[_R] | None = None,
+) -> _R: ...
+@overload
+async def execute_activity(
+    activity: Callable[..., _R],
+    *args: Any,
+    start_to_close_timeout: timedelta | None = None,
+    schedule_to_close_timeout: timedelta | None = None,
+    schedule_to_start_timeout: timedelta | None = None,
+    heartbeat_timeout: timedelta | None = None,
+    retry_policy: RetryPolicy | None = None,
+    idempotent: bool = True,
+    task_queue: str | None = None,
+    result_type: type[_R] | None = None,
+) -> _R: ...
+@overload
+async def execute_activity(
+    activity: str,
+    *args: Any,
+    start_to_close_timeout: timedelta | None = None,
+    schedule_to_close_timeout: timedelta | None = None,
+    schedule_to_start_timeout: timedelta | None = None,
+    heartbeat_timeout: timedelta | None = None,
+    retry_policy: RetryPolicy | None = None,
+    idempotent: bool = True,
+    task_queue: str | None = None,
+    result_type: type[_R],
+) -> _R: ...
+@overload
+async def execute_activity(
+    activity: str,
+    *args: Any,
+    start_to_close_timeout: timedelta | None = None,
+    schedule_to_close_timeout: timedelta | None = None,
+    schedule_to_start_timeout: timedelta | None = None,
+    heartbeat_timeout: timedelta | None = None,
+    retry_policy: RetryPolicy | None = None,
+    idempotent: bool = True,
+    task_queue: str | None = None,
+    result_type: None = None,
+) -> Any: ...
+async def execute_activity(
+    activity: Callable[..., Any] | str,
+    *args: Any,
+    start_to_close_timeout: timedelta | None = None,
+    schedule_to_close_timeout: timedelta | None = None,
+    schedule_to_start_timeout: timedelta | None = None,
+    heartbeat_timeout: timedelta | None = None,
+    retry_policy: RetryPolicy | None = None,
+    idempotent: bool = True,
+    task_queue: str | None = None,
+    result_type: Any = None,
+) -> Any:
+    """Schedule an activity and wait for its result (typed from the function's return
+    hint, or ``result_type``). Raises ActivityError when it fails for good, and
+    AmbiguousEffectError when a non-idempotent attempt's outcome is unknown.
+
+    ``idempotent=False`` makes the activity fail closed: an attempt whose lease expires
+    with no outcome is never re-run.
+    """
+    runtime = current()
+    if isinstance(activity, str):
+        activity_type, hint = activity, Any
+    else:
+        # Undecorated functions work too: named after the function, typed by its hints.
+        definition = must_define(activity)
+        activity_type, hint = definition.name, definition.result_hint
+    options = _activity_options(
+        start_to_close_timeout,
+        schedule_to_close_timeout,
+        schedule_to_start_timeout,
+        heartbeat_timeout,
+        retry_policy,
+        idempotent,
+    )
+    seq, future = runtime.schedule_activity(
+        activity_type,
+        converter.encode_args(args),
+        task_queue=task_queue or "",
+        options=options,
+        result_hint=result_type if result_type is not None else hint,
+    )
+    try:
+        return await future
+    except asyncio.CancelledError:
+        runtime.abandon_activity(seq)
+        raise

@@ -1,0 +1,148 @@
+"""``@workflow.defn`` / ``@workflow.run`` / ``@workflow.signal`` and the definitions
+they produce."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar, overload
+
+_C = TypeVar("_C", bound=type)
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+_DEFN_ATTR = "__durable_workflow_definition__"
+_RUN_ATTR = "__durable_workflow_run__"
+_SIGNAL_ATTR = "__durable_workflow_signal__"
+
+
+@dataclass(frozen=True)
+class SignalDefinition:
+    name: str
+    method: Callable[..., Any]
+    arg_hints: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class WorkflowDefinition:
+    """A workflow class as registered: ``(name, version)`` and its code fingerprint."""
+
+    name: str
+    version: str
+    fingerprint: str
+    cls: type
+    run: Callable[..., Any]
+    arg_hints: tuple[Any, ...]
+    result_hint: Any
+    signals: Mapping[str, SignalDefinition]
+
+
+def arg_and_result_hints(
+    fn: Callable[..., Any], *, skip_self: bool = True
+) -> tuple[tuple[Any, ...], Any]:
+    """Hints of the positional parameters (after ``self`` unless ``skip_self`` is False),
+    and of the return value."""
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:
+        # Unresolvable forward references: values then travel in their plain form.
+        hints = {}
+    params = [
+        p
+        for p in inspect.signature(fn).parameters.values()
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+    if skip_self:
+        params = params[1:]
+    return tuple(hints.get(p.name, Any) for p in params), hints.get("return", Any)
+
+
+def fingerprint(cls: type) -> str:
+    """SHA-256 of the class's source: a changed body under the same (name, version) is
+    a different graph, which the server refuses at registration."""
+    try:
+        source = inspect.getsource(cls)
+    except (OSError, TypeError):
+        # Classes built at runtime (or from a REPL) have no source: the qualified name
+        # is the best stable identity available.
+        source = f"{cls.__module__}.{cls.__qualname__}"
+    return hashlib.sha256(source.encode()).hexdigest()
+
+
+def _build(cls: _C, name: str | None, version: str) -> _C:
+    runs = [m for m in vars(cls).values() if getattr(m, _RUN_ATTR, False)]
+    if len(runs) != 1:
+        raise TypeError(f"{cls.__qualname__} needs exactly one @workflow.run method")
+    run = runs[0]
+    if not inspect.iscoroutinefunction(run):
+        raise TypeError(f"{cls.__qualname__}.{run.__name__}: @workflow.run must be async def")
+    signals: dict[str, SignalDefinition] = {}
+    for attr in dir(cls):
+        method = getattr(cls, attr, None)
+        signal_name = getattr(method, _SIGNAL_ATTR, None)
+        if method is not None and isinstance(signal_name, str):
+            if signal_name in signals:
+                raise TypeError(f"{cls.__qualname__}: two handlers for signal {signal_name!r}")
+            hints, _ = arg_and_result_hints(method)
+            signals[signal_name] = SignalDefinition(signal_name, method, hints)
+    arg_hints, result_hint = arg_and_result_hints(run)
+    definition = WorkflowDefinition(
+        name=name or cls.__name__,
+        version=version,
+        fingerprint=fingerprint(cls),
+        cls=cls,
+        run=run,
+        arg_hints=arg_hints,
+        result_hint=result_hint,
+        signals=signals,
+    )
+    setattr(cls, _DEFN_ATTR, definition)
+    return cls
+
+
+@overload
+def defn(cls: _C, /) -> _C: ...
+@overload
+def defn(*, name: str | None = None, version: str = "1") -> Callable[[_C], _C]: ...
+def defn(
+    cls: _C | None = None, /, *, name: str | None = None, version: str = "1"
+) -> _C | Callable[[_C], _C]:
+    """Mark a class as a workflow definition ``(name, version)``; name defaults to the
+    class name. The class needs one ``@workflow.run`` async method and a no-argument
+    constructor; each run gets a fresh instance."""
+    if not version:
+        raise ValueError("workflow version must not be empty")
+    if cls is not None:
+        return _build(cls, name, version)
+    return functools.partial(_build, name=name, version=version)
+
+
+def run(fn: _F) -> _F:
+    """Mark the workflow's async main method; its arguments are the workflow's input."""
+    setattr(fn, _RUN_ATTR, True)
+    return fn
+
+
+@overload
+def signal(fn: _F, /) -> _F: ...
+@overload
+def signal(*, name: str | None = None) -> Callable[[_F], _F]: ...
+def signal(fn: _F | None = None, /, *, name: str | None = None) -> _F | Callable[[_F], _F]:
+    """Mark a method (sync or async) as the handler of a signal (default: method name)."""
+
+    def mark(f: _F) -> _F:
+        setattr(f, _SIGNAL_ATTR, name or f.__name__)
+        return f
+
+    return mark(fn) if fn is not None else mark
+
+
+def definition_of(cls: type) -> WorkflowDefinition:
+    """The definition ``@workflow.defn`` recorded on ``cls``."""
+    definition = getattr(cls, _DEFN_ATTR, None)
+    if not isinstance(definition, WorkflowDefinition) or definition.cls is not cls:
+        raise TypeError(f"{getattr(cls, '__qualname__', cls)!r} is not a @workflow.defn class")
+    return definition

@@ -1,0 +1,69 @@
+"""Errors workflow code sees, and the task-level error the runtime raises."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from durable_rpc.activity._errors import ApplicationError
+
+
+class ActivityError(Exception):
+    """An activity failed for good (retries exhausted or non-retryable).
+
+    ``cause`` is the activity's failure as an :class:`ApplicationError` (its ``type`` is
+    the exception class name, or the ``type`` the activity gave its ApplicationError).
+    """
+
+    failure_type = "ActivityError"
+
+    def __init__(
+        self, message: str, *, seq: int, activity_type: str, attempt: int, cause: ApplicationError
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.seq = seq
+        self.activity_type = activity_type
+        self.attempt = attempt
+        self.cause = cause
+        self.__cause__ = cause
+
+
+class AmbiguousEffectError(ActivityError):
+    """A non-idempotent activity's attempt lost its lease with no outcome.
+
+    The effect may or may not have happened, so it was not retried (it *fails closed*).
+    Reconcile using ``seq`` / ``attempt`` (and the attempt's fencing token, which the
+    activity saw as ``activity.info().fencing_token``); ``details`` holds the failure's
+    structured details, if any.
+    """
+
+    failure_type = "AmbiguousEffectError"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        seq: int,
+        activity_type: str,
+        attempt: int,
+        cause: ApplicationError,
+        details: Sequence[Any] = (),
+    ) -> None:
+        super().__init__(
+            message, seq=seq, activity_type=activity_type, attempt=attempt, cause=cause
+        )
+        self.details = details
+
+
+class WorkflowTaskError(Exception):
+    """The workflow *task* cannot be completed: fail the task, never the workflow.
+
+    Raised for a runtime invariant violation, code that uses a forbidden operation
+    (real timers or I/O), or code that keeps running past the task deadline. The run
+    stays open; a fixed deployment (or a retry) picks the task up again.
+    """
+
+
+class RestrictedOperationError(RuntimeError):
+    """Workflow code called something that is not deterministic (``asyncio.sleep``...)."""

@@ -1,0 +1,435 @@
+"""The workflow runtime: applies an activation's jobs and collects the commands.
+
+One :class:`WorkflowInstance` per run execution. The replay machine (Rust) feeds it
+activations; for each, the instance resolves the matching futures, runs the workflow's
+coroutines on its :class:`~durable_rpc.workflow._loop.WorkflowLoop` until all are
+blocked, and answers with the commands produced, in the order the code made them.
+
+Errors split in two: anything the *workflow* raises ends the run (FailWorkflow);
+anything wrong with the *task* (a runtime invariant, a forbidden operation, the
+deadline) raises :class:`WorkflowTaskError` out of :meth:`activate`, so the worker fails
+the workflow task and the run stays open.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from durable_rpc import converter, payload
+from durable_rpc.activity._failure import application_error_from_failure, failure_from_exception
+from durable_rpc.v1 import options_pb2, payload_pb2, workflow_task_pb2
+from durable_rpc.workflow._definition import WorkflowDefinition, arg_and_result_hints
+from durable_rpc.workflow._errors import ActivityError, AmbiguousEffectError, WorkflowTaskError
+from durable_rpc.workflow._loop import WorkflowLoop, new_loop
+
+log = logging.getLogger("durable_rpc.workflow")
+
+
+@dataclass(frozen=True)
+class WorkflowInfo:
+    """The identity of the running workflow, as seen by its code."""
+
+    workflow_id: str
+    run_id: str
+    workflow_type: str
+    workflow_version: str
+    task_queue: str
+    is_replaying: bool
+
+
+@dataclass
+class _PendingActivity:
+    future: asyncio.Future[Any]
+    activity_type: str
+    result_hint: Any
+
+
+def payload_data(p: payload_pb2.Payload) -> bytes:
+    """The inline frame of ``p``; the server inlines external payloads for workers."""
+    if not p.data and p.HasField("external"):
+        raise WorkflowTaskError("received an external payload reference without its data")
+    return p.data
+
+
+class WorkflowInstance:
+    """Runs one workflow execution, activation by activation."""
+
+    def __init__(
+        self, definition: WorkflowDefinition, *, task_queue: str, deadline: float | None = None
+    ) -> None:
+        self.definition = definition
+        self.task_queue = task_queue
+        # Absolute time.monotonic() after which a still-running activation fails the task.
+        self.deadline = deadline
+        self.loop: WorkflowLoop = new_loop(self)
+        self.now = datetime.fromtimestamp(0, UTC)
+        self.is_replaying = False
+        self.random = random.Random(0)
+        self.info: WorkflowInfo | None = None
+        self._commands: list[workflow_task_pb2.Command] = []
+        self._next_seq = 1
+        self._activities: dict[int, _PendingActivity] = {}
+        self._timers: dict[int, asyncio.Future[None]] = {}
+        # Seqs whose awaiting code was cancelled: their late resolutions are expected.
+        self._abandoned: set[int] = set()
+        self._conditions: list[tuple[Callable[[], bool], asyncio.Future[None]]] = []
+        self._obj: Any = None
+        self._main: asyncio.Task[Any] | None = None
+        self._handlers: dict[str, Callable[..., Any]] = {}
+        self._buffered_signals: dict[str, list[bytes]] = {}
+        self._handler_error: BaseException | None = None
+        self._finished = False
+
+    # --- activation -----------------------------------------------------------------
+
+    def activate(
+        self, activation: workflow_task_pb2.Activation
+    ) -> workflow_task_pb2.ActivationCompletion:
+        """Apply ``activation``'s jobs, run until blocked, return the commands produced."""
+        self._commands = []
+        if self._finished:
+            # The run already produced its terminal command; nothing more can happen.
+            return workflow_task_pb2.ActivationCompletion()
+        self.is_replaying = activation.is_replaying
+        if activation.HasField("timestamp"):
+            self.now = activation.timestamp.ToDatetime(tzinfo=UTC)
+            self.loop.set_time(activation.timestamp.ToNanoseconds() / 1e9)
+        with self.loop.running():
+            start: workflow_task_pb2.StartWorkflowJob | None = None
+            cancel_reason: str | None = None
+            for job in activation.jobs:
+                kind = job.WhichOneof("job")
+                if kind == "start_workflow":
+                    start = job.start_workflow
+                    self._instantiate(start)
+                elif kind == "cancel_workflow":
+                    cancel_reason = job.cancel_workflow.reason
+                else:
+                    self._apply(job)
+            # The main coroutine is scheduled after the other jobs, so signals delivered
+            # with the start (signal-with-start) reach their handlers before it runs.
+            if start is not None:
+                self._start_main(start)
+            if cancel_reason is not None:
+                self._cancel(cancel_reason)
+            self._run()
+        self._finish_if_done()
+        return workflow_task_pb2.ActivationCompletion(commands=self._commands)
+
+    def _run(self) -> None:
+        while True:
+            self.loop.run_until_blocked(self.deadline)
+            if not self._check_conditions():
+                return
+
+    def _apply(self, job: workflow_task_pb2.ActivationJob) -> None:
+        kind = job.WhichOneof("job")
+        if kind == "resolve_activity":
+            self._resolve_activity(job.resolve_activity)
+        elif kind == "fire_timer":
+            self._fire_timer(job.fire_timer.seq)
+        elif kind == "signal_workflow":
+            self._signal(job.signal_workflow.signal_name, payload_data(job.signal_workflow.input))
+        else:
+            raise WorkflowTaskError(f"unknown activation job {kind!r} (event {job.event_id})")
+
+    def _instantiate(self, start: workflow_task_pb2.StartWorkflowJob) -> None:
+        if self.info is not None:
+            raise WorkflowTaskError("a second start_workflow job for the same run")
+        self.info = WorkflowInfo(
+            workflow_id=start.workflow_id,
+            run_id=start.run_id,
+            workflow_type=start.workflow_type,
+            workflow_version=start.workflow_version or self.definition.version,
+            task_queue=self.task_queue,
+            is_replaying=self.is_replaying,
+        )
+        seed = hashlib.sha256(start.run_id.encode()).digest()
+        self.random = random.Random(int.from_bytes(seed[:16], "big"))
+        try:
+            self._obj = self.definition.cls()
+        except Exception as exc:
+            # A failing constructor is workflow code failing: it ends the run.
+            self._obj = exc
+            return
+        for name, signal in self.definition.signals.items():
+            self._handlers[name] = signal.method.__get__(self._obj)
+
+    def _start_main(self, start: workflow_task_pb2.StartWorkflowJob) -> None:
+        obj = self._obj
+        data = payload_data(start.input)
+
+        async def main() -> Any:
+            if isinstance(obj, Exception):
+                raise obj
+            # Decoding inside the coroutine: bad input fails the workflow, not the task.
+            args = converter.decode_args(data, self.definition.arg_hints)
+            return await self.definition.run(obj, *args)
+
+        self._main = self.loop.create_task(main(), name=f"workflow:{self.definition.name}")
+        for name in list(self._buffered_signals):
+            if name in self._handlers:
+                self._drain_signals(name)
+
+    def _cancel(self, reason: str) -> None:
+        if self._main is not None and not self._main.done():
+            self._main.cancel(reason or None)
+
+    # --- resolutions ----------------------------------------------------------------
+
+    def _resolve_activity(self, job: workflow_task_pb2.ResolveActivityJob) -> None:
+        pending = self._activities.pop(job.seq, None)
+        if pending is None:
+            if job.seq in self._abandoned:
+                self._abandoned.discard(job.seq)
+                return
+            raise WorkflowTaskError(f"resolution for unknown activity seq {job.seq}")
+        if pending.future.done():
+            return
+        outcome = job.WhichOneof("outcome")
+        if outcome == "completed":
+            try:
+                value = converter.decode(payload_data(job.completed), pending.result_hint)
+            except payload.PayloadError as exc:
+                pending.future.set_exception(exc)
+            else:
+                pending.future.set_result(value)
+            return
+        pending.future.set_exception(self._activity_error(job, pending.activity_type))
+
+    def _activity_error(
+        self, job: workflow_task_pb2.ResolveActivityJob, activity_type: str
+    ) -> ActivityError:
+        cause = application_error_from_failure(job.failed)
+        if job.ambiguous:
+            details: Sequence[Any] = ()
+            if job.failed.details.data:
+                decoded = payload.decode(job.failed.details.data)
+                details = decoded if isinstance(decoded, list) else [decoded]
+            return AmbiguousEffectError(
+                f"activity {activity_type!r} (seq {job.seq}, attempt {job.attempt}) has an "
+                f"ambiguous outcome: {job.failed.message}",
+                seq=job.seq,
+                activity_type=activity_type,
+                attempt=job.attempt,
+                cause=cause,
+                details=details,
+            )
+        return ActivityError(
+            f"activity {activity_type!r} (seq {job.seq}) failed: "
+            f"{job.failed.type}: {job.failed.message}",
+            seq=job.seq,
+            activity_type=activity_type,
+            attempt=job.attempt,
+            cause=cause,
+        )
+
+    def _fire_timer(self, seq: int) -> None:
+        future = self._timers.pop(seq, None)
+        if future is None:
+            if seq in self._abandoned:
+                self._abandoned.discard(seq)
+                return
+            raise WorkflowTaskError(f"fired timer for unknown seq {seq}")
+        if not future.done():
+            future.set_result(None)
+
+    # --- signals --------------------------------------------------------------------
+
+    def _signal(self, name: str, data: bytes) -> None:
+        if name not in self._handlers:
+            # Not an error: the handler may be registered later (set_signal_handler), or
+            # the sender is ahead of this code. Keep it, in arrival order.
+            if not self.is_replaying:
+                log.warning("signal %r has no handler yet; buffered", name)
+            self._buffered_signals.setdefault(name, []).append(data)
+            return
+        self._deliver(name, data)
+
+    def _deliver(self, name: str, data: bytes) -> None:
+        handler = self._handlers[name]
+
+        async def run_handler() -> None:
+            hints, _ = _handler_hints(handler)
+            result = handler(*converter.decode_args(data, hints))
+            if asyncio.iscoroutine(result):
+                await result
+
+        task = self.loop.create_task(run_handler(), name=f"signal:{name}")
+        task.add_done_callback(self._on_handler_done)
+
+    def _on_handler_done(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled() or task.exception() is None:
+            return
+        # A failing signal handler fails the run, like a failing main method.
+        self._handler_error = self._handler_error or task.exception()
+
+    def _drain_signals(self, name: str) -> None:
+        for data in self._buffered_signals.pop(name, []):
+            self._deliver(name, data)
+
+    def set_signal_handler(self, name: str, handler: Callable[..., Any] | None) -> None:
+        if handler is None:
+            self._handlers.pop(name, None)
+            return
+        self._handlers[name] = handler
+        if self._main is not None:
+            self._drain_signals(name)
+
+    # --- commands (called by the workflow API) ---------------------------------------
+
+    def _take_seq(self) -> int:
+        seq = self._next_seq
+        self._next_seq += 1
+        return seq
+
+    def _emit(self, command: workflow_task_pb2.Command) -> None:
+        if self._finished:
+            return
+        self._commands.append(command)
+
+    def schedule_activity(
+        self,
+        activity_type: str,
+        input_data: bytes,
+        *,
+        task_queue: str,
+        options: options_pb2.ActivityOptions,
+        result_hint: Any,
+    ) -> tuple[int, asyncio.Future[Any]]:
+        seq = self._take_seq()
+        future: asyncio.Future[Any] = self.loop.create_future()
+        self._activities[seq] = _PendingActivity(future, activity_type, result_hint)
+        self._emit(
+            workflow_task_pb2.Command(
+                seq=seq,
+                schedule_activity=workflow_task_pb2.ScheduleActivity(
+                    activity_type=activity_type,
+                    input=payload_pb2.Payload(data=input_data),
+                    task_queue=task_queue,
+                    options=options,
+                ),
+            )
+        )
+        return seq, future
+
+    def abandon_activity(self, seq: int) -> None:
+        """The awaiting code was cancelled; there is no command to cancel an activity,
+        so its eventual resolution is dropped."""
+        if self._activities.pop(seq, None) is not None:
+            self._abandoned.add(seq)
+
+    def start_timer(self, seconds_nanos: tuple[int, int]) -> tuple[int, asyncio.Future[None]]:
+        seq = self._take_seq()
+        future: asyncio.Future[None] = self.loop.create_future()
+        self._timers[seq] = future
+        command = workflow_task_pb2.Command(seq=seq)
+        command.start_timer.duration.seconds, command.start_timer.duration.nanos = seconds_nanos
+        self._emit(command)
+        return seq, future
+
+    def cancel_timer(self, seq: int) -> None:
+        """Cancel a timer that has not fired. The command carries the timer's own seq
+        (it is the same call), so cancelling never shifts later seqs."""
+        if self._timers.pop(seq, None) is None:
+            return
+        self._abandoned.add(seq)
+        self._emit(
+            workflow_task_pb2.Command(
+                seq=seq, cancel_timer=workflow_task_pb2.CancelTimer(timer_seq=seq)
+            )
+        )
+
+    def wait_condition(self, predicate: Callable[[], bool]) -> asyncio.Future[None]:
+        future: asyncio.Future[None] = self.loop.create_future()
+        self._conditions.append((predicate, future))
+        return future
+
+    def _check_conditions(self) -> bool:
+        """Resolve the conditions that became true; True if any did (so run again)."""
+        resolved = False
+        for entry in list(self._conditions):
+            predicate, future = entry
+            if future.done():
+                self._conditions.remove(entry)
+                continue
+            try:
+                ready = predicate()
+            except Exception as exc:
+                future.set_exception(exc)
+                ready = True
+            else:
+                if ready:
+                    future.set_result(None)
+            if ready:
+                self._conditions.remove(entry)
+                resolved = True
+        return resolved
+
+    # --- the end of the run ---------------------------------------------------------
+
+    def _finish_if_done(self) -> None:
+        if self._finished:
+            return
+        if self._handler_error is not None:
+            self._fail(self._handler_error)
+            return
+        main = self._main
+        if main is None or not main.done():
+            return
+        if main.cancelled():
+            self._terminal(
+                workflow_task_pb2.Command(cancel_workflow=workflow_task_pb2.CancelWorkflow())
+            )
+            return
+        error = main.exception()
+        if error is not None:
+            self._fail(error)
+            return
+        try:
+            result = converter.encode(main.result())
+        except payload.PayloadError as exc:
+            self._fail(exc)
+            return
+        self._terminal(
+            workflow_task_pb2.Command(
+                complete_workflow=workflow_task_pb2.CompleteWorkflow(
+                    result=payload_pb2.Payload(data=result)
+                )
+            )
+        )
+
+    def _fail(self, error: BaseException) -> None:
+        if not self.is_replaying:
+            log.info("workflow failed: %r", error)
+        self._terminal(
+            workflow_task_pb2.Command(
+                fail_workflow=workflow_task_pb2.FailWorkflow(failure=failure_from_exception(error))
+            )
+        )
+
+    def _terminal(self, command: workflow_task_pb2.Command) -> None:
+        self._emit(command)
+        self._finished = True
+
+    def current_info(self) -> WorkflowInfo:
+        if self.info is None:
+            raise RuntimeError("the workflow has not started")
+        if self.info.is_replaying == self.is_replaying:
+            return self.info
+        return WorkflowInfo(**{**self.info.__dict__, "is_replaying": self.is_replaying})
+
+
+def _handler_hints(handler: Callable[..., Any]) -> tuple[tuple[Any, ...], Any]:
+    # A bound method's function still lists ``self``; a plain function does not.
+    func = getattr(handler, "__func__", None)
+    if func is not None:
+        return arg_and_result_hints(func)
+    return arg_and_result_hints(handler, skip_self=False)
