@@ -67,6 +67,7 @@ class Server:
                 ("grpc.max_receive_message_length", self.config.max_request_bytes * 2),
                 ("grpc.max_send_message_length", 64 * 1024 * 1024),
                 ("grpc.so_reuseport", 0),
+                ("grpc.max_concurrent_streams", 100_000),
             ],
         )
         service_pb2_grpc.add_WorkflowServiceServicer_to_server(

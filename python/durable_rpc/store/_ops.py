@@ -15,13 +15,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from google.protobuf.message import Message
-
 from durable_rpc.errors import (
     DefinitionChangedError,
     InvalidArgumentError,
     LeaseLostError,
-    NamespaceNotFoundError,
     NotFoundError,
     WorkflowAlreadyStartedError,
     WorkflowNotRunningError,
@@ -48,189 +45,39 @@ from durable_rpc.store._api import (
 from durable_rpc.store._logic import (
     ACTIVITY_TIMEOUT_ERROR,
     AMBIGUOUS_EFFECT_ERROR,
-    INPUT_EVENT_KINDS,
     activity_retry_delay_ms,
     activity_timeouts,
     duration_ms,
     earliest,
     failure_bytes,
     lease_lost_message,
-    make_event,
     parse_failure,
     parse_options,
     parse_payload,
     validate_commands,
     workflow_task_backoff_ms,
 )
+from durable_rpc.store._shared import (
+    ACTIVE,
+    INPUT_KINDS_SQL,
+    LIST_LIMIT_MAX,
+    append_event,
+    blob,
+    close_run,
+    ensure_workflow_task,
+    fenced_update,
+    find_run,
+    lease_miss,
+    open_run,
+    require,
+    require_namespace,
+    run_info,
+    version_or_default,
+)
 from durable_rpc.store._tx import Row, Tx
 from durable_rpc.v1 import history_pb2, payload_pb2, workflow_task_pb2
 
 T = TypeVar("T")
-
-_ACTIVE = "('queued', 'leased', 'waiting')"
-_INPUT_KINDS_SQL = "(" + ", ".join(f"'{kind}'" for kind in INPUT_EVENT_KINDS) + ")"
-_FENCE = (
-    "task_id = ? AND namespace = ? AND kind = ? AND state = 'leased' AND worker_id = ? "
-    "AND fencing_token = ? AND expires_at_ms > ?"
-)
-_LIST_LIMIT_MAX = 1000
-
-
-def _require(value: str, what: str) -> None:
-    if not value:
-        raise InvalidArgumentError(f"{what} must not be empty")
-
-
-def _version(version: str) -> str:
-    return version or "1"
-
-
-def _require_namespace(tx: Tx, namespace: str) -> None:
-    if tx.one("SELECT name FROM namespaces WHERE name = ?", (namespace,)) is None:
-        raise NamespaceNotFoundError(f"namespace {namespace!r} does not exist")
-
-
-def _find_run(tx: Tx, namespace: str, workflow_id: str, run_id: str | None) -> Row:
-    _require_namespace(tx, namespace)
-    if run_id:
-        row = tx.one("SELECT * FROM runs WHERE namespace = ? AND run_id = ?", (namespace, run_id))
-        if row is None or (workflow_id and row["workflow_id"] != workflow_id):
-            raise NotFoundError(f"run {run_id!r} of workflow {workflow_id!r} not found")
-        return row
-    _require(workflow_id, "workflow_id")
-    row = tx.one(
-        "SELECT * FROM runs WHERE namespace = ? AND workflow_id = ? ORDER BY id DESC LIMIT 1",
-        (namespace, workflow_id),
-    )
-    if row is None:
-        raise NotFoundError(f"workflow {workflow_id!r} not found")
-    return row
-
-
-def _run_info(row: Row) -> RunInfo:
-    return RunInfo(
-        workflow_id=row["workflow_id"],
-        run_id=row["run_id"],
-        workflow_type=row["workflow_type"],
-        workflow_version=row["workflow_version"],
-        task_queue=row["task_queue"],
-        status=row["status"],
-        start_time_ms=row["start_time_ms"],
-        close_time_ms=row["close_time_ms"],
-        history_length=row["history_length"],
-    )
-
-
-def _blob(value: object) -> bytes | None:
-    if value is None:
-        return None
-    assert isinstance(value, bytes | bytearray | memoryview)
-    return bytes(value)
-
-
-def _append(tx: Tx, namespace: str, run_id: str, now: int, kind: str, attributes: Message) -> int:
-    """Appends one event (event_id = history_length + 1); returns its event id."""
-    event_id = tx.value(
-        "UPDATE runs SET history_length = history_length + 1 "
-        "WHERE namespace = ? AND run_id = ? RETURNING history_length",
-        (namespace, run_id),
-    )
-    assert isinstance(event_id, int)
-    tx.run(
-        "INSERT INTO history (namespace, run_id, event_id, kind, event_time_ms, data) "
-        "VALUES (?, ?, ?, ?, ?, ?)",
-        (namespace, run_id, event_id, kind, now, make_event(event_id, now, kind, attributes)),
-    )
-    return event_id
-
-
-def _ensure_workflow_task(tx: Tx, namespace: str, run_id: str, task_queue: str, now: int) -> None:
-    """Queues a workflow task unless the run already has one queued, leased or waiting."""
-    inserted = tx.run(
-        "INSERT INTO tasks (namespace, run_id, kind, task_queue, state, visible_at_ms, due_ms, "
-        "attempt, fencing_token, created_at_ms) "
-        "SELECT ?, ?, 'workflow', ?, 'queued', ?, ?, 1, 0, ? WHERE NOT EXISTS ("
-        "SELECT 1 FROM tasks WHERE namespace = ? AND run_id = ? AND kind = 'workflow' "
-        f"AND state IN {_ACTIVE})",
-        (namespace, run_id, task_queue, now, now, now, namespace, run_id),
-    )
-    if inserted:
-        tx.notes.tasks.add((namespace, task_queue, "workflow"))
-
-
-def _close_run(
-    tx: Tx,
-    namespace: str,
-    run_id: str,
-    status: str,
-    now: int,
-    result: bytes | None = None,
-    failure: bytes | None = None,
-) -> None:
-    """Closes the run and cancels its queued, leased and waiting tasks."""
-    tx.run(
-        "UPDATE runs SET status = ?, close_time_ms = ?, result = ?, failure = ? "
-        "WHERE namespace = ? AND run_id = ?",
-        (status, now, result, failure, namespace, run_id),
-    )
-    tx.run(
-        "UPDATE tasks SET state = 'cancelled', due_ms = NULL, queue_deadline_ms = NULL, "
-        f"cancel_requested = 1 WHERE namespace = ? AND run_id = ? AND state IN {_ACTIVE}",
-        (namespace, run_id),
-    )
-    tx.notes.closed.append((namespace, run_id))
-
-
-def _open_run(tx: Tx, namespace: str, run_id: str) -> Row:
-    run = tx.one("SELECT * FROM runs WHERE namespace = ? AND run_id = ?", (namespace, run_id))
-    if run is None:
-        raise NotFoundError(f"run {run_id!r} not found")
-    if run["status"] != "running":
-        raise WorkflowNotRunningError(f"run {run_id!r} is {run['status']}")
-    return run
-
-
-def _fenced(
-    tx: Tx,
-    namespace: str,
-    lease: LeaseRef,
-    kind: str,
-    now: int,
-    assignments: str,
-    params: Sequence[object] = (),
-) -> Row | None:
-    """The conditional write of the lease protocol: applies ``assignments`` only if the
-    caller still owns the leased task with this token and the lease has not expired."""
-    return tx.one(
-        f"UPDATE tasks SET {assignments} WHERE {_FENCE} RETURNING *",
-        (
-            *params,
-            lease.task_id,
-            namespace,
-            kind,
-            lease.worker_id,
-            lease.fencing_token,
-            now,
-        ),
-    )
-
-
-def _lease_miss(tx: Tx, namespace: str, lease: LeaseRef, kind: str, outcome: str) -> None:
-    """The fenced write matched nothing: succeed for a duplicate of the outcome this very
-    lease recorded, else raise (and the caller's savepoint discards any change)."""
-    row = tx.one(
-        "SELECT state, worker_id, fencing_token, outcome_token, outcome_kind FROM tasks "
-        "WHERE task_id = ? AND namespace = ? AND kind = ?",
-        (lease.task_id, namespace, kind),
-    )
-    if row is not None and row["worker_id"] == lease.worker_id:
-        if row["outcome_token"] == lease.fencing_token and row["outcome_kind"] == outcome:
-            return
-        if row["state"] == "cancelled" and row["fencing_token"] == lease.fencing_token:
-            raise WorkflowNotRunningError(
-                f"task {lease.task_id} was cancelled because its workflow run closed"
-            )
-    raise LeaseLostError(lease_lost_message(lease.task_id, lease.worker_id, lease.fencing_token))
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,7 +130,7 @@ class SqlStore(Store):
         return await self._read(op)
 
     async def create_namespace(self, namespace: str) -> None:
-        _require(namespace, "namespace")
+        require(namespace, "namespace")
 
         def op(tx: Tx) -> None:
             tx.run(
@@ -306,14 +153,14 @@ class SqlStore(Store):
         input: bytes,
         request_id: str,
     ) -> StartResult:
-        _require(workflow_id, "workflow_id")
-        _require(workflow_type, "workflow_type")
-        _require(task_queue, "task_queue")
-        version = _version(workflow_version)
+        require(workflow_id, "workflow_id")
+        require(workflow_type, "workflow_type")
+        require(task_queue, "task_queue")
+        version = version_or_default(workflow_version)
         payload = parse_payload(input, "input")
 
         def op(tx: Tx) -> StartResult:
-            _require_namespace(tx, namespace)
+            require_namespace(tx, namespace)
             if request_id:
                 earlier = tx.one(
                     "SELECT run_id FROM start_requests "
@@ -360,7 +207,7 @@ class SqlStore(Store):
                     "VALUES (?, ?, ?, ?)",
                     (namespace, workflow_id, request_id, run_id),
                 )
-            _append(
+            append_event(
                 tx,
                 namespace,
                 run_id,
@@ -377,7 +224,7 @@ class SqlStore(Store):
                     request_id=request_id,
                 ),
             )
-            _ensure_workflow_task(tx, namespace, run_id, task_queue, now)
+            ensure_workflow_task(tx, namespace, run_id, task_queue, now)
             return StartResult(run_id, started=True)
 
         return await self._write(op)
@@ -391,11 +238,11 @@ class SqlStore(Store):
         input: bytes,
         request_id: str,
     ) -> bool:
-        _require(signal_name, "signal_name")
+        require(signal_name, "signal_name")
         payload = parse_payload(input, "input")
 
         def op(tx: Tx) -> bool:
-            run = _find_run(tx, namespace, workflow_id, run_id)
+            run = find_run(tx, namespace, workflow_id, run_id)
             if request_id:
                 seen = tx.one(
                     "SELECT request_id FROM signal_requests "
@@ -413,7 +260,7 @@ class SqlStore(Store):
                     "VALUES (?, ?, ?, ?)",
                     (namespace, run["run_id"], request_id, now),
                 )
-            _append(
+            append_event(
                 tx,
                 namespace,
                 run["run_id"],
@@ -423,7 +270,7 @@ class SqlStore(Store):
                     signal_name=signal_name, input=payload, request_id=request_id
                 ),
             )
-            _ensure_workflow_task(tx, namespace, run["run_id"], run["task_queue"], now)
+            ensure_workflow_task(tx, namespace, run["run_id"], run["task_queue"], now)
             return True
 
         return await self._write(op)
@@ -432,7 +279,7 @@ class SqlStore(Store):
         self, namespace: str, workflow_id: str, run_id: str | None, reason: str
     ) -> None:
         def op(tx: Tx) -> None:
-            run = _find_run(tx, namespace, workflow_id, run_id)
+            run = find_run(tx, namespace, workflow_id, run_id)
             if run["status"] != "running":
                 raise WorkflowNotRunningError(f"run {run['run_id']} is {run['status']}")
             if run["cancel_requested"]:
@@ -445,10 +292,10 @@ class SqlStore(Store):
             # Running activities learn about it from their next heartbeat.
             tx.run(
                 "UPDATE tasks SET cancel_requested = 1 WHERE namespace = ? AND run_id = ? "
-                f"AND kind = 'activity' AND state IN {_ACTIVE}",
+                f"AND kind = 'activity' AND state IN {ACTIVE}",
                 (namespace, run["run_id"]),
             )
-            _append(
+            append_event(
                 tx,
                 namespace,
                 run["run_id"],
@@ -456,7 +303,7 @@ class SqlStore(Store):
                 "cancel_requested",
                 history_pb2.CancelRequested(reason=reason),
             )
-            _ensure_workflow_task(tx, namespace, run["run_id"], run["task_queue"], now)
+            ensure_workflow_task(tx, namespace, run["run_id"], run["task_queue"], now)
 
         await self._write(op)
 
@@ -464,11 +311,11 @@ class SqlStore(Store):
         self, namespace: str, workflow_id: str, run_id: str | None, reason: str
     ) -> None:
         def op(tx: Tx) -> None:
-            run = _find_run(tx, namespace, workflow_id, run_id)
+            run = find_run(tx, namespace, workflow_id, run_id)
             if run["status"] != "running":
                 raise WorkflowNotRunningError(f"run {run['run_id']} is {run['status']}")
             now = tx.now_ms()
-            _append(
+            append_event(
                 tx,
                 namespace,
                 run["run_id"],
@@ -477,7 +324,7 @@ class SqlStore(Store):
                 history_pb2.WorkflowTerminated(reason=reason),
             )
             failure = failure_bytes(reason or "terminated", "WorkflowTerminatedError")
-            _close_run(tx, namespace, run["run_id"], "terminated", now, failure=failure)
+            close_run(tx, namespace, run["run_id"], "terminated", now, failure=failure)
 
         await self._write(op)
 
@@ -485,11 +332,11 @@ class SqlStore(Store):
         self, namespace: str, workflow_id: str, run_id: str | None
     ) -> RunDescription:
         def op(tx: Tx) -> RunDescription:
-            run = _find_run(tx, namespace, workflow_id, run_id)
+            run = find_run(tx, namespace, workflow_id, run_id)
             rows = tx.all(
                 "SELECT seq, activity_type, state, attempt, last_failure, worker_id FROM tasks "
                 "WHERE namespace = ? AND run_id = ? AND kind = 'activity' "
-                f"AND state IN {_ACTIVE} ORDER BY seq",
+                f"AND state IN {ACTIVE} ORDER BY seq",
                 (namespace, run["run_id"]),
             )
             live_since = tx.now_ms() - self._options.worker_liveness_ms
@@ -501,19 +348,19 @@ class SqlStore(Store):
                 (namespace, run["workflow_type"], run["workflow_version"], live_since),
             )
             return RunDescription(
-                info=_run_info(run),
+                info=run_info(run),
                 pending_activities=[
                     PendingActivity(
                         seq=row["seq"],
                         activity_type=row["activity_type"],
                         state=row["state"],
                         attempt=row["attempt"],
-                        last_failure=_blob(row["last_failure"]),
+                        last_failure=blob(row["last_failure"]),
                         worker_id=row["worker_id"] if row["state"] == "leased" else None,
                     )
                     for row in rows
                 ],
-                last_workflow_task_failure=_blob(run["last_wft_failure"]),
+                last_workflow_task_failure=blob(run["last_wft_failure"]),
                 workflow_task_attempt=run["wft_attempt"],
                 definition_available=available is not None,
                 cancel_requested=bool(run["cancel_requested"]),
@@ -535,7 +382,7 @@ class SqlStore(Store):
             raise InvalidArgumentError("limit must be positive")
 
         def op(tx: Tx) -> HistoryPage:
-            run = _find_run(tx, namespace, workflow_id, run_id)
+            run = find_run(tx, namespace, workflow_id, run_id)
             rows = tx.all(
                 "SELECT data FROM history WHERE namespace = ? AND run_id = ? AND event_id > ? "
                 "ORDER BY event_id LIMIT ?",
@@ -548,12 +395,12 @@ class SqlStore(Store):
 
     async def get_outcome(self, namespace: str, workflow_id: str, run_id: str | None) -> RunOutcome:
         def op(tx: Tx) -> RunOutcome:
-            run = _find_run(tx, namespace, workflow_id, run_id)
+            run = find_run(tx, namespace, workflow_id, run_id)
             return RunOutcome(
                 run_id=run["run_id"],
                 status=run["status"],
-                result=_blob(run["result"]),
-                failure=_blob(run["failure"]),
+                result=blob(run["result"]),
+                failure=blob(run["failure"]),
             )
 
         return await self._read(op)
@@ -572,7 +419,7 @@ class SqlStore(Store):
             raise InvalidArgumentError(f"unknown status {status!r}")
         if limit <= 0:
             raise InvalidArgumentError("limit must be positive")
-        limit = min(limit, _LIST_LIMIT_MAX)
+        limit = min(limit, LIST_LIMIT_MAX)
         where = ["namespace = ?"]
         params: list[object] = [namespace]
         if status:
@@ -598,11 +445,11 @@ class SqlStore(Store):
         sql = f"SELECT * FROM runs WHERE {' AND '.join(where)} ORDER BY id DESC LIMIT ?"
 
         def op(tx: Tx) -> tuple[list[RunInfo], str | None]:
-            _require_namespace(tx, namespace)
+            require_namespace(tx, namespace)
             rows = tx.all(sql, params)
             page = rows[:limit]
             next_cursor = str(page[-1]["id"]) if len(rows) > limit else None
-            return [_run_info(row) for row in page], next_cursor
+            return [run_info(row) for row in page], next_cursor
 
         return await self._read(op)
 
@@ -618,17 +465,17 @@ class SqlStore(Store):
         build_id: str,
         allow_definition_change: bool,
     ) -> None:
-        _require(worker_id, "worker_id")
-        _require(task_queue, "task_queue")
-        defs = [(name, _version(version), fp) for name, version, fp in definitions]
+        require(worker_id, "worker_id")
+        require(task_queue, "task_queue")
+        defs = [(name, version_or_default(version), fp) for name, version, fp in definitions]
         for name, _, fingerprint in defs:
-            _require(name, "definition name")
-            _require(fingerprint, f"fingerprint of {name!r}")
+            require(name, "definition name")
+            require(fingerprint, f"fingerprint of {name!r}")
 
         activities_json = json.dumps(list(activities))
 
         def op(tx: Tx) -> None:
-            _require_namespace(tx, namespace)
+            require_namespace(tx, namespace)
             now = tx.now_ms()
             for name, version, fingerprint in defs:
                 known = tx.value(
@@ -686,7 +533,7 @@ class SqlStore(Store):
 
     async def worker_heartbeat(self, namespace: str, worker_id: str) -> None:
         def op(tx: Tx) -> None:
-            _require_namespace(tx, namespace)
+            require_namespace(tx, namespace)
             changed = tx.run(
                 "UPDATE workers SET last_heartbeat_ms = ? WHERE namespace = ? AND worker_id = ?",
                 (tx.now_ms(), namespace, worker_id),
@@ -698,7 +545,7 @@ class SqlStore(Store):
 
     async def deregister_worker(self, namespace: str, worker_id: str) -> None:
         def op(tx: Tx) -> None:
-            _require_namespace(tx, namespace)
+            require_namespace(tx, namespace)
             tx.run(
                 "DELETE FROM worker_definitions WHERE namespace = ? AND worker_id = ?",
                 (namespace, worker_id),
@@ -715,12 +562,12 @@ class SqlStore(Store):
     async def claim_workflow_task(
         self, namespace: str, task_queue: str, worker_id: str, lease_ms: int
     ) -> ClaimedWorkflowTask | None:
-        _require(worker_id, "worker_id")
+        require(worker_id, "worker_id")
         if lease_ms <= 0:
             raise InvalidArgumentError("lease_ms must be positive")
 
         def op(tx: Tx) -> _WorkflowClaim | None:
-            _require_namespace(tx, namespace)
+            require_namespace(tx, namespace)
             now = tx.now_ms()
             expires = now + lease_ms
             # One statement: pick the best visible task (queued, waiting and due, or leased
@@ -733,7 +580,7 @@ class SqlStore(Store):
                 "outcome_token = NULL, outcome_kind = NULL "
                 "WHERE task_id = (SELECT task_id FROM tasks WHERE namespace = ? "
                 "AND kind = 'workflow' AND task_queue = ? AND due_ms IS NOT NULL "
-                f"AND due_ms <= ? AND state IN {_ACTIVE} ORDER BY due_ms, task_id LIMIT 1"
+                f"AND due_ms <= ? AND state IN {ACTIVE} ORDER BY due_ms, task_id LIMIT 1"
                 f"{tx.claim_lock_suffix}) "
                 "RETURNING task_id, run_id, fencing_token, attempt",
                 (worker_id, now, expires, expires, namespace, task_queue, now),
@@ -802,9 +649,9 @@ class SqlStore(Store):
         plan = validate_commands(commands)
 
         def op(tx: Tx) -> None:
-            _require_namespace(tx, namespace)
+            require_namespace(tx, namespace)
             now = tx.now_ms()
-            task = _fenced(
+            task = fenced_update(
                 tx,
                 namespace,
                 lease,
@@ -814,10 +661,10 @@ class SqlStore(Store):
                 "outcome_kind = 'completed'",
             )
             if task is None:
-                _lease_miss(tx, namespace, lease, "workflow", "completed")
+                lease_miss(tx, namespace, lease, "workflow", "completed")
                 return
             run_id: str = task["run_id"]
-            run = _open_run(tx, namespace, run_id)
+            run = open_run(tx, namespace, run_id)
             if not 0 <= last_seen_event_id <= run["history_length"]:
                 raise InvalidArgumentError(
                     f"last_seen_event_id {last_seen_event_id} is outside the history "
@@ -847,18 +694,18 @@ class SqlStore(Store):
                 build_id=build_id,
             )
             marker.workflow_time.FromMilliseconds(task["claimed_at_ms"])
-            _append(tx, namespace, run_id, now, "workflow_task_completed", marker)
+            append_event(tx, namespace, run_id, now, "workflow_task_completed", marker)
             closed = False
             for command in commands:
                 closed = self._apply_command(tx, namespace, run, command, now) or closed
             if not closed:
                 new_input = tx.one(
                     "SELECT event_id FROM history WHERE namespace = ? AND run_id = ? "
-                    f"AND event_id > ? AND kind IN {_INPUT_KINDS_SQL} LIMIT 1",
+                    f"AND event_id > ? AND kind IN {INPUT_KINDS_SQL} LIMIT 1",
                     (namespace, run_id, last_seen_event_id),
                 )
                 if new_input is not None:
-                    _ensure_workflow_task(tx, namespace, run_id, run["task_queue"], now)
+                    ensure_workflow_task(tx, namespace, run_id, run["task_queue"], now)
             tx.run(
                 "UPDATE runs SET wft_attempt = 1, last_wft_failure = NULL "
                 "WHERE namespace = ? AND run_id = ?",
@@ -876,7 +723,7 @@ class SqlStore(Store):
         if kind == "schedule_activity":
             spec = command.schedule_activity
             queue = spec.task_queue or run["task_queue"]
-            _append(
+            append_event(
                 tx,
                 namespace,
                 run_id,
@@ -931,7 +778,7 @@ class SqlStore(Store):
             return False
         if kind == "start_timer":
             due = now + duration_ms(command.start_timer.duration)
-            _append(
+            append_event(
                 tx,
                 namespace,
                 run_id,
@@ -949,7 +796,7 @@ class SqlStore(Store):
             return False
         if kind == "cancel_timer":
             timer_seq = command.cancel_timer.timer_seq
-            _append(
+            append_event(
                 tx,
                 namespace,
                 run_id,
@@ -965,7 +812,7 @@ class SqlStore(Store):
             return False
         if kind == "complete_workflow":
             result = command.complete_workflow.result
-            _append(
+            append_event(
                 tx,
                 namespace,
                 run_id,
@@ -973,11 +820,11 @@ class SqlStore(Store):
                 "workflow_completed",
                 history_pb2.WorkflowCompleted(result=result),
             )
-            _close_run(tx, namespace, run_id, "completed", now, result=result.SerializeToString())
+            close_run(tx, namespace, run_id, "completed", now, result=result.SerializeToString())
             return True
         if kind == "fail_workflow":
             failure = command.fail_workflow.failure
-            _append(
+            append_event(
                 tx,
                 namespace,
                 run_id,
@@ -985,10 +832,10 @@ class SqlStore(Store):
                 "workflow_failed",
                 history_pb2.WorkflowFailed(failure=failure),
             )
-            _close_run(tx, namespace, run_id, "failed", now, failure=failure.SerializeToString())
+            close_run(tx, namespace, run_id, "failed", now, failure=failure.SerializeToString())
             return True
         if kind == "cancel_workflow":
-            _append(
+            append_event(
                 tx,
                 namespace,
                 run_id,
@@ -997,7 +844,7 @@ class SqlStore(Store):
                 history_pb2.WorkflowCancelled(),
             )
             cancelled = failure_bytes("workflow cancelled", "CancelledError")
-            _close_run(tx, namespace, run_id, "cancelled", now, failure=cancelled)
+            close_run(tx, namespace, run_id, "cancelled", now, failure=cancelled)
             return True
         raise InvalidArgumentError(f"unsupported command kind {kind!r}")
 
@@ -1006,9 +853,9 @@ class SqlStore(Store):
         options = self._options
 
         def op(tx: Tx) -> None:
-            _require_namespace(tx, namespace)
+            require_namespace(tx, namespace)
             now = tx.now_ms()
-            task = _fenced(
+            task = fenced_update(
                 tx,
                 namespace,
                 lease,
@@ -1018,7 +865,7 @@ class SqlStore(Store):
                 "outcome_token = fencing_token, outcome_kind = 'failed'",
             )
             if task is None:
-                _lease_miss(tx, namespace, lease, "workflow", "failed")
+                lease_miss(tx, namespace, lease, "workflow", "failed")
                 return
             failed_attempt = task["attempt"] - 1
             visible = now + workflow_task_backoff_ms(
@@ -1048,14 +895,14 @@ class SqlStore(Store):
         worker_id: str,
         activity_types: Sequence[str],
     ) -> ClaimedActivityTask | None:
-        _require(worker_id, "worker_id")
+        require(worker_id, "worker_id")
         types = list(dict.fromkeys(activity_types))
         type_filter = ""
         if types:
             type_filter = f" AND activity_type IN ({', '.join('?' for _ in types)})"
 
         def op(tx: Tx) -> ClaimedActivityTask | None:
-            _require_namespace(tx, namespace)
+            require_namespace(tx, namespace)
             now = tx.now_ms()
             candidate = tx.one(
                 "SELECT task_id, lease_ms, start_to_close_ms, schedule_to_close_deadline_ms "
@@ -1101,7 +948,7 @@ class SqlStore(Store):
                 activity_type=row["activity_type"],
                 input=bytes(row["input"]),
                 attempt=row["attempt"],
-                heartbeat_details=_blob(row["heartbeat_details"]),
+                heartbeat_details=blob(row["heartbeat_details"]),
                 heartbeat_timeout_ms=timeouts.heartbeat_ms,
                 start_to_close_timeout_ms=timeouts.start_to_close_ms,
                 options=options_bytes,
@@ -1116,14 +963,14 @@ class SqlStore(Store):
             parse_payload(details, "heartbeat details")
 
         def op(tx: Tx) -> HeartbeatResult:
-            _require_namespace(tx, namespace)
+            require_namespace(tx, namespace)
             now = tx.now_ms()
             # Extend by the attempt's lease length, never past its start_to_close deadline.
             extended = (
                 "CASE WHEN attempt_deadline_ms IS NOT NULL AND attempt_deadline_ms < ? + lease_ms "
                 "THEN attempt_deadline_ms ELSE ? + lease_ms END"
             )
-            row = _fenced(
+            row = fenced_update(
                 tx,
                 namespace,
                 lease,
@@ -1157,9 +1004,9 @@ class SqlStore(Store):
         payload = parse_payload(result, "result")
 
         def op(tx: Tx) -> None:
-            _require_namespace(tx, namespace)
+            require_namespace(tx, namespace)
             now = tx.now_ms()
-            task = _fenced(
+            task = fenced_update(
                 tx,
                 namespace,
                 lease,
@@ -1169,10 +1016,10 @@ class SqlStore(Store):
                 "outcome_kind = 'completed'",
             )
             if task is None:
-                _lease_miss(tx, namespace, lease, "activity", "completed")
+                lease_miss(tx, namespace, lease, "activity", "completed")
                 return
-            run = _open_run(tx, namespace, task["run_id"])
-            _append(
+            run = open_run(tx, namespace, task["run_id"])
+            append_event(
                 tx,
                 namespace,
                 task["run_id"],
@@ -1186,7 +1033,7 @@ class SqlStore(Store):
                     fencing_token=lease.fencing_token,
                 ),
             )
-            _ensure_workflow_task(tx, namespace, task["run_id"], run["task_queue"], now)
+            ensure_workflow_task(tx, namespace, task["run_id"], run["task_queue"], now)
 
         await self._write(op)
 
@@ -1194,9 +1041,9 @@ class SqlStore(Store):
         parsed = parse_failure(failure)
 
         def op(tx: Tx) -> None:
-            _require_namespace(tx, namespace)
+            require_namespace(tx, namespace)
             now = tx.now_ms()
-            task = _fenced(
+            task = fenced_update(
                 tx,
                 namespace,
                 lease,
@@ -1207,9 +1054,9 @@ class SqlStore(Store):
                 (failure,),
             )
             if task is None:
-                _lease_miss(tx, namespace, lease, "activity", "failed")
+                lease_miss(tx, namespace, lease, "activity", "failed")
                 return
-            _open_run(tx, namespace, task["run_id"])
+            open_run(tx, namespace, task["run_id"])
             self._retry_or_fail(tx, task, parsed, now, ambiguous=False)
 
         await self._write(op)
@@ -1252,7 +1099,7 @@ class SqlStore(Store):
             "last_failure = ? WHERE task_id = ?",
             (encoded, task["task_id"]),
         )
-        _append(
+        append_event(
             tx,
             namespace,
             run_id,
@@ -1270,7 +1117,7 @@ class SqlStore(Store):
         queue = tx.value(
             "SELECT task_queue FROM runs WHERE namespace = ? AND run_id = ?", (namespace, run_id)
         )
-        _ensure_workflow_task(tx, namespace, run_id, str(queue), now)
+        ensure_workflow_task(tx, namespace, run_id, str(queue), now)
         return False
 
     # -- time -----------------------------------------------------------------------------
@@ -1296,7 +1143,7 @@ class SqlStore(Store):
                     "UPDATE tasks SET state = 'completed', due_ms = NULL WHERE task_id = ?",
                     (timer["task_id"],),
                 )
-                _append(
+                append_event(
                     tx,
                     timer["namespace"],
                     timer["run_id"],
@@ -1304,7 +1151,7 @@ class SqlStore(Store):
                     "timer_fired",
                     history_pb2.TimerFired(seq=timer["seq"]),
                 )
-                _ensure_workflow_task(
+                ensure_workflow_task(
                     tx, timer["namespace"], timer["run_id"], timer["task_queue"], now
                 )
 
@@ -1400,10 +1247,10 @@ class SqlStore(Store):
                     ),
                     non_retryable=True,
                 )
-                last = _blob(task["last_failure"])
+                last = blob(task["last_failure"])
                 if last:
                     failure.cause.CopyFrom(payload_pb2.Failure.FromString(last))
-                _append(
+                append_event(
                     tx,
                     task["namespace"],
                     task["run_id"],
@@ -1421,7 +1268,7 @@ class SqlStore(Store):
                     "SELECT task_queue FROM runs WHERE namespace = ? AND run_id = ?",
                     (task["namespace"], task["run_id"]),
                 )
-                _ensure_workflow_task(tx, task["namespace"], task["run_id"], str(queue), now)
+                ensure_workflow_task(tx, task["namespace"], task["run_id"], str(queue), now)
 
             next_due = earliest(
                 tx.value("SELECT MIN(due_ms) AS m FROM tasks WHERE state IN ('waiting', 'leased')"),

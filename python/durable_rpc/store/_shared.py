@@ -1,0 +1,185 @@
+"""SQL building blocks shared by the operations (dialect-neutral, see ``_tx``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from google.protobuf.message import Message
+
+from durable_rpc.errors import (
+    InvalidArgumentError,
+    LeaseLostError,
+    NamespaceNotFoundError,
+    NotFoundError,
+    WorkflowNotRunningError,
+)
+from durable_rpc.store._api import LeaseRef, RunInfo
+from durable_rpc.store._logic import INPUT_EVENT_KINDS, lease_lost_message, make_event
+from durable_rpc.store._tx import Row, Tx
+
+ACTIVE = "('queued', 'leased', 'waiting')"
+INPUT_KINDS_SQL = "(" + ", ".join(f"'{kind}'" for kind in INPUT_EVENT_KINDS) + ")"
+FENCE = (
+    "task_id = ? AND namespace = ? AND kind = ? AND state = 'leased' AND worker_id = ? "
+    "AND fencing_token = ? AND expires_at_ms > ?"
+)
+LIST_LIMIT_MAX = 1000
+
+
+def require(value: str, what: str) -> None:
+    if not value:
+        raise InvalidArgumentError(f"{what} must not be empty")
+
+
+def version_or_default(version: str) -> str:
+    return version or "1"
+
+
+def require_namespace(tx: Tx, namespace: str) -> None:
+    if tx.one("SELECT name FROM namespaces WHERE name = ?", (namespace,)) is None:
+        raise NamespaceNotFoundError(f"namespace {namespace!r} does not exist")
+
+
+def find_run(tx: Tx, namespace: str, workflow_id: str, run_id: str | None) -> Row:
+    require_namespace(tx, namespace)
+    if run_id:
+        row = tx.one("SELECT * FROM runs WHERE namespace = ? AND run_id = ?", (namespace, run_id))
+        if row is None or (workflow_id and row["workflow_id"] != workflow_id):
+            raise NotFoundError(f"run {run_id!r} of workflow {workflow_id!r} not found")
+        return row
+    require(workflow_id, "workflow_id")
+    row = tx.one(
+        "SELECT * FROM runs WHERE namespace = ? AND workflow_id = ? ORDER BY id DESC LIMIT 1",
+        (namespace, workflow_id),
+    )
+    if row is None:
+        raise NotFoundError(f"workflow {workflow_id!r} not found")
+    return row
+
+
+def run_info(row: Row) -> RunInfo:
+    return RunInfo(
+        workflow_id=row["workflow_id"],
+        run_id=row["run_id"],
+        workflow_type=row["workflow_type"],
+        workflow_version=row["workflow_version"],
+        task_queue=row["task_queue"],
+        status=row["status"],
+        start_time_ms=row["start_time_ms"],
+        close_time_ms=row["close_time_ms"],
+        history_length=row["history_length"],
+    )
+
+
+def blob(value: object) -> bytes | None:
+    if value is None:
+        return None
+    assert isinstance(value, bytes | bytearray | memoryview)
+    return bytes(value)
+
+
+def append_event(
+    tx: Tx, namespace: str, run_id: str, now: int, kind: str, attributes: Message
+) -> int:
+    """Appends one event (event_id = history_length + 1); returns its event id."""
+    event_id = tx.value(
+        "UPDATE runs SET history_length = history_length + 1 "
+        "WHERE namespace = ? AND run_id = ? RETURNING history_length",
+        (namespace, run_id),
+    )
+    assert isinstance(event_id, int)
+    tx.run(
+        "INSERT INTO history (namespace, run_id, event_id, kind, event_time_ms, data) "
+        "VALUES (?, ?, ?, ?, ?, ?)",
+        (namespace, run_id, event_id, kind, now, make_event(event_id, now, kind, attributes)),
+    )
+    return event_id
+
+
+def ensure_workflow_task(tx: Tx, namespace: str, run_id: str, task_queue: str, now: int) -> None:
+    """Queues a workflow task unless the run already has one queued, leased or waiting."""
+    inserted = tx.run(
+        "INSERT INTO tasks (namespace, run_id, kind, task_queue, state, visible_at_ms, due_ms, "
+        "attempt, fencing_token, created_at_ms) "
+        "SELECT ?, ?, 'workflow', ?, 'queued', ?, ?, 1, 0, ? WHERE NOT EXISTS ("
+        "SELECT 1 FROM tasks WHERE namespace = ? AND run_id = ? AND kind = 'workflow' "
+        f"AND state IN {ACTIVE}) ON CONFLICT DO NOTHING",
+        (namespace, run_id, task_queue, now, now, now, namespace, run_id),
+    )
+    if inserted:
+        tx.notes.tasks.add((namespace, task_queue, "workflow"))
+
+
+def close_run(
+    tx: Tx,
+    namespace: str,
+    run_id: str,
+    status: str,
+    now: int,
+    result: bytes | None = None,
+    failure: bytes | None = None,
+) -> None:
+    """Closes the run and cancels its queued, leased and waiting tasks."""
+    tx.run(
+        "UPDATE runs SET status = ?, close_time_ms = ?, result = ?, failure = ? "
+        "WHERE namespace = ? AND run_id = ?",
+        (status, now, result, failure, namespace, run_id),
+    )
+    tx.run(
+        "UPDATE tasks SET state = 'cancelled', due_ms = NULL, queue_deadline_ms = NULL, "
+        f"cancel_requested = 1 WHERE namespace = ? AND run_id = ? AND state IN {ACTIVE}",
+        (namespace, run_id),
+    )
+    tx.notes.closed.append((namespace, run_id))
+
+
+def open_run(tx: Tx, namespace: str, run_id: str) -> Row:
+    run = tx.one("SELECT * FROM runs WHERE namespace = ? AND run_id = ?", (namespace, run_id))
+    if run is None:
+        raise NotFoundError(f"run {run_id!r} not found")
+    if run["status"] != "running":
+        raise WorkflowNotRunningError(f"run {run_id!r} is {run['status']}")
+    return run
+
+
+def fenced_update(
+    tx: Tx,
+    namespace: str,
+    lease: LeaseRef,
+    kind: str,
+    now: int,
+    assignments: str,
+    params: Sequence[object] = (),
+) -> Row | None:
+    """The conditional write of the lease protocol: applies ``assignments`` only if the
+    caller still owns the leased task with this token and the lease has not expired."""
+    return tx.one(
+        f"UPDATE tasks SET {assignments} WHERE {FENCE} RETURNING *",
+        (
+            *params,
+            lease.task_id,
+            namespace,
+            kind,
+            lease.worker_id,
+            lease.fencing_token,
+            now,
+        ),
+    )
+
+
+def lease_miss(tx: Tx, namespace: str, lease: LeaseRef, kind: str, outcome: str) -> None:
+    """The fenced write matched nothing: succeed for a duplicate of the outcome this very
+    lease recorded, else raise (and the caller's savepoint discards any change)."""
+    row = tx.one(
+        "SELECT state, worker_id, fencing_token, outcome_token, outcome_kind FROM tasks "
+        "WHERE task_id = ? AND namespace = ? AND kind = ?",
+        (lease.task_id, namespace, kind),
+    )
+    if row is not None and row["worker_id"] == lease.worker_id:
+        if row["outcome_token"] == lease.fencing_token and row["outcome_kind"] == outcome:
+            return
+        if row["state"] == "cancelled" and row["fencing_token"] == lease.fencing_token:
+            raise WorkflowNotRunningError(
+                f"task {lease.task_id} was cancelled because its workflow run closed"
+            )
+    raise LeaseLostError(lease_lost_message(lease.task_id, lease.worker_id, lease.fencing_token))

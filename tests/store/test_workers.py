@@ -1,0 +1,69 @@
+"""Workers and workflow definitions: registration, fingerprints, liveness."""
+
+from __future__ import annotations
+
+import pytest
+
+from durable_rpc.errors import DefinitionChangedError, NamespaceNotFoundError, NotFoundError
+from durable_rpc.store import Store, StoreOptions
+from tests.store.conftest import Backend
+from tests.store.helpers import NS, QUEUE, events, history, start, wait_db_time
+
+
+async def register(
+    store: Store, worker: str, fingerprint: str = "fp-1", *, allow: bool = False
+) -> None:
+    await store.register_worker(
+        NS, worker, QUEUE, [("Order", "1", fingerprint)], ["charge"], "build-1", allow
+    )
+
+
+async def test_run_is_pinned_to_the_registered_fingerprint(store: Store) -> None:
+    await start(store, "before")
+    await register(store, "w1")
+    await start(store, "after")
+    assert events(await history(store, "before"))[0].workflow_started.definition_fingerprint == ""
+    assert events(await history(store, "after"))[0].workflow_started.definition_fingerprint == (
+        "fp-1"
+    )
+
+
+async def test_changed_fingerprint_is_refused_unless_allowed(store: Store) -> None:
+    await register(store, "w1", "fp-1")
+    await register(store, "w2", "fp-1")  # same code: fine
+    with pytest.raises(DefinitionChangedError):
+        await register(store, "w3", "fp-2")
+    await start(store, "still-old")
+    assert events(await history(store, "still-old"))[0].workflow_started.definition_fingerprint == (
+        "fp-1"
+    )
+    await register(store, "w3", "fp-2", allow=True)
+    await start(store, "new")
+    assert events(await history(store, "new"))[0].workflow_started.definition_fingerprint == "fp-2"
+
+
+async def test_definition_available_follows_live_workers(store: Store) -> None:
+    await start(store, "wf-1")
+    assert not (await store.describe(NS, "wf-1", None)).definition_available
+    await register(store, "w1")
+    assert (await store.describe(NS, "wf-1", None)).definition_available
+    await store.worker_heartbeat(NS, "w1")
+    await store.deregister_worker(NS, "w1")
+    assert not (await store.describe(NS, "wf-1", None)).definition_available
+    await store.deregister_worker(NS, "w1")  # idempotent
+    with pytest.raises(NotFoundError):
+        await store.worker_heartbeat(NS, "w1")
+    with pytest.raises(NamespaceNotFoundError):
+        await store.register_worker("nope", "w", QUEUE, [], [], "", False)
+
+
+async def test_definition_unavailable_when_worker_stops_heartbeating(backend: Backend) -> None:
+    store = backend.make(StoreOptions(worker_liveness_ms=80))
+    async with store:
+        await start(store, "wf-1")
+        await register(store, "w1")
+        assert (await store.describe(NS, "wf-1", None)).definition_available
+        await wait_db_time(store, await store.now_ms() + 100)
+        assert not (await store.describe(NS, "wf-1", None)).definition_available
+        await store.worker_heartbeat(NS, "w1")
+        assert (await store.describe(NS, "wf-1", None)).definition_available
