@@ -31,7 +31,15 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from durable_rpc import Client, Worker, activity, workflow
+from durable_rpc import (
+    CancellationToken,
+    Client,
+    Worker,
+    WorkflowSupervisor,
+    WorkflowSupervisorConfig,
+    activity,
+    workflow,
+)
 
 
 @activity.defn
@@ -75,18 +83,21 @@ def percentile(values: list[float], pct: float) -> float:
 
 
 async def run_worker(address: str, task_queue: str, concurrency: int) -> None:
+    """The worker process: `concurrency` claim-and-execute cycles, stopped by SIGTERM."""
     client = await Client.connect(address)
-    stop = asyncio.Event()
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    async with Worker(
+    token = CancellationToken()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, token.cancel)
+    worker = Worker(
         client,
         task_queue=task_queue,
         workflows=[BenchHello],
         activities=[say_hello, say_bye],
-        max_concurrent_activities=concurrency,
-    ):
-        print("worker ready", flush=True)
-        await stop.wait()
+        max_concurrent_activities=concurrency * 2,
+    )
+    supervisor = WorkflowSupervisor(worker, WorkflowSupervisorConfig(concurrency))
+    run = asyncio.ensure_future(supervisor.run(token))
+    print("worker ready", flush=True)
+    await run
     await client.close()
 
 
@@ -128,7 +139,9 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--worker", nargs=2, metavar=("ADDRESS", "QUEUE"), help=argparse.SUPPRESS)
-    parser.add_argument("--worker-concurrency", type=int, default=200)
+    parser.add_argument(
+        "--worker-concurrency", type=int, default=64, help="claim-and-execute cycles"
+    )
     args = parser.parse_args()
     if args.worker:
         asyncio.run(run_worker(args.worker[0], args.worker[1], args.worker_concurrency))

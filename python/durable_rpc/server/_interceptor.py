@@ -35,20 +35,27 @@ Handler = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
 class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     def __init__(self, max_request_bytes: int) -> None:
         self._max_request_bytes = max_request_bytes
+        # Wrapped handlers by method: built once, not on every call (this is a hot path).
+        self._wrapped: dict[str, grpc.RpcMethodHandler] = {}
 
     async def intercept_service(
         self,
         continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
         details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler:
+        wrapped = self._wrapped.get(details.method)
+        if wrapped is not None:
+            return wrapped
         handler = await continuation(details)
         if handler is None or handler.unary_unary is None or handler.request_deserializer is None:
             return handler
-        return grpc.unary_unary_rpc_method_handler(
+        wrapped = grpc.unary_unary_rpc_method_handler(
             self._wrap(handler.unary_unary, handler.request_deserializer),
             request_deserializer=None,  # raw bytes: parsed below, with a clear error
             response_serializer=handler.response_serializer,
         )
+        self._wrapped[details.method] = wrapped
+        return wrapped
 
     def _wrap(self, inner: Handler, parse: Callable[[bytes], Any]) -> Handler:
         limit = self._max_request_bytes

@@ -13,33 +13,48 @@ from collections.abc import Callable, Hashable
 
 
 class Waiters:
-    """Futures waiting on a key; `notify(key)` wakes every waiter of that key."""
+    """Futures waiting on a key, woken oldest first.
+
+    `notify(key)` wakes ONE waiter: every woken long poll runs a claim, so waking all
+    pollers of a queue per arrival would turn one task into as many claim transactions
+    as there are pollers (a thundering herd). A poller that claimed after a wake-up
+    passes the wake-up on (see `WorkerService._long_poll`), so a burst of tasks announced
+    by one notification is still drained promptly.
+    """
 
     def __init__(self) -> None:
-        self._waiting: defaultdict[Hashable, set[asyncio.Future[None]]] = defaultdict(set)
+        # dict as an ordered set: insertion order is wake order.
+        self._waiting: defaultdict[Hashable, dict[asyncio.Future[None], None]] = defaultdict(dict)
 
     def register(self, key: Hashable) -> asyncio.Future[None]:
         """Register before checking for work, so an arrival in between is not missed."""
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiting[key].add(future)
+        self._waiting[key][future] = None
         future.add_done_callback(lambda f: self._discard(key, f))
         return future
 
     def _discard(self, key: Hashable, future: asyncio.Future[None]) -> None:
         waiting = self._waiting.get(key)
         if waiting is not None:
-            waiting.discard(future)
+            waiting.pop(future, None)
             if not waiting:
                 del self._waiting[key]
 
     def notify(self, key: Hashable) -> None:
+        """Wake the oldest waiter of `key` that is still waiting."""
+        for future in list(self._waiting.get(key, ())):
+            if not future.done():
+                future.set_result(None)
+                return
+
+    def notify_every(self, key: Hashable) -> None:
         for future in list(self._waiting.get(key, ())):
             if not future.done():
                 future.set_result(None)
 
     def notify_all(self) -> None:
         for key in list(self._waiting):
-            self.notify(key)
+            self.notify_every(key)
 
 
 class Notifier:
@@ -63,7 +78,7 @@ class Notifier:
         self._call(self.tasks.notify, (namespace, task_queue, kind))
 
     def run_closed(self, namespace: str, run_id: str) -> None:
-        self._call(self.closed_runs.notify, (namespace, run_id))
+        self._call(self.closed_runs.notify_every, (namespace, run_id))
 
     def due_at(self, due_ms: int) -> None:
         self._call(self._on_due, due_ms)

@@ -11,12 +11,21 @@ from google.protobuf import duration_pb2
 
 from durable_rpc.server import _convert, _validate
 from durable_rpc.server._notify import Notifier
-from durable_rpc.store import LeaseRef, Store
+from durable_rpc.store import (
+    ClaimedActivityTask,
+    ClaimedWorkflowTask,
+    EagerActivities,
+    EagerWorkflowTask,
+    LeaseRef,
+    Store,
+)
 from durable_rpc.v1 import payload_pb2, service_pb2, service_pb2_grpc
 
 T = TypeVar("T")
 
 WORKER_HEARTBEAT_INTERVAL_S = 10
+# Most activity attempts handed out eagerly with one workflow-task completion.
+MAX_EAGER_ACTIVITIES = 100
 
 
 def _lease(lease: service_pb2.Lease) -> LeaseRef:
@@ -30,6 +39,41 @@ def _failure_bytes(request_failure: payload_pb2.Failure) -> bytes:
     if request_failure.HasField("details"):
         _validate.payload_bytes("failure.details", request_failure.details, has=True)
     return request_failure.SerializeToString()
+
+
+def _workflow_task_message(task: ClaimedWorkflowTask) -> service_pb2.PollWorkflowTaskResponse:
+    return service_pb2.PollWorkflowTaskResponse(
+        task_id=task.task_id,
+        fencing_token=task.fencing_token,
+        lease_expires_at=_convert.timestamp(task.lease_expires_at_ms),
+        workflow_id=task.workflow_id,
+        run_id=task.run_id,
+        workflow_type=task.workflow_type,
+        workflow_version=task.workflow_version,
+        history=_convert.history(task.events),
+        workflow_time=_convert.timestamp(task.workflow_time_ms),
+        attempt=task.attempt,
+    )
+
+
+def _activity_task_message(task: ClaimedActivityTask) -> service_pb2.PollActivityTaskResponse:
+    response = service_pb2.PollActivityTaskResponse(
+        task_id=task.task_id,
+        fencing_token=task.fencing_token,
+        lease_expires_at=_convert.timestamp(task.lease_expires_at_ms),
+        workflow_id=task.workflow_id,
+        run_id=task.run_id,
+        seq=task.seq,
+        activity_type=task.activity_type,
+        input=_convert.payload(task.input),
+        attempt=task.attempt,
+        heartbeat_details=_convert.payload(task.heartbeat_details),
+    )
+    if task.heartbeat_timeout_ms:
+        response.heartbeat_timeout.FromMilliseconds(task.heartbeat_timeout_ms)
+    if task.start_to_close_timeout_ms:
+        response.start_to_close_timeout.FromMilliseconds(task.start_to_close_timeout_ms)
+    return response
 
 
 class WorkerService(service_pb2_grpc.WorkerServiceServicer):
@@ -54,17 +98,25 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
         """Claim, or wait for a wake-up on `key` and claim again, until the poll timeout.
 
         The waiter is registered before each claim attempt so an arrival between a
-        failed claim and the wait is never missed.
+        failed claim and the wait is never missed. Wake-ups go to one poller at a time
+        (see `Waiters`); a poller that was woken and claimed passes the wake-up on, and
+        one that was woken but leaves without claiming (deadline, cancelled call) hands
+        it back, so no announced task is left waiting for the next notification.
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._poll_timeout_s
         shutdown = asyncio.ensure_future(self._shutting_down.wait())
+        unclaimed_wakeup = False
         try:
             while not self._shutting_down.is_set():
                 arrival = self._notifier.tasks.register(key)
                 try:
                     task = await claim()
+                    woken, unclaimed_wakeup = unclaimed_wakeup, False
                     if task is not None:
+                        if woken:
+                            # One notification may announce several tasks.
+                            self._notifier.tasks.notify(key)
                         return task
                     remaining = deadline - loop.time()
                     if remaining <= 0:
@@ -73,11 +125,14 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
                     await asyncio.wait(
                         wakeups, timeout=remaining, return_when=asyncio.FIRST_COMPLETED
                     )
+                    unclaimed_wakeup = arrival.done() and not arrival.cancelled()
                 finally:
                     arrival.cancel()
             return None
         finally:
             shutdown.cancel()
+            if unclaimed_wakeup:
+                self._notifier.tasks.notify(key)
 
     async def RegisterWorker(
         self, request: service_pb2.RegisterWorkerRequest, context: grpc.aio.ServicerContext
@@ -133,18 +188,7 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
         )
         if task is None:
             return service_pb2.PollWorkflowTaskResponse()
-        return service_pb2.PollWorkflowTaskResponse(
-            task_id=task.task_id,
-            fencing_token=task.fencing_token,
-            lease_expires_at=_convert.timestamp(task.lease_expires_at_ms),
-            workflow_id=task.workflow_id,
-            run_id=task.run_id,
-            workflow_type=task.workflow_type,
-            workflow_version=task.workflow_version,
-            history=_convert.history(task.events),
-            workflow_time=_convert.timestamp(task.workflow_time_ms),
-            attempt=task.attempt,
-        )
+        return _workflow_task_message(task)
 
     async def CompleteWorkflowTask(
         self, request: service_pb2.CompleteWorkflowTaskRequest, context: grpc.aio.ServicerContext
@@ -156,14 +200,26 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
                     _validate.payload_bytes(f"{field.name}.input", value.input, has=True)
                 if hasattr(value, "result") and value.HasField("result"):
                     _validate.payload_bytes(f"{field.name}.result", value.result, has=True)
-        await self._store.complete_workflow_task(
+        eager = None
+        if request.max_eager_activities > 0:
+            eager = EagerActivities(
+                task_queue=_validate.name("eager_task_queue", request.eager_task_queue),
+                activity_types=frozenset(
+                    _validate.name("eager_activity_types", t) for t in request.eager_activity_types
+                ),
+                limit=min(request.max_eager_activities, MAX_EAGER_ACTIVITIES),
+            )
+        claimed = await self._store.complete_workflow_task(
             _validate.namespace(request.namespace),
             _lease(request.lease),
             request.last_seen_event_id,
             list(request.commands),
             request.build_id,
+            eager,
         )
-        return service_pb2.CompleteWorkflowTaskResponse()
+        return service_pb2.CompleteWorkflowTaskResponse(
+            eager_activities=[_activity_task_message(task) for task in claimed]
+        )
 
     async def FailWorkflowTask(
         self, request: service_pb2.FailWorkflowTaskRequest, context: grpc.aio.ServicerContext
@@ -188,23 +244,7 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
         )
         if task is None:
             return service_pb2.PollActivityTaskResponse()
-        response = service_pb2.PollActivityTaskResponse(
-            task_id=task.task_id,
-            fencing_token=task.fencing_token,
-            lease_expires_at=_convert.timestamp(task.lease_expires_at_ms),
-            workflow_id=task.workflow_id,
-            run_id=task.run_id,
-            seq=task.seq,
-            activity_type=task.activity_type,
-            input=_convert.payload(task.input),
-            attempt=task.attempt,
-            heartbeat_details=_convert.payload(task.heartbeat_details),
-        )
-        if task.heartbeat_timeout_ms:
-            response.heartbeat_timeout.FromMilliseconds(task.heartbeat_timeout_ms)
-        if task.start_to_close_timeout_ms:
-            response.start_to_close_timeout.FromMilliseconds(task.start_to_close_timeout_ms)
-        return response
+        return _activity_task_message(task)
 
     async def HeartbeatActivityTask(
         self, request: service_pb2.HeartbeatActivityTaskRequest, context: grpc.aio.ServicerContext
@@ -223,12 +263,23 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
     async def CompleteActivityTask(
         self, request: service_pb2.CompleteActivityTaskRequest, context: grpc.aio.ServicerContext
     ) -> service_pb2.CompleteActivityTaskResponse:
-        await self._store.complete_activity_task(
+        eager = None
+        if request.eager_workflow_task_queue:
+            eager = EagerWorkflowTask(
+                task_queue=_validate.name(
+                    "eager_workflow_task_queue", request.eager_workflow_task_queue
+                ),
+                lease_ms=self._workflow_task_lease_ms,
+            )
+        task = await self._store.complete_activity_task(
             _validate.namespace(request.namespace),
             _lease(request.lease),
             _validate.payload_bytes("result", request.result, has=request.HasField("result")),
+            eager,
         )
-        return service_pb2.CompleteActivityTaskResponse()
+        if task is None:
+            return service_pb2.CompleteActivityTaskResponse()
+        return service_pb2.CompleteActivityTaskResponse(workflow_task=_workflow_task_message(task))
 
     async def FailActivityTask(
         self, request: service_pb2.FailActivityTaskRequest, context: grpc.aio.ServicerContext

@@ -4,7 +4,11 @@
 ``async with``):
 
 - ``sqlite:///relative/file.db``, ``sqlite:////absolute/file.db`` — a SQLite file;
-- ``sqlite://:memory:`` — a private in-memory database (tests).
+- ``sqlite://:memory:`` — a private in-memory database (tests);
+- ``postgresql://user:password@host:port/dbname`` (or ``postgres://``) — a PostgreSQL
+  database any number of server replicas can share; store parameters ``pool_size`` and
+  ``acquire_timeout`` and any libpq parameter go in the query string. Needs the
+  ``postgres`` extra (psycopg 3), imported only when such a URL is used.
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ from durable_rpc.store._api import (
     ClaimedActivityTask,
     ClaimedWorkflowTask,
     DueReport,
+    EagerActivities,
+    EagerWorkflowTask,
     HeartbeatResult,
     HistoryPage,
     LeaseRef,
@@ -36,6 +42,8 @@ __all__ = [
     "ClaimedActivityTask",
     "ClaimedWorkflowTask",
     "DueReport",
+    "EagerActivities",
+    "EagerWorkflowTask",
     "HeartbeatResult",
     "HistoryPage",
     "LeaseRef",
@@ -54,6 +62,7 @@ __all__ = [
 ]
 
 _SQLITE = "sqlite://"
+_POSTGRES = ("postgresql://", "postgres://")
 
 
 def open_store(url: str, options: StoreOptions | None = None) -> Store:
@@ -67,5 +76,13 @@ def open_store(url: str, options: StoreOptions | None = None) -> Store:
                 f"invalid SQLite URL {url!r}: use sqlite:///path/to/file.db or sqlite://:memory:"
             )
         return SQLiteStore(rest[1:], options)
+    if url.startswith(_POSTGRES):
+        try:
+            from durable_rpc.store._postgres import PostgresStore
+        except ImportError as exc:  # pragma: no cover - depends on the installation
+            raise InvalidArgumentError(
+                f"{url.split(':', 1)[0]} URLs need psycopg: pip install 'durable-rpc[postgres]'"
+            ) from exc
+        return PostgresStore(url, options)
     scheme = url.split(":", 1)[0] if ":" in url else url
     raise InvalidArgumentError(f"unsupported store URL scheme {scheme!r} in {url!r}")

@@ -168,6 +168,27 @@ class ClaimedWorkflowTask:
 
 
 @dataclass(frozen=True, slots=True)
+class EagerActivities:
+    """Eager activity dispatch: claim, in the completing transaction, up to ``limit`` of
+    the activities a workflow task schedules on ``task_queue`` (of ``activity_types``) for
+    the completing worker, saving it a poll round trip per activity."""
+
+    task_queue: str
+    activity_types: frozenset[str]
+    limit: int
+
+
+@dataclass(frozen=True, slots=True)
+class EagerWorkflowTask:
+    """Eager workflow task: when completing an activity makes its run's workflow task
+    claimable on ``task_queue``, claim it for the completing worker in the same
+    transaction."""
+
+    task_queue: str
+    lease_ms: int
+
+
+@dataclass(frozen=True, slots=True)
 class ClaimedActivityTask:
     task_id: int
     worker_id: str
@@ -343,7 +364,8 @@ class Store(abc.ABC):
         last_seen_event_id: int,
         commands: Sequence[workflow_task_pb2.Command],
         build_id: str = "",
-    ) -> None: ...
+        eager: EagerActivities | None = None,
+    ) -> list[ClaimedActivityTask]: ...
 
     @abc.abstractmethod
     async def fail_workflow_task(self, namespace: str, lease: LeaseRef, failure: bytes) -> None: ...
@@ -365,8 +387,12 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def complete_activity_task(
-        self, namespace: str, lease: LeaseRef, result: bytes
-    ) -> None: ...
+        self,
+        namespace: str,
+        lease: LeaseRef,
+        result: bytes,
+        eager: EagerWorkflowTask | None = None,
+    ) -> ClaimedWorkflowTask | None: ...
 
     @abc.abstractmethod
     async def fail_activity_task(self, namespace: str, lease: LeaseRef, failure: bytes) -> None: ...

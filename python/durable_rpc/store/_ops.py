@@ -28,6 +28,8 @@ from durable_rpc.store._api import (
     ClaimedActivityTask,
     ClaimedWorkflowTask,
     DueReport,
+    EagerActivities,
+    EagerWorkflowTask,
     HeartbeatResult,
     HistoryPage,
     LeaseRef,
@@ -569,46 +571,70 @@ class SqlStore(Store):
         def op(tx: Tx) -> _WorkflowClaim | None:
             require_namespace(tx, namespace)
             now = tx.now_ms()
-            expires = now + lease_ms
             # One statement: pick the best visible task (queued, waiting and due, or leased
             # with an expired lease), take it over, raise its token.
-            row = tx.one(
-                "UPDATE tasks SET state = 'leased', worker_id = ?, "
-                "fencing_token = fencing_token + 1, "
-                "attempt = CASE WHEN state = 'leased' THEN attempt + 1 ELSE attempt END, "
-                "claimed_at_ms = ?, expires_at_ms = ?, due_ms = ?, "
-                "outcome_token = NULL, outcome_kind = NULL "
-                "WHERE task_id = (SELECT task_id FROM tasks WHERE namespace = ? "
-                "AND kind = 'workflow' AND task_queue = ? AND due_ms IS NOT NULL "
+            return self._lease_workflow_task(
+                tx,
+                namespace,
+                worker_id,
+                lease_ms,
+                now,
+                "SELECT task_id FROM tasks WHERE namespace = ? AND kind = 'workflow' "
+                "AND task_queue = ? AND due_ms IS NOT NULL "
                 f"AND due_ms <= ? AND state IN {ACTIVE} ORDER BY due_ms, task_id LIMIT 1"
-                f"{tx.claim_lock_suffix}) "
-                "RETURNING task_id, run_id, fencing_token, attempt",
-                (worker_id, now, expires, expires, namespace, task_queue, now),
-            )
-            if row is None:
-                return None
-            tx.run(
-                "UPDATE runs SET wft_attempt = ? WHERE namespace = ? AND run_id = ?",
-                (row["attempt"], namespace, row["run_id"]),
-            )
-            run = tx.one(
-                "SELECT * FROM runs WHERE namespace = ? AND run_id = ?",
-                (namespace, row["run_id"]),
-            )
-            assert run is not None
-            tx.notes.due.add(expires)
-            return _WorkflowClaim(
-                task_id=row["task_id"],
-                fencing_token=row["fencing_token"],
-                expires_at_ms=expires,
-                now_ms=now,
-                attempt=row["attempt"],
-                run=run,
+                f"{tx.claim_lock_suffix}",
+                (namespace, task_queue, now),
             )
 
         claim = await self._write(op)
-        if claim is None:
+        return None if claim is None else await self._with_history(namespace, worker_id, claim)
+
+    def _lease_workflow_task(
+        self,
+        tx: Tx,
+        namespace: str,
+        worker_id: str,
+        lease_ms: int,
+        now: int,
+        pick_sql: str,
+        pick_params: Sequence[object],
+    ) -> _WorkflowClaim | None:
+        """Leases the workflow task `pick_sql` selects (one task_id) to `worker_id`."""
+        expires = now + lease_ms
+        row = tx.one(
+            "UPDATE tasks SET state = 'leased', worker_id = ?, "
+            "fencing_token = fencing_token + 1, "
+            "attempt = CASE WHEN state = 'leased' THEN attempt + 1 ELSE attempt END, "
+            "claimed_at_ms = ?, expires_at_ms = ?, due_ms = ?, "
+            "outcome_token = NULL, outcome_kind = NULL "
+            f"WHERE task_id = ({pick_sql}) "
+            "RETURNING task_id, run_id, fencing_token, attempt",
+            (worker_id, now, expires, expires, *pick_params),
+        )
+        if row is None:
             return None
+        tx.run(
+            "UPDATE runs SET wft_attempt = ? WHERE namespace = ? AND run_id = ?",
+            (row["attempt"], namespace, row["run_id"]),
+        )
+        run = tx.one(
+            "SELECT * FROM runs WHERE namespace = ? AND run_id = ?",
+            (namespace, row["run_id"]),
+        )
+        assert run is not None
+        tx.notes.due.add(expires)
+        return _WorkflowClaim(
+            task_id=row["task_id"],
+            fencing_token=row["fencing_token"],
+            expires_at_ms=expires,
+            now_ms=now,
+            attempt=row["attempt"],
+            run=run,
+        )
+
+    async def _with_history(
+        self, namespace: str, worker_id: str, claim: _WorkflowClaim
+    ) -> ClaimedWorkflowTask:
         run = claim.run
 
         def history(tx: Tx) -> list[bytes]:
@@ -644,11 +670,22 @@ class SqlStore(Store):
         last_seen_event_id: int,
         commands: Sequence[workflow_task_pb2.Command],
         build_id: str = "",
-    ) -> None:
+        eager: EagerActivities | None = None,
+    ) -> list[ClaimedActivityTask]:
         commands = list(commands)
         plan = validate_commands(commands)
+        eager_seqs: list[int] = []
+        eager_queue = eager.task_queue if eager is not None else None
+        if eager is not None and eager.limit > 0:
+            eager_seqs = [
+                c.seq
+                for c in commands
+                if c.WhichOneof("kind") == "schedule_activity"
+                and c.schedule_activity.task_queue in ("", eager.task_queue)
+                and c.schedule_activity.activity_type in eager.activity_types
+            ][: eager.limit]
 
-        def op(tx: Tx) -> None:
+        def op(tx: Tx) -> list[ClaimedActivityTask]:
             require_namespace(tx, namespace)
             now = tx.now_ms()
             task = fenced_update(
@@ -662,7 +699,7 @@ class SqlStore(Store):
             )
             if task is None:
                 lease_miss(tx, namespace, lease, "workflow", "completed")
-                return
+                return []
             run_id: str = task["run_id"]
             run = open_run(tx, namespace, run_id)
             if not 0 <= last_seen_event_id <= run["history_length"]:
@@ -711,8 +748,25 @@ class SqlStore(Store):
                 "WHERE namespace = ? AND run_id = ?",
                 (namespace, run_id),
             )
+            if closed or not eager_seqs or run["task_queue"] != eager_queue:
+                return []
+            return self._claim_eager_activities(
+                tx, namespace, run_id, lease.worker_id, eager_seqs, now
+            )
 
-        await self._write(op)
+        return await self._write(op)
+
+    def _claim_eager_activities(
+        self, tx: Tx, namespace: str, run_id: str, worker_id: str, seqs: list[int], now: int
+    ) -> list[ClaimedActivityTask]:
+        marks = ", ".join("?" for _ in seqs)
+        candidates = tx.all(
+            "SELECT task_id, task_queue, lease_ms, start_to_close_ms, "
+            "schedule_to_close_deadline_ms FROM tasks WHERE namespace = ? AND run_id = ? "
+            f"AND kind = 'activity' AND state = 'queued' AND seq IN ({marks}) ORDER BY seq",
+            (namespace, run_id, *seqs),
+        )
+        return [self._lease_activity(tx, namespace, c, worker_id, now) for c in candidates]
 
     def _apply_command(
         self, tx: Tx, namespace: str, run: Row, command: workflow_task_pb2.Command, now: int
@@ -914,47 +968,54 @@ class SqlStore(Store):
             )
             if candidate is None:
                 return None
-            start_to_close = candidate["start_to_close_ms"]
-            attempt_deadline = earliest(
-                now + start_to_close if start_to_close is not None else None,
-                candidate["schedule_to_close_deadline_ms"],
-            )
-            expires = earliest(now + candidate["lease_ms"], attempt_deadline)
-            assert expires is not None
-            row = tx.one(
-                "UPDATE tasks SET state = 'leased', worker_id = ?, "
-                "fencing_token = fencing_token + 1, claimed_at_ms = ?, expires_at_ms = ?, "
-                "due_ms = ?, attempt_deadline_ms = ?, queue_deadline_ms = NULL, "
-                "outcome_token = NULL, outcome_kind = NULL "
-                "WHERE task_id = ? AND state IN ('queued', 'waiting') RETURNING *",
-                (worker_id, now, expires, expires, attempt_deadline, candidate["task_id"]),
-            )
-            assert row is not None
-            workflow_id = tx.value(
-                "SELECT workflow_id FROM runs WHERE namespace = ? AND run_id = ?",
-                (namespace, row["run_id"]),
-            )
-            options_bytes = bytes(row["options"])
-            timeouts = activity_timeouts(parse_options(options_bytes))
-            tx.notes.due.add(expires)
-            return ClaimedActivityTask(
-                task_id=row["task_id"],
-                worker_id=worker_id,
-                fencing_token=row["fencing_token"],
-                lease_expires_at_ms=expires,
-                workflow_id=str(workflow_id),
-                run_id=row["run_id"],
-                seq=row["seq"],
-                activity_type=row["activity_type"],
-                input=bytes(row["input"]),
-                attempt=row["attempt"],
-                heartbeat_details=blob(row["heartbeat_details"]),
-                heartbeat_timeout_ms=timeouts.heartbeat_ms,
-                start_to_close_timeout_ms=timeouts.start_to_close_ms,
-                options=options_bytes,
-            )
+            return self._lease_activity(tx, namespace, candidate, worker_id, now)
 
         return await self._write(op)
+
+    def _lease_activity(
+        self, tx: Tx, namespace: str, candidate: Row, worker_id: str, now: int
+    ) -> ClaimedActivityTask:
+        """Leases the queued/waiting activity task `candidate` (task_id, lease_ms,
+        start_to_close_ms, schedule_to_close_deadline_ms) to `worker_id`."""
+        start_to_close = candidate["start_to_close_ms"]
+        attempt_deadline = earliest(
+            now + start_to_close if start_to_close is not None else None,
+            candidate["schedule_to_close_deadline_ms"],
+        )
+        expires = earliest(now + candidate["lease_ms"], attempt_deadline)
+        assert expires is not None
+        row = tx.one(
+            "UPDATE tasks SET state = 'leased', worker_id = ?, "
+            "fencing_token = fencing_token + 1, claimed_at_ms = ?, expires_at_ms = ?, "
+            "due_ms = ?, attempt_deadline_ms = ?, queue_deadline_ms = NULL, "
+            "outcome_token = NULL, outcome_kind = NULL "
+            "WHERE task_id = ? AND state IN ('queued', 'waiting') RETURNING *",
+            (worker_id, now, expires, expires, attempt_deadline, candidate["task_id"]),
+        )
+        assert row is not None
+        workflow_id = tx.value(
+            "SELECT workflow_id FROM runs WHERE namespace = ? AND run_id = ?",
+            (namespace, row["run_id"]),
+        )
+        options_bytes = bytes(row["options"])
+        timeouts = activity_timeouts(parse_options(options_bytes))
+        tx.notes.due.add(expires)
+        return ClaimedActivityTask(
+            task_id=row["task_id"],
+            worker_id=worker_id,
+            fencing_token=row["fencing_token"],
+            lease_expires_at_ms=expires,
+            workflow_id=str(workflow_id),
+            run_id=row["run_id"],
+            seq=row["seq"],
+            activity_type=row["activity_type"],
+            input=bytes(row["input"]),
+            attempt=row["attempt"],
+            heartbeat_details=blob(row["heartbeat_details"]),
+            heartbeat_timeout_ms=timeouts.heartbeat_ms,
+            start_to_close_timeout_ms=timeouts.start_to_close_ms,
+            options=options_bytes,
+        )
 
     async def heartbeat_activity_task(
         self, namespace: str, lease: LeaseRef, details: bytes | None
@@ -1000,10 +1061,16 @@ class SqlStore(Store):
 
         return await self._write(op)
 
-    async def complete_activity_task(self, namespace: str, lease: LeaseRef, result: bytes) -> None:
+    async def complete_activity_task(
+        self,
+        namespace: str,
+        lease: LeaseRef,
+        result: bytes,
+        eager: EagerWorkflowTask | None = None,
+    ) -> ClaimedWorkflowTask | None:
         payload = parse_payload(result, "result")
 
-        def op(tx: Tx) -> None:
+        def op(tx: Tx) -> _WorkflowClaim | None:
             require_namespace(tx, namespace)
             now = tx.now_ms()
             task = fenced_update(
@@ -1017,7 +1084,7 @@ class SqlStore(Store):
             )
             if task is None:
                 lease_miss(tx, namespace, lease, "activity", "completed")
-                return
+                return None
             run = open_run(tx, namespace, task["run_id"])
             append_event(
                 tx,
@@ -1034,8 +1101,29 @@ class SqlStore(Store):
                 ),
             )
             ensure_workflow_task(tx, namespace, task["run_id"], run["task_queue"], now)
+            if eager is None or run["task_queue"] != eager.task_queue:
+                return None
+            # The run's workflow task, if it is claimable right now (not leased elsewhere).
+            claim = self._lease_workflow_task(
+                tx,
+                namespace,
+                lease.worker_id,
+                eager.lease_ms,
+                now,
+                "SELECT task_id FROM tasks WHERE namespace = ? AND run_id = ? "
+                "AND kind = 'workflow' AND state = 'queued' AND due_ms <= ?"
+                f"{tx.claim_lock_suffix}",
+                (namespace, task["run_id"], now),
+            )
+            if claim is not None:
+                # Nobody else needs waking for the task this worker just took.
+                tx.notes.tasks.discard((namespace, run["task_queue"], "workflow"))
+            return claim
 
-        await self._write(op)
+        claim = await self._write(op)
+        return (
+            None if claim is None else await self._with_history(namespace, lease.worker_id, claim)
+        )
 
     async def fail_activity_task(self, namespace: str, lease: LeaseRef, failure: bytes) -> None:
         parsed = parse_failure(failure)
@@ -1138,11 +1226,16 @@ class SqlStore(Store):
                 (now, limit),
             )
             saturated |= len(timers) >= limit
+            fired = 0
             for timer in timers:
-                tx.run(
-                    "UPDATE tasks SET state = 'completed', due_ms = NULL WHERE task_id = ?",
+                # Conditional: another replica's process_due may have fired it meanwhile.
+                if not tx.run(
+                    "UPDATE tasks SET state = 'completed', due_ms = NULL "
+                    "WHERE task_id = ? AND state = 'waiting'",
                     (timer["task_id"],),
-                )
+                ):
+                    continue
+                fired += 1
                 append_event(
                     tx,
                     timer["namespace"],
@@ -1161,7 +1254,8 @@ class SqlStore(Store):
                 released = tx.all(
                     "UPDATE tasks SET state = 'queued' WHERE task_id IN (SELECT task_id "
                     "FROM tasks WHERE kind = ? AND state = 'waiting' AND due_ms IS NOT NULL "
-                    "AND due_ms <= ? ORDER BY due_ms LIMIT ?) RETURNING namespace, task_queue",
+                    f"AND due_ms <= ? ORDER BY due_ms LIMIT ?{tx.claim_lock_suffix}) "
+                    "RETURNING namespace, task_queue",
                     (kind, now, limit),
                 )
                 saturated |= len(released) >= limit
@@ -1172,8 +1266,8 @@ class SqlStore(Store):
             expired_wf = tx.all(
                 "UPDATE tasks SET state = 'queued', attempt = attempt + 1 WHERE task_id IN ("
                 "SELECT task_id FROM tasks WHERE kind = 'workflow' AND state = 'leased' "
-                "AND due_ms IS NOT NULL AND due_ms <= ? ORDER BY due_ms LIMIT ?) "
-                "RETURNING namespace, run_id, task_queue, attempt",
+                "AND due_ms IS NOT NULL AND due_ms <= ? ORDER BY due_ms LIMIT ?"
+                f"{tx.claim_lock_suffix}) RETURNING namespace, run_id, task_queue, attempt",
                 (now, limit),
             )
             saturated |= len(expired_wf) >= limit
@@ -1187,7 +1281,8 @@ class SqlStore(Store):
             # 4. Expired activity leases with no outcome: ambiguous attempts.
             expired = tx.all(
                 "SELECT * FROM tasks WHERE kind = 'activity' AND state = 'leased' "
-                "AND due_ms IS NOT NULL AND due_ms <= ? ORDER BY due_ms LIMIT ?",
+                "AND due_ms IS NOT NULL AND due_ms <= ? ORDER BY due_ms LIMIT ?"
+                f"{tx.claim_lock_suffix}",
                 (now, limit),
             )
             saturated |= len(expired) >= limit
@@ -1229,7 +1324,7 @@ class SqlStore(Store):
             overdue = tx.all(
                 "SELECT * FROM tasks WHERE queue_deadline_ms IS NOT NULL "
                 "AND queue_deadline_ms <= ? AND state IN ('queued', 'waiting') "
-                "ORDER BY queue_deadline_ms LIMIT ?",
+                f"ORDER BY queue_deadline_ms LIMIT ?{tx.claim_lock_suffix}",
                 (now, limit),
             )
             saturated |= len(overdue) >= limit
@@ -1280,7 +1375,7 @@ class SqlStore(Store):
             if saturated:
                 next_due = now
             return DueReport(
-                fired_timers=len(timers),
+                fired_timers=fired,
                 expired_activity_attempts=len(expired),
                 next_due_ms=next_due,
                 db_now_ms=now,

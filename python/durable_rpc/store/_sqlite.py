@@ -359,11 +359,26 @@ class SQLiteStore(SqlStore):
         self._stats.transactions += 1
         self._stats.operations += len(batch)
         self._stats.failed_operations += failed
+        loop = self._loop
+        if loop is not None and all(op.loop is loop for op in batch):
+            # One wake-up of the event loop for the whole batch, not one per caller: each
+            # call_soon_threadsafe writes to the loop's self-pipe and contends for the GIL.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self._answer_batch, outcomes, notes)
+            return
         for op, result, error in outcomes:
             self._settle(op, result, error)
-        if notes and self._loop is not None:
+        if notes and loop is not None:
             with contextlib.suppress(RuntimeError):
-                self._loop.call_soon_threadsafe(self._deliver, notes)
+                loop.call_soon_threadsafe(self._deliver, notes)
+
+    def _answer_batch(
+        self, outcomes: list[tuple[_Op, Any, BaseException | None]], notes: list[Notes]
+    ) -> None:
+        """On the event loop: answer every caller of a committed batch, then notify."""
+        for op, result, error in outcomes:
+            _resolve(op.future, result, error)
+        self._deliver(notes)
 
     @staticmethod
     def _settle(op: _Op, result: Any, error: BaseException | None) -> None:

@@ -874,16 +874,28 @@ class CompleteWorkflowTaskRequest(_message.Message):
     LAST_SEEN_EVENT_ID_FIELD_NUMBER: _builtins.int
     COMMANDS_FIELD_NUMBER: _builtins.int
     BUILD_ID_FIELD_NUMBER: _builtins.int
+    MAX_EAGER_ACTIVITIES_FIELD_NUMBER: _builtins.int
+    EAGER_ACTIVITY_TYPES_FIELD_NUMBER: _builtins.int
+    EAGER_TASK_QUEUE_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     last_seen_event_id: _builtins.int
     """The last history event the worker saw (the history it was handed)."""
     build_id: _builtins.str
+    max_eager_activities: _builtins.int
+    """Eager activity dispatch: the server may hand this worker, already claimed, up to
+    this many of the activities these commands schedule on `eager_task_queue` whose
+    types are in `eager_activity_types` (0 = none). Saves a poll round trip each; the
+    worker asks only for as many as it has free slots.
+    """
+    eager_task_queue: _builtins.str
     @_builtins.property
     def lease(self) -> Global___Lease: ...
     @_builtins.property
     def commands(self) -> _containers.RepeatedCompositeFieldContainer[_workflow_task_pb2.Command]:
         """Only the new commands: replay already matched the recorded ones."""
 
+    @_builtins.property
+    def eager_activity_types(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     def __init__(
         self,
         *,
@@ -892,10 +904,13 @@ class CompleteWorkflowTaskRequest(_message.Message):
         last_seen_event_id: _builtins.int = ...,
         commands: _abc.Iterable[_workflow_task_pb2.Command] | None = ...,
         build_id: _builtins.str = ...,
+        max_eager_activities: _builtins.int = ...,
+        eager_activity_types: _abc.Iterable[_builtins.str] | None = ...,
+        eager_task_queue: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["build_id", b"build_id", "commands", b"commands", "last_seen_event_id", b"last_seen_event_id", "lease", b"lease", "namespace", b"namespace"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["build_id", b"build_id", "commands", b"commands", "eager_activity_types", b"eager_activity_types", "eager_task_queue", b"eager_task_queue", "last_seen_event_id", b"last_seen_event_id", "lease", b"lease", "max_eager_activities", b"max_eager_activities", "namespace", b"namespace"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -905,12 +920,19 @@ Global___CompleteWorkflowTaskRequest: _TypeAlias = CompleteWorkflowTaskRequest  
 class CompleteWorkflowTaskResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    EAGER_ACTIVITIES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def eager_activities(self) -> _containers.RepeatedCompositeFieldContainer[Global___PollActivityTaskResponse]:
+        """Activity attempts claimed for this worker under the same fencing rules as a poll."""
+
     def __init__(
         self,
+        *,
+        eager_activities: _abc.Iterable[Global___PollActivityTaskResponse] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["eager_activities", b"eager_activities"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1106,7 +1128,13 @@ class CompleteActivityTaskRequest(_message.Message):
     NAMESPACE_FIELD_NUMBER: _builtins.int
     LEASE_FIELD_NUMBER: _builtins.int
     RESULT_FIELD_NUMBER: _builtins.int
+    EAGER_WORKFLOW_TASK_QUEUE_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
+    eager_workflow_task_queue: _builtins.str
+    """Eager workflow task: when this completion makes the run's workflow task claimable
+    and the run's task queue is this one, claim it for this worker in the same
+    transaction and return it (empty = do not).
+    """
     @_builtins.property
     def lease(self) -> Global___Lease: ...
     @_builtins.property
@@ -1117,10 +1145,11 @@ class CompleteActivityTaskRequest(_message.Message):
         namespace: _builtins.str = ...,
         lease: Global___Lease | None = ...,
         result: _payload_pb2.Payload | None = ...,
+        eager_workflow_task_queue: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease", "result", b"result"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease", "namespace", b"namespace", "result", b"result"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["eager_workflow_task_queue", b"eager_workflow_task_queue", "lease", b"lease", "namespace", b"namespace", "result", b"result"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1130,12 +1159,19 @@ Global___CompleteActivityTaskRequest: _TypeAlias = CompleteActivityTaskRequest  
 class CompleteActivityTaskResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    WORKFLOW_TASK_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def workflow_task(self) -> Global___PollWorkflowTaskResponse:
+        """Set when a workflow task was claimed for this worker (task_id != 0)."""
+
     def __init__(
         self,
+        *,
+        workflow_task: Global___PollWorkflowTaskResponse | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["workflow_task", b"workflow_task"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["workflow_task", b"workflow_task"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -107,6 +107,15 @@ class SupervisorReport:
     activity_tasks: int = 0
     errors: int = 0
 
+    def count_eager(self, kind: TaskKind, outcome: TaskOutcome) -> None:
+        """A task the server handed over with another task's completion."""
+        self.claims += 1
+        if kind == "workflow":
+            self.workflow_tasks += 1
+        else:
+            self.activity_tasks += 1
+        self.count(outcome)
+
     def count(self, outcome: TaskOutcome) -> None:
         if outcome == "completed":
             self.completions += 1
@@ -123,6 +132,7 @@ class WorkflowSupervisor:
 
     async def run(self, token: CancellationToken) -> SupervisorReport:
         report = SupervisorReport()
+        self.worker.outcomes = report
         await self._start(token, report)
         if token.is_cancelled:
             await self.worker.stop()
@@ -134,6 +144,7 @@ class WorkflowSupervisor:
             # Cycles end by themselves after the token is cancelled (draining their task).
             await asyncio.gather(*cycles)
         finally:
+            await self.worker.drain()
             await self.worker.stop()
         return report
 

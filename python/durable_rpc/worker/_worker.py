@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from datetime import timedelta
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from durable_rpc.activity._definition import ActivityDefinition, must_define
 from durable_rpc.activity._failure import failure_from_exception
@@ -45,6 +45,12 @@ _DEFAULT_WORKER_HEARTBEAT_S = 10.0
 def default_worker_id() -> str:
     """``host:pid:random`` -- unique per process, stable for the process's lifetime."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class OutcomeSink(Protocol):
+    """Counts the outcomes of work a worker starts by itself (eager dispatch)."""
+
+    def count_eager(self, kind: TaskKind, outcome: TaskOutcome) -> None: ...
 
 
 class DefinitionUnavailableError(Exception):
@@ -102,6 +108,11 @@ class Worker:
         self._heartbeat_interval = _DEFAULT_WORKER_HEARTBEAT_S
         self._supervisor_token: CancellationToken | None = None
         self._supervisor_task: asyncio.Task[SupervisorReport] | None = None
+        # Activities handed out eagerly with a workflow-task completion run as tasks of
+        # their own (each holding an activity slot); `drain()` waits for them.
+        self._eager_runs: set[asyncio.Task[None]] = set()
+        # Where outcomes of eager work are counted (set by the supervisor).
+        self.outcomes: OutcomeSink | None = None
         # The report of the background supervisor, once ``async with`` exited.
         self.report: SupervisorReport | None = None
 
@@ -165,6 +176,11 @@ class Worker:
                 asyncio.ensure_future(self._heartbeat_loop()),
                 asyncio.ensure_future(self._keeper.run()),
             ]
+
+    async def drain(self) -> None:
+        """Wait for eagerly dispatched activities to finish their lease protocol."""
+        while self._eager_runs:
+            await asyncio.gather(*list(self._eager_runs), return_exceptions=True)
 
     async def stop(self) -> None:
         """Stop background work and deregister. Call after in-flight tasks drained."""
@@ -271,16 +287,65 @@ class Worker:
                 namespace=self.namespace, lease=lease, failure=failure_from_exception(error)
             )
             return await self._report(self.client.worker_service.FailWorkflowTask, fail, "failed")
+        slots = await self._reserve_activity_slots(commands)
         complete = service_pb2.CompleteWorkflowTaskRequest(
             namespace=self.namespace,
             lease=lease,
             last_seen_event_id=last_event_id(task.history),
             commands=commands,
             build_id=self.build_id,
+            max_eager_activities=slots,
+            eager_activity_types=self.activity_names if slots else (),
+            eager_task_queue=self.task_queue if slots else "",
         )
-        return await self._report(
-            self.client.worker_service.CompleteWorkflowTask, complete, "completed"
+        eager: list[service_pb2.PollActivityTaskResponse] = []
+        try:
+            outcome = await self._report(
+                self.client.worker_service.CompleteWorkflowTask,
+                complete,
+                "completed",
+                lambda response: eager.extend(response.eager_activities),
+            )
+        finally:
+            for _ in range(slots - len(eager)):
+                self._activity_slots.release()
+        for activity in eager:
+            self._start_eager_activity(activity)
+        return outcome
+
+    async def _reserve_activity_slots(self, commands: Sequence[Any]) -> int:
+        """Take free activity slots (without waiting) for the activities these commands
+        schedule that this worker can run, so the server may hand them over eagerly."""
+        if not self._activities:
+            return 0
+        wanted = sum(
+            1
+            for c in commands
+            if c.WhichOneof("kind") == "schedule_activity"
+            and c.schedule_activity.activity_type in self._activities
+            and c.schedule_activity.task_queue in ("", self.task_queue)
         )
+        taken = 0
+        while taken < wanted and not self._activity_slots.locked():
+            # Not locked: acquire() takes a free slot at once, without waiting.
+            await self._activity_slots.acquire()
+            taken += 1
+        return taken
+
+    def _start_eager_activity(self, task: service_pb2.PollActivityTaskResponse) -> None:
+        async def run() -> None:
+            try:
+                outcome = await self.execute_activity_task(task)
+                if self.outcomes is not None:
+                    self.outcomes.count_eager("activity", outcome)
+            except Exception:
+                log.exception("eager activity task %s failed to run", task.task_id)
+            finally:
+                self._activity_slots.release()
+
+        run_task = asyncio.ensure_future(run())
+        self._eager_runs.add(run_task)
+        run_task.add_done_callback(self._eager_runs.discard)
 
     async def _decide(self, task: service_pb2.PollWorkflowTaskResponse) -> Sequence[Any]:
         version = task.workflow_version or "1"
@@ -341,10 +406,25 @@ class Worker:
                 namespace=self.namespace,
                 lease=lease,
                 result=payload_pb2.Payload(data=outcome.result),
+                # Take the run's next workflow task in the same round trip when it is ours.
+                eager_workflow_task_queue=self.task_queue if self._workflows else "",
             )
-            return await self._report(
-                self.client.worker_service.CompleteActivityTask, complete, "completed"
+            next_task: list[service_pb2.PollWorkflowTaskResponse] = []
+            reported = await self._report(
+                self.client.worker_service.CompleteActivityTask,
+                complete,
+                "completed",
+                lambda response: (
+                    next_task.append(response.workflow_task)
+                    if response.workflow_task.task_id
+                    else None
+                ),
             )
+            for workflow_task in next_task:
+                decided = await self.execute_workflow_task(workflow_task)
+                if self.outcomes is not None:
+                    self.outcomes.count_eager("workflow", decided)
+            return reported
         fail = service_pb2.FailActivityTaskRequest(
             namespace=self.namespace, lease=lease, failure=outcome.failure
         )
@@ -357,11 +437,14 @@ class Worker:
         method: Callable[[Any], Awaitable[Any]],
         request: Any,
         outcome: TaskOutcome,
+        on_response: Callable[[Any], object] | None = None,
     ) -> TaskOutcome:
         """Send a completion; LEASE_LOST means another owner took over: drop silently."""
         for attempt in range(_REPORT_ATTEMPTS):
             try:
-                await call(method, request)
+                response = await call(method, request)
+                if on_response is not None:
+                    on_response(response)
                 return outcome
             except LeaseLostError:
                 self._keeper.lost += 1
