@@ -217,7 +217,7 @@ async def test_nondeterminism_fails_the_task_not_the_run_and_compatible_code_rec
     wait_for(lambda: lines(test_log, "step:a"), what="first activity")
     await eventually(lambda: _has_event(handle, "activity_completed"), what="a completed")
     v1.stop()
-    spawn_worker(server.address, q, "--variant", "v2")
+    v2 = spawn_worker(server.address, q, "--variant", "v2")
     await handle.signal("proceed")
 
     async def task_failed() -> bool:
@@ -231,7 +231,9 @@ async def test_nondeterminism_fails_the_task_not_the_run_and_compatible_code_rec
     assert failure is not None and failure.type == "NondeterminismError"
     assert "seq 1" in failure.message or "seq=1" in failure.message
     assert kinds(await handle.history()).count("workflow_completed") == 0
-    # Restore compatible code: the run completes.
+    # Roll back to compatible code (the incompatible deployment is stopped): the run
+    # completes from where it stood.
+    v2.stop()
     spawn_worker(server.address, q, "--variant", "v1")
     assert await handle.result(timeout=60) == "done:a+done:b"
 
