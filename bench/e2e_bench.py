@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -31,6 +32,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from bench_stores import connect, database, server_commands, target
+
 from durable_rpc import (
     CancellationToken,
     Client,
@@ -40,6 +43,7 @@ from durable_rpc import (
     activity,
     workflow,
 )
+from durable_rpc._loop import run_event_loop
 
 
 @activity.defn
@@ -84,7 +88,7 @@ def percentile(values: list[float], pct: float) -> float:
 
 async def run_worker(address: str, task_queue: str, concurrency: int) -> None:
     """The worker process: `concurrency` claim-and-execute cycles, stopped by SIGTERM."""
-    client = await Client.connect(address)
+    client = await connect(address)
     token = CancellationToken()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, token.cancel)
     worker = Worker(
@@ -112,7 +116,7 @@ async def one(client: Client, queue: str) -> float:
 
 
 async def measure(address: str, queue: str, args: argparse.Namespace) -> dict[str, Any]:
-    client = await Client.connect(address)
+    client = await connect(address)
     for _ in range(args.warmup):
         await one(client, queue)
     latencies = [await one(client, queue) for _ in range(args.sequential)]
@@ -142,28 +146,23 @@ def main() -> int:
     parser.add_argument(
         "--worker-concurrency", type=int, default=64, help="claim-and-execute cycles"
     )
+    parser.add_argument("--store", choices=["sqlite", "postgres"], default="sqlite")
+    parser.add_argument("--pg-url", help="PostgreSQL cluster (default: a throwaway one)")
+    parser.add_argument("--replicas", type=int, default=1, help="server replicas (postgres)")
     args = parser.parse_args()
     if args.worker:
-        asyncio.run(run_worker(args.worker[0], args.worker[1], args.worker_concurrency))
+        run_event_loop(run_worker(args.worker[0], args.worker[1], args.worker_concurrency))
         return 0
 
-    with tempfile.TemporaryDirectory(prefix="durable-bench-") as tmp:
-        address = f"127.0.0.1:{free_port()}"
+    with (
+        tempfile.TemporaryDirectory(prefix="durable-bench-") as tmp,
+        contextlib.ExitStack() as stack,
+    ):
         queue = "bench"
-        server = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "durable_rpc.cli",
-                "server",
-                "--log-level",
-                "WARNING",
-                "--db",
-                f"sqlite:///{tmp}/bench.db",
-                "--listen",
-                address,
-            ],
-        )
+        db_url = stack.enter_context(database(args.store, args.pg_url, tmp))
+        replicas = server_commands(db_url, args.replicas)
+        servers = [subprocess.Popen(command) for command, _ in replicas]
+        address = target([replica_address for _, replica_address in replicas])
         env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
         worker = subprocess.Popen(
             [
@@ -182,19 +181,23 @@ def main() -> int:
             assert worker.stdout is not None
             if worker.stdout.readline().strip() != b"worker ready":
                 raise SystemExit("worker did not start")
-            figures = asyncio.run(measure(address, queue, args))
-            figures["server_peak_rss_mib"] = peak_rss_mib(server.pid)
+            figures = run_event_loop(measure(address, queue, args))
+            figures["server_peak_rss_mib"] = max(peak_rss_mib(s.pid) for s in servers)
             figures["worker_peak_rss_mib"] = peak_rss_mib(worker.pid)
         finally:
             # The worker first, so it can deregister while the server is still up.
-            for proc in (worker, server):
+            for proc in (worker, *servers):
                 proc.send_signal(signal.SIGTERM)
                 try:
                     proc.wait(30)
                 except subprocess.TimeoutExpired:
                     proc.kill()
     figures["workflows"] = args.workflows
-    figures["store"] = "sqlite-file (synchronous=FULL)"
+    figures["store"] = (
+        "sqlite-file (synchronous=FULL)"
+        if args.store == "sqlite"
+        else f"postgres (fsync on), {args.replicas} replica(s)"
+    )
     if args.json:
         print(json.dumps({"benchmark": "e2e", **figures}, indent=2))
     else:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 import click
 
+from durable_rpc._loop import run_event_loop
 from durable_rpc.server import Server, ServerConfig
 
 
@@ -46,4 +46,4 @@ def server(
         workflow_task_lease_ms=int(workflow_task_lease * 1000),
         poll_timeout_s=poll_timeout,
     )
-    asyncio.run(Server(config).serve_until_signal())
+    run_event_loop(Server(config).serve_until_signal())

@@ -105,6 +105,8 @@ class Server:
     async def stop(self) -> None:
         """Stop accepting calls, let in-flight ones finish, then close the store."""
         self._shutting_down.set()  # long polls answer "nothing" right away
+        if self._due.notifier is not None:
+            self._due.notifier.wake_all_pollers()
         await self._health.enter_graceful_shutdown()
         if self._grpc is not None:
             await self._grpc.stop(self.config.shutdown_grace_s)

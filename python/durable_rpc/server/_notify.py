@@ -57,6 +57,31 @@ class Waiters:
             self.notify_every(key)
 
 
+async def wait(future: asyncio.Future[None], timeout: float) -> bool:
+    """Wait for a waiter at most `timeout` seconds; True if a wake-up resolved it.
+
+    A plain timer that resolves the future: cheaper than asyncio.wait/wait_for, which
+    build tasks, sets and callbacks on every long poll (a hot path). Cancelling the
+    awaiting call still raises CancelledError as usual.
+    """
+    if future.done():
+        return True
+    timed_out = False
+
+    def expire() -> None:
+        nonlocal timed_out
+        if not future.done():
+            timed_out = True
+            future.set_result(None)
+
+    timer = asyncio.get_running_loop().call_later(timeout, expire)
+    try:
+        await future
+    finally:
+        timer.cancel()
+    return not timed_out
+
+
 class Notifier:
     """The server's StoreListener: routes store events to long-poll waiters."""
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import re
+
 from durable_rpc import payload
 from durable_rpc.errors import InvalidArgumentError, InvalidPayloadError
 from durable_rpc.v1 import payload_pb2
 
 DEFAULT_NAMESPACE = "default"
 MAX_NAME_LENGTH = 256
+_CONTROL_CHARACTER = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def namespace(value: str) -> str:
@@ -19,7 +22,7 @@ def name(field: str, value: str, *, required: bool = True) -> str:
         raise InvalidArgumentError(f"{field} is required")
     if len(value) > MAX_NAME_LENGTH:
         raise InvalidArgumentError(f"{field} is longer than {MAX_NAME_LENGTH} characters")
-    if any(ord(c) < 32 for c in value):
+    if _CONTROL_CHARACTER.search(value):
         raise InvalidArgumentError(f"{field} contains control characters")
     return value
 

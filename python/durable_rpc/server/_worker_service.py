@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import grpc
 from google.protobuf import duration_pb2
 
 from durable_rpc.server import _convert, _validate
-from durable_rpc.server._notify import Notifier
+from durable_rpc.server._notify import Notifier, wait
 from durable_rpc.store import (
     ClaimedActivityTask,
     ClaimedWorkflowTask,
@@ -102,10 +102,10 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
         (see `Waiters`); a poller that was woken and claimed passes the wake-up on, and
         one that was woken but leaves without claiming (deadline, cancelled call) hands
         it back, so no announced task is left waiting for the next notification.
+        Shutdown wakes every waiter (`Notifier.wake_all_pollers`).
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._poll_timeout_s
-        shutdown = asyncio.ensure_future(self._shutting_down.wait())
         unclaimed_wakeup = False
         try:
             while not self._shutting_down.is_set():
@@ -121,16 +121,11 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
                     remaining = deadline - loop.time()
                     if remaining <= 0:
                         return None
-                    wakeups: set[asyncio.Future[Any]] = {arrival, shutdown}
-                    await asyncio.wait(
-                        wakeups, timeout=remaining, return_when=asyncio.FIRST_COMPLETED
-                    )
-                    unclaimed_wakeup = arrival.done() and not arrival.cancelled()
+                    unclaimed_wakeup = await wait(arrival, remaining)
                 finally:
                     arrival.cancel()
             return None
         finally:
-            shutdown.cancel()
             if unclaimed_wakeup:
                 self._notifier.tasks.notify(key)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from typing import Any
 
@@ -11,6 +10,7 @@ import grpc
 from durable_rpc.errors import InvalidArgumentError
 from durable_rpc.server import _convert, _validate
 from durable_rpc.server._notify import Notifier
+from durable_rpc.server._notify import wait as wait_for_wakeup
 from durable_rpc.store import RunInfo, Store
 from durable_rpc.v1 import service_pb2, service_pb2_grpc
 
@@ -166,13 +166,8 @@ class WorkflowService(service_pb2_grpc.WorkflowServiceServicer):
             try:
                 # Re-read after registering, so a close in between is not missed.
                 outcome = await self._store.get_outcome(ns, workflow_id, outcome.run_id)
-                if outcome.status == "running":
-                    try:
-                        await asyncio.wait_for(asyncio.shield(closed), timeout=wait)
-                    except TimeoutError:
-                        pass
-                    else:
-                        outcome = await self._store.get_outcome(ns, workflow_id, outcome.run_id)
+                if outcome.status == "running" and await wait_for_wakeup(closed, wait):
+                    outcome = await self._store.get_outcome(ns, workflow_id, outcome.run_id)
             finally:
                 closed.cancel()
         return service_pb2.GetWorkflowResultResponse(

@@ -39,6 +39,10 @@ class Tx(abc.ABC):
 
     #: Appended to the candidate SELECT of a claim (PostgreSQL: FOR UPDATE SKIP LOCKED).
     claim_lock_suffix: str = ""
+    #: Appended to a write operation's read of a row it then changes based on what it read
+    #: (PostgreSQL: FOR UPDATE, so a concurrent change is waited for and seen; SQLite
+    #: serializes writers anyway). Empty in read transactions.
+    row_lock_suffix: str = ""
 
     def __init__(self) -> None:
         self.notes = Notes()
@@ -61,4 +65,4 @@ class Tx(abc.ABC):
         row = self.one(sql, params)
         if row is None:
             return None
-        return next(iter(row.values()))
+        return row[next(iter(row.keys()))]
