@@ -37,8 +37,6 @@ _log = logging.getLogger("durable_rpc.store.sqlite")
 MEMORY = ":memory:"
 
 
-
-
 class _SQLiteTx(Tx):
     def __init__(self, conn: sqlite3.Connection, hook: Callable[[str], None] | None = None) -> None:
         super().__init__()
