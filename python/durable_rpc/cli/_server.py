@@ -8,6 +8,7 @@ import click
 
 from durable_rpc._loop import run_event_loop
 from durable_rpc.server import Server, ServerConfig
+from durable_rpc.telemetry import EXPORTERS, configure_tracing
 
 
 @click.command()
@@ -33,10 +34,23 @@ from durable_rpc.server import Server, ServerConfig
     "--poll-timeout", type=float, default=20.0, show_default=True, help="Long-poll seconds."
 )
 @click.option("--log-level", default="INFO", show_default=True)
+@click.option(
+    "--trace-exporter",
+    type=click.Choice(EXPORTERS),
+    default=None,
+    help="Export OpenTelemetry spans (otlp reads the standard OTEL_EXPORTER_OTLP_* "
+    "variables). Default: leave OpenTelemetry as configured (e.g. opentelemetry-instrument).",
+)
 def server(
-    db_url: str, listen: str, workflow_task_lease: float, poll_timeout: float, log_level: str
+    db_url: str,
+    listen: str,
+    workflow_task_lease: float,
+    poll_timeout: float,
+    log_level: str,
+    trace_exporter: str | None,
 ) -> None:
     """Run the durable-rpc server until SIGINT/SIGTERM."""
+    configure_tracing("durable-rpc-server", trace_exporter)
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )

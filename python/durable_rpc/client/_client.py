@@ -13,6 +13,7 @@ from durable_rpc import converter
 from durable_rpc._rpc_status import from_rpc_error
 from durable_rpc.client._handle import WorkflowHandle, WorkflowInfo, info_from_proto
 from durable_rpc.client._refs import workflow_ref
+from durable_rpc.telemetry import tracing_client_interceptors
 from durable_rpc.v1 import payload_pb2, service_pb2, service_pb2_grpc
 
 DEFAULT_ADDRESS = "127.0.0.1:7233"
@@ -39,6 +40,7 @@ class Client:
         """Connect to ``address`` (default: ``DURABLE_RPC_ADDRESS``) and wait until ready."""
         channel = grpc.aio.insecure_channel(
             address or default_address(),
+            interceptors=tracing_client_interceptors(),
             options=[
                 ("grpc.max_receive_message_length", 64 * 1024 * 1024),
                 ("grpc.keepalive_time_ms", 30_000),

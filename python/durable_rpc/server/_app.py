@@ -19,6 +19,7 @@ from durable_rpc.server._notify import Notifier
 from durable_rpc.server._worker_service import WorkerService
 from durable_rpc.server._workflow_service import WorkflowService
 from durable_rpc.store import Store, open_store
+from durable_rpc.telemetry import TracingServerInterceptor
 from durable_rpc.v1 import service_pb2, service_pb2_grpc
 
 log = logging.getLogger("durable_rpc.server")
@@ -61,7 +62,11 @@ class Server:
         self._due.notifier = notifier
         self.store.set_listener(notifier)
         server = grpc.aio.server(
-            interceptors=[ErrorInterceptor(self.config.max_request_bytes)],
+            # Tracing first: the outermost interceptor sees the final status.
+            interceptors=[
+                TracingServerInterceptor(),
+                ErrorInterceptor(self.config.max_request_bytes),
+            ],
             options=[
                 # grpc's own limit sits above ours so the interceptor answers with a reason.
                 ("grpc.max_receive_message_length", self.config.max_request_bytes * 2),

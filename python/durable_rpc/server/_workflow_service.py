@@ -12,6 +12,7 @@ from durable_rpc.server import _convert, _validate
 from durable_rpc.server._notify import Notifier
 from durable_rpc.server._notify import wait as wait_for_wakeup
 from durable_rpc.store import RunInfo, Store
+from durable_rpc.telemetry import current_trace_context
 from durable_rpc.v1 import service_pb2, service_pb2_grpc
 
 DEFAULT_RESULT_WAIT_S = 30.0
@@ -66,6 +67,8 @@ class WorkflowService(service_pb2_grpc.WorkflowServiceServicer):
             _validate.name("task_queue", request.task_queue),
             _validate.payload_bytes("input", request.input, has=request.HasField("input")),
             _validate.name("request_id", request.request_id or uuid.uuid4().hex),
+            # The server span of this call (a child of the caller's, when it sent one).
+            current_trace_context(),
         )
         return service_pb2.StartWorkflowResponse(run_id=result.run_id, started=result.started)
 

@@ -10,7 +10,7 @@ read from the database clock.
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Literal, Protocol
@@ -276,6 +276,7 @@ class Store(abc.ABC):
         task_queue: str,
         input: bytes,
         request_id: str,
+        trace_context: Mapping[str, str] | None = None,
     ) -> StartResult: ...
 
     @abc.abstractmethod

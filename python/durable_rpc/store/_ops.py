@@ -11,7 +11,7 @@ from __future__ import annotations
 import abc
 import json
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -154,6 +154,7 @@ class SqlStore(Store):
         task_queue: str,
         input: bytes,
         request_id: str,
+        trace_context: Mapping[str, str] | None = None,
     ) -> StartResult:
         require(workflow_id, "workflow_id")
         require(workflow_type, "workflow_type")
@@ -224,6 +225,7 @@ class SqlStore(Store):
                     input=payload,
                     definition_fingerprint=fingerprint or "",
                     request_id=request_id,
+                    trace_context=trace_context or {},
                 ),
             )
             ensure_workflow_task(tx, namespace, run_id, task_queue, now)
@@ -750,9 +752,20 @@ class SqlStore(Store):
             )
             if closed or not eager_seqs or run["task_queue"] != eager_queue:
                 return []
-            return self._claim_eager_activities(
+            claimed = self._claim_eager_activities(
                 tx, namespace, run_id, lease.worker_id, eager_seqs, now
             )
+            on_queue = sum(
+                1
+                for c in commands
+                if c.WhichOneof("kind") == "schedule_activity"
+                and (c.schedule_activity.task_queue or run["task_queue"]) == eager_queue
+            )
+            if claimed and len(claimed) == on_queue:
+                # Every activity scheduled on that queue went to this worker: waking a
+                # poller would only cost it a claim that finds nothing.
+                tx.notes.tasks.discard((namespace, run["task_queue"], "activity"))
+            return claimed
 
         return await self._write(op)
 

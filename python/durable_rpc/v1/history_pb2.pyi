@@ -142,6 +142,26 @@ Global___HistoryEvent: _TypeAlias = HistoryEvent  # noqa: Y015
 class WorkflowStarted(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class TraceContextEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     WORKFLOW_TYPE_FIELD_NUMBER: _builtins.int
     WORKFLOW_VERSION_FIELD_NUMBER: _builtins.int
     WORKFLOW_ID_FIELD_NUMBER: _builtins.int
@@ -150,6 +170,7 @@ class WorkflowStarted(_message.Message):
     INPUT_FIELD_NUMBER: _builtins.int
     DEFINITION_FINGERPRINT_FIELD_NUMBER: _builtins.int
     REQUEST_ID_FIELD_NUMBER: _builtins.int
+    TRACE_CONTEXT_FIELD_NUMBER: _builtins.int
     workflow_type: _builtins.str
     workflow_version: _builtins.str
     workflow_id: _builtins.str
@@ -165,6 +186,12 @@ class WorkflowStarted(_message.Message):
     def input(self) -> _payload_pb2.Payload:
         """The workflow's arguments, as one array-valued payload."""
 
+    @_builtins.property
+    def trace_context(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """W3C trace context (traceparent, tracestate) of the start call: every workflow task
+        of the run is traced as a child of it, so a run is one trace.
+        """
+
     def __init__(
         self,
         *,
@@ -176,10 +203,11 @@ class WorkflowStarted(_message.Message):
         input: _payload_pb2.Payload | None = ...,
         definition_fingerprint: _builtins.str = ...,
         request_id: _builtins.str = ...,
+        trace_context: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["input", b"input"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["definition_fingerprint", b"definition_fingerprint", "input", b"input", "request_id", b"request_id", "run_id", b"run_id", "task_queue", b"task_queue", "workflow_id", b"workflow_id", "workflow_type", b"workflow_type", "workflow_version", b"workflow_version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["definition_fingerprint", b"definition_fingerprint", "input", b"input", "request_id", b"request_id", "run_id", b"run_id", "task_queue", b"task_queue", "trace_context", b"trace_context", "workflow_id", b"workflow_id", "workflow_type", b"workflow_type", "workflow_version", b"workflow_version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from durable_rpc.activity._definition import ActivityDefinition, must_define
 from durable_rpc.activity._failure import failure_from_exception
 from durable_rpc.errors import DurableRpcError, LeaseLostError, StoreUnavailableError
+from durable_rpc.telemetry import activity_span, workflow_task_span
 from durable_rpc.v1 import payload_pb2, service_pb2
 from durable_rpc.worker._activity_task import AttemptOutcome, run_attempt
 from durable_rpc.worker._client import WorkerClient, call
@@ -275,7 +276,21 @@ class Worker:
     async def execute_workflow_task(
         self, task: service_pb2.PollWorkflowTaskResponse
     ) -> TaskOutcome:
-        """Replay, decide, and complete (or fail) the workflow task."""
+        """Replay, decide, and complete (or fail) the workflow task, in one span that is a
+        child of the run's start (replay itself never emits spans)."""
+        started = task.history.events[0].workflow_started if task.history.events else None
+        with workflow_task_span(
+            task.workflow_type,
+            task.workflow_id,
+            task.run_id,
+            task.attempt,
+            dict(started.trace_context) if started is not None else None,
+        ):
+            return await self._execute_workflow_task(task)
+
+    async def _execute_workflow_task(
+        self, task: service_pb2.PollWorkflowTaskResponse
+    ) -> TaskOutcome:
         lease = self._lease(task.task_id, task.fencing_token)
         try:
             commands = await self._decide(task)
@@ -380,7 +395,13 @@ class Worker:
     async def execute_activity_task(
         self, task: service_pb2.PollActivityTaskResponse
     ) -> TaskOutcome:
-        """Run one activity attempt and report its outcome under its lease."""
+        """Run one activity attempt and report its outcome under its lease, in a span."""
+        with activity_span(task.activity_type, task.workflow_id, task.run_id, task.attempt, None):
+            return await self._execute_activity_task(task)
+
+    async def _execute_activity_task(
+        self, task: service_pb2.PollActivityTaskResponse
+    ) -> TaskOutcome:
         lease = self._lease(task.task_id, task.fencing_token)
         definition = self._activities.get(task.activity_type)
         if definition is None:
