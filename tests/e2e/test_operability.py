@@ -1,0 +1,83 @@
+"""What generic gRPC tooling and operators see: health, reflection, the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from tests.e2e.conftest import ROOT, ServerProcess
+
+
+def test_health_reports_serving_per_service(server: ServerProcess) -> None:
+    with grpc.insecure_channel(server.address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        for service in ("", "durable_rpc.v1.WorkflowService", "durable_rpc.v1.WorkerService"):
+            reply = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
+            assert reply.status == health_pb2.HealthCheckResponse.SERVING, service
+
+
+def test_reflection_lists_the_services(server: ServerProcess) -> None:
+    with grpc.insecure_channel(server.address) as channel:
+        stub = reflection_pb2_grpc.ServerReflectionStub(channel)
+        request = reflection_pb2.ServerReflectionRequest(list_services="")
+        (reply,) = list(stub.ServerReflectionInfo(iter([request]), timeout=5))
+    names = {s.name for s in reply.list_services_response.service}
+    assert {"durable_rpc.v1.WorkflowService", "durable_rpc.v1.WorkerService"} <= names
+    assert "grpc.health.v1.Health" in names
+
+
+def cli(server: ServerProcess, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "DURABLE_RPC_ADDRESS": server.address}
+    return subprocess.run(
+        [sys.executable, "-m", "durable_rpc.cli", "workflow", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=60,
+    )
+
+
+def test_cli_drives_a_run_with_tables_and_json(server: ServerProcess) -> None:
+    started = cli(
+        server,
+        "start",
+        "Greeter",
+        "--id",
+        "cli-1",
+        "--task-queue",
+        "q",
+        "--input",
+        '["Ada"]',
+        "--json",
+    )
+    assert started.returncode == 0, started.stderr
+    run_id = json.loads(started.stdout)["run_id"]
+    described = cli(server, "describe", "cli-1", "--json")
+    assert described.returncode == 0, described.stderr
+    info = json.loads(described.stdout)
+    assert info["run_id"] == run_id and info["status"] == "running"
+    assert info["workflow_type"] == "Greeter"
+    signalled = cli(server, "signal", "cli-1", "poke", "--request-id", "s1", "--json")
+    again = cli(server, "signal", "cli-1", "poke", "--request-id", "s1", "--json")
+    assert json.loads(signalled.stdout) == {"delivered": True}
+    assert json.loads(again.stdout) == {"delivered": False}
+    history = cli(server, "history", "cli-1", "--json")
+    events = json.loads(history.stdout)["events"]
+    kinds = [next(k for k in e if k not in ("eventId", "eventTime")) for e in events]
+    assert kinds == ["workflowStarted", "signalReceived"]
+    table = cli(server, "history", "cli-1")
+    assert "workflow_started" in table.stdout and "signal_received" in table.stdout
+    listed = cli(server, "list", "--status", "running", "--json")
+    assert [r["workflow_id"] for r in json.loads(listed.stdout)] == ["cli-1"]
+    assert cli(server, "terminate", "cli-1", "--reason", "done").returncode == 0
+    result = cli(server, "result", "cli-1", "--timeout", "5")
+    assert result.returncode == 2 and "terminated" in result.stderr
+    missing = cli(server, "describe", "no-such-run")
+    assert missing.returncode != 0 and "NOT_FOUND" in missing.stderr
