@@ -90,6 +90,22 @@ class _WorkflowClaim:
     now_ms: int
     attempt: int
     run: Row
+    #: The history, when it was short enough to read inside the claiming transaction.
+    events: list[bytes] | None = None
+
+
+# Histories up to this many events are read inside the claiming transaction: cheaper than
+# a second round trip to the reader; longer ones are read after the commit, off the writer.
+INLINE_HISTORY_EVENTS = 256
+
+
+def _read_history(tx: Tx, namespace: str, run_id: str, length: int) -> list[bytes]:
+    rows = tx.all(
+        "SELECT data FROM history WHERE namespace = ? AND run_id = ? AND event_id <= ? "
+        "ORDER BY event_id",
+        (namespace, run_id, length),
+    )
+    return [bytes(row["data"]) for row in rows]
 
 
 class SqlStore(Store):
@@ -625,6 +641,7 @@ class SqlStore(Store):
         )
         assert run is not None
         tx.notes.due.add(expires)
+        length = run["history_length"]
         return _WorkflowClaim(
             task_id=row["task_id"],
             fencing_token=row["fencing_token"],
@@ -632,24 +649,25 @@ class SqlStore(Store):
             now_ms=now,
             attempt=row["attempt"],
             run=run,
+            events=(
+                _read_history(tx, namespace, row["run_id"], length)
+                if length <= INLINE_HISTORY_EVENTS
+                else None
+            ),
         )
 
     async def _with_history(
         self, namespace: str, worker_id: str, claim: _WorkflowClaim
     ) -> ClaimedWorkflowTask:
         run = claim.run
-
-        def history(tx: Tx) -> list[bytes]:
-            rows = tx.all(
-                "SELECT data FROM history WHERE namespace = ? AND run_id = ? AND event_id <= ? "
-                "ORDER BY event_id",
-                (namespace, run["run_id"], run["history_length"]),
+        events = claim.events
+        if events is None:
+            # History is append-only: reading it after the claim committed, up to the
+            # length seen by the claim, is the claim's snapshot (big reads stay off the
+            # writer).
+            events = await self._read(
+                lambda tx: _read_history(tx, namespace, run["run_id"], run["history_length"])
             )
-            return [bytes(row["data"]) for row in rows]
-
-        # History is append-only: reading it after the claim committed, up to the length
-        # seen by the claim, is the claim's snapshot (and keeps big reads off the writer).
-        events = await self._read(history)
         return ClaimedWorkflowTask(
             task_id=claim.task_id,
             worker_id=worker_id,
