@@ -28,5 +28,21 @@ mypy
 python -m mypy.stubtest durable_rpc._core
 python scripts/gen_proto.py --check
 
+step "PostgreSQL for the store and scale-out tests (scripts/pg_cluster.sh; stopped on exit)"
+if [ -z "${DURABLE_RPC_TEST_PG_URL:-}" ]; then
+  PG_TMP="$(mktemp -d /tmp/durable-rpc-pg.XXXXXX)"
+  chmod 755 "$PG_TMP" # the postgres user must reach the cluster directory
+  trap 'bash scripts/pg_cluster.sh stop "$PG_TMP/cluster"; rm -rf "$PG_TMP"' EXIT
+  if DURABLE_RPC_TEST_PG_URL="$(PG_CLUSTER_FSYNC=off bash scripts/pg_cluster.sh start "$PG_TMP/cluster")"; then
+    export DURABLE_RPC_TEST_PG_URL DURABLE_RPC_TEST_PG_DIR="$PG_TMP/cluster"
+    echo "PostgreSQL at $DURABLE_RPC_TEST_PG_URL"
+  elif [ "${CI:-}" = "true" ]; then
+    echo "PostgreSQL could not be started; CI requires it" >&2
+    exit 1
+  else
+    echo "warning: PostgreSQL could not be started; its tests will be skipped" >&2
+  fi
+fi
+
 step "pytest"
 python -m pytest -q -p no:cacheprovider "$@"

@@ -43,13 +43,17 @@ def require_namespace(tx: Tx, namespace: str) -> None:
 def find_run(tx: Tx, namespace: str, workflow_id: str, run_id: str | None) -> Row:
     require_namespace(tx, namespace)
     if run_id:
-        row = tx.one("SELECT * FROM runs WHERE namespace = ? AND run_id = ?", (namespace, run_id))
+        row = tx.one(
+            f"SELECT * FROM runs WHERE namespace = ? AND run_id = ?{tx.row_lock_suffix}",
+            (namespace, run_id),
+        )
         if row is None or (workflow_id and row["workflow_id"] != workflow_id):
             raise NotFoundError(f"run {run_id!r} of workflow {workflow_id!r} not found")
         return row
     require(workflow_id, "workflow_id")
     row = tx.one(
-        "SELECT * FROM runs WHERE namespace = ? AND workflow_id = ? ORDER BY id DESC LIMIT 1",
+        "SELECT * FROM runs WHERE namespace = ? AND workflow_id = ? ORDER BY id DESC LIMIT 1"
+        f"{tx.row_lock_suffix}",
         (namespace, workflow_id),
     )
     if row is None:
@@ -134,7 +138,10 @@ def close_run(
 
 
 def open_run(tx: Tx, namespace: str, run_id: str) -> Row:
-    run = tx.one("SELECT * FROM runs WHERE namespace = ? AND run_id = ?", (namespace, run_id))
+    run = tx.one(
+        f"SELECT * FROM runs WHERE namespace = ? AND run_id = ?{tx.row_lock_suffix}",
+        (namespace, run_id),
+    )
     if run is None:
         raise NotFoundError(f"run {run_id!r} not found")
     if run["status"] != "running":

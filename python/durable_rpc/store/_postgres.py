@@ -1,0 +1,415 @@
+"""The PostgreSQL backend: any number of server replicas share one database.
+
+Every operation of :class:`SqlStore` runs as its own READ COMMITTED transaction on a
+pooled connection, on a worker thread (the shared operations are synchronous functions of
+a :class:`Tx`; threads let several of them wait on the database at once). What makes
+that safe with concurrent replicas:
+
+- claims pick candidates with ``FOR UPDATE SKIP LOCKED`` (``claim_lock_suffix``), so two
+  claimers never take the same task and neither waits for the other;
+- every write after a claim is a conditional UPDATE checking owner, token and expiry in
+  the same statement (READ COMMITTED re-evaluates it against the latest committed row);
+- ``now`` is the database clock (``clock_timestamp()``), read once per transaction;
+- deadlocks, serialization failures and unique violations (two replicas inserting the
+  same row at once) roll the operation back and run it again: on the retry it sees the
+  other transaction's row and answers as it would have serially (for example
+  WORKFLOW_ALREADY_STARTED, or the earlier run for a repeated request id);
+- a lost connection before COMMIT was sent rolls back on the server, so the operation is
+  retried on a fresh connection; a loss *during* COMMIT is ambiguous and answered
+  UNAVAILABLE (the caller retries; completions are idempotent per lease).
+
+Listener notes go out as NOTIFY in the same transaction (see ``_pg_listen``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import functools
+import logging
+import random
+import threading
+import time
+import urllib.parse
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg import sql
+from psycopg.rows import dict_row
+
+from durable_rpc.errors import (
+    DurableRpcError,
+    InternalError,
+    InvalidArgumentError,
+    StoreUnavailableError,
+    WorkflowAlreadyStartedError,
+)
+from durable_rpc.store._api import StoreOptions
+from durable_rpc.store._migrations import check_ordered
+from durable_rpc.store._ops import SqlStore
+from durable_rpc.store._pg_listen import Listener, encode, notify_statements
+from durable_rpc.store._pg_migrations import MIGRATION_LOCK_KEY, PG_MIGRATIONS, PG_NOW_MS
+from durable_rpc.store._pg_pool import PgPool
+from durable_rpc.store._tx import Notes, Row, Tx
+
+T = TypeVar("T")
+
+_log = logging.getLogger("durable_rpc.store.postgres")
+
+#: Store parameters accepted in the URL's query string (the rest goes to libpq).
+_OWN_PARAMS = ("pool_size", "acquire_timeout")
+DEFAULT_POOL_SIZE = 10
+DEFAULT_ACQUIRE_TIMEOUT_S = 5.0
+#: Retries of an operation that hit a deadlock, a serialization failure or a unique
+#: violation caused by a concurrent transaction.
+MAX_CONFLICT_RETRIES = 8
+#: Retries of an operation whose connection was lost before it committed.
+MAX_CONNECTION_RETRIES = 2
+
+_BEGIN_WRITE = f"BEGIN; SELECT {PG_NOW_MS} AS now_ms"
+_BEGIN_READ = f"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SELECT {PG_NOW_MS} AS now_ms"
+#: libpq settings so a silently dead peer is noticed within seconds, not hours.
+_CONNECT_KWARGS: dict[str, Any] = {
+    "autocommit": True,
+    "row_factory": dict_row,
+    "connect_timeout": 5,
+    "keepalives": 1,
+    "keepalives_idle": 5,
+    "keepalives_interval": 2,
+    "keepalives_count": 3,
+}
+_CONFLICTS = (pg_errors.DeadlockDetected, pg_errors.SerializationFailure, pg_errors.UniqueViolation)
+
+
+@functools.lru_cache(maxsize=4096)
+def _to_pg(statement: str) -> str:
+    """``?`` placeholders to psycopg's ``%s`` (the shared SQL has no other ``?`` or ``%``)."""
+    return statement.replace("%", "%%").replace("?", "%s")
+
+
+class _PgTx(Tx):
+    claim_lock_suffix = " FOR UPDATE SKIP LOCKED"
+
+    def __init__(self, conn: psycopg.Connection[Any], *, write: bool) -> None:
+        super().__init__()
+        if write:
+            # A run read by a write is locked until commit: a concurrent close (or any
+            # change) is waited for, then seen, exactly as if the two ran one after another.
+            self.row_lock_suffix = " FOR UPDATE"
+        # One cursor for the whole transaction (a cursor per statement costs ~20 us).
+        self._cursor = conn.cursor()
+        # BEGIN and the clock in one round trip (a multi-statement simple query).
+        self._cursor.execute(_BEGIN_WRITE if write else _BEGIN_READ)
+        self._cursor.nextset()
+        row = self._cursor.fetchone()
+        assert row is not None
+        self._now: int = row["now_ms"]
+
+    def all(self, sql_: str, params: Sequence[Any] = ()) -> list[Row]:
+        cursor = self._cursor.execute(_to_pg(sql_), tuple(params))
+        if cursor.description is None:
+            return []
+        rows: list[Row] = cursor.fetchall()
+        return rows
+
+    def one(self, sql_: str, params: Sequence[Any] = ()) -> Row | None:
+        rows = self.all(sql_, params)
+        return rows[0] if rows else None
+
+    def run(self, sql_: str, params: Sequence[Any] = ()) -> int:
+        return self._cursor.execute(_to_pg(sql_), tuple(params)).rowcount
+
+    def now_ms(self) -> int:
+        return self._now
+
+
+def parse_url(url: str) -> tuple[str, int, float]:
+    """(libpq URL, pool size, acquire timeout) from a ``postgresql://`` URL."""
+    parts = urllib.parse.urlsplit(url)
+    query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+    own = {k: v for k, v in query if k in _OWN_PARAMS}
+    rest = [(k, v) for k, v in query if k not in _OWN_PARAMS]
+    try:
+        pool_size = int(own.get("pool_size", DEFAULT_POOL_SIZE))
+        acquire_timeout = float(own.get("acquire_timeout", DEFAULT_ACQUIRE_TIMEOUT_S))
+    except ValueError as exc:
+        raise InvalidArgumentError(f"invalid store parameter in {redact(url)!r}: {exc}") from exc
+    if pool_size < 1 or acquire_timeout <= 0:
+        raise InvalidArgumentError(f"pool_size and acquire_timeout must be positive: {url!r}")
+    conninfo = urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(rest)))
+    return conninfo, pool_size, acquire_timeout
+
+
+def redact(url: str) -> str:
+    parts = urllib.parse.urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+
+
+class PostgresStore(SqlStore):
+    """A store on a PostgreSQL database, shareable by any number of server replicas.
+
+    URL: ``postgresql://user:password@host:port/dbname?pool_size=10&acquire_timeout=5``
+    plus any libpq parameter (``sslmode``, ``options``, ...).
+    """
+
+    def __init__(self, url: str, options: StoreOptions | None = None) -> None:
+        super().__init__(options)
+        self._url = redact(url)
+        self._conninfo, self._pool_size, acquire_timeout = parse_url(url)
+        self._pool = PgPool(
+            self._conninfo,
+            max_size=self._pool_size,
+            acquire_timeout_s=acquire_timeout,
+            connect_kwargs=_CONNECT_KWARGS,
+            configure=self._configure,
+        )
+        #: Identifies this store's own NOTIFY payloads (delivered locally, not twice).
+        self.origin = uuid.uuid4().hex
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._listen: Listener | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._channel = "durable_rpc"
+        self._stats_lock = threading.Lock()
+        self._accepting = False
+        self._opened = False
+        self._closed = False
+
+    @property
+    def url(self) -> str:
+        """The URL, password redacted."""
+        return self._url
+
+    @property
+    def pool(self) -> PgPool:
+        return self._pool
+
+    @property
+    def listen(self) -> Listener | None:
+        return self._listen
+
+    def _configure(self, conn: psycopg.Connection[Any]) -> None:
+        # A lock held elsewhere longer than busy_timeout answers UNAVAILABLE, as in SQLite.
+        conn.execute(f"SET lock_timeout = {int(self._options.busy_timeout_ms)}")
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        if self._opened:
+            raise StoreUnavailableError("store was already opened")
+        self._opened = True
+        self._loop = asyncio.get_running_loop()
+        self._executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=self._pool_size, thread_name_prefix="durable-rpc-pg"
+        )
+        try:
+            self._channel = await self._loop.run_in_executor(self._executor, self._migrate)
+            self._listen = Listener(
+                self._conninfo,
+                {
+                    k: v
+                    for k, v in _CONNECT_KWARGS.items()
+                    if k not in ("autocommit", "row_factory")
+                },
+                self._channel,
+                self.origin,
+                lambda: self._listener,
+            )
+            await self._listen.start(timeout_s=10.0)
+        except BaseException:
+            self._closed = True
+            if self._listen is not None:
+                await self._listen.stop()
+            self._executor.shutdown(wait=False)
+            self._pool.close()
+            raise
+        self._accepting = True
+
+    async def close(self) -> None:
+        """Stops accepting operations, lets the running ones finish, closes connections."""
+        if not self._opened or self._closed:
+            self._closed = True
+            return
+        self._closed = True
+        self._accepting = False
+        if self._listen is not None:
+            await self._listen.stop()
+        if self._executor is not None:
+            await asyncio.to_thread(self._executor.shutdown, True)
+        self._pool.close()
+
+    def _migrate(self) -> str:
+        """Applies pending migrations under an advisory lock (replicas starting together
+        wait for the first one); returns the NOTIFY channel of this schema."""
+        check_ordered(PG_MIGRATIONS)
+        latest = PG_MIGRATIONS[-1].version
+        conn = self._pool.acquire()
+        ok = False
+        try:
+            conn.execute("BEGIN")
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK_KEY,))
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, "
+                "name TEXT NOT NULL, applied_at_ms BIGINT NOT NULL)"
+            )
+            row = conn.execute(
+                "SELECT COALESCE(MAX(version), 0) AS v, current_schema() AS s FROM schema_version"
+            ).fetchone()
+            assert row is not None
+            current = int(row["v"])
+            if current > latest:
+                raise StoreUnavailableError(
+                    f"database schema version {current} is newer than this code ({latest})"
+                )
+            for migration in PG_MIGRATIONS[current:]:
+                for statement in migration.statements:
+                    conn.execute(statement)
+                conn.execute(
+                    "INSERT INTO schema_version (version, name, applied_at_ms) "
+                    f"VALUES (%s, %s, {PG_NOW_MS})",
+                    (migration.version, migration.name),
+                )
+                _log.info("applied migration %d (%s)", migration.version, migration.name)
+            conn.execute("COMMIT")
+            ok = True
+            # Channels are per database; the schema keeps two deployments sharing a
+            # database (different search_path) from waking each other.
+            return f"durable_rpc.{row['s']}"[:63]
+        except psycopg.Error as exc:
+            raise StoreUnavailableError(f"cannot migrate {self._url}: {exc}") from exc
+        finally:
+            if not ok:
+                with contextlib.suppress(psycopg.Error):
+                    conn.execute("ROLLBACK")
+            self._pool.release(conn)
+
+    # -- running operations ---------------------------------------------------------------
+
+    async def _write(self, fn: Callable[[Tx], T]) -> T:
+        return await self._submit(self._run_write, fn)
+
+    async def _read(self, fn: Callable[[Tx], T]) -> T:
+        return await self._submit(self._run_read, fn)
+
+    async def _submit(self, target: Callable[[Callable[[Tx], T]], T], fn: Callable[[Tx], T]) -> T:
+        executor = self._executor
+        if not self._accepting or executor is None:
+            raise StoreUnavailableError("the store is not open")
+        try:
+            future = executor.submit(target, fn)
+        except RuntimeError as exc:  # shut down by close()
+            raise StoreUnavailableError("the store is closed") from exc
+        return await asyncio.wrap_future(future)
+
+    def _run_write(self, fn: Callable[[Tx], T]) -> T:
+        result, notes = self._attempts(fn, write=True)
+        if notes is not None and self._loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed
+                self._loop.call_soon_threadsafe(self._deliver, notes)
+        return result
+
+    def _run_read(self, fn: Callable[[Tx], T]) -> T:
+        result, _ = self._attempts(fn, write=False)
+        return result
+
+    def _attempts(self, fn: Callable[[Tx], T], *, write: bool) -> tuple[T, Notes | None]:
+        conflicts = 0
+        lost = 0
+        while True:
+            conn = self._pool.acquire()
+            committing = False
+            discard = False
+            try:
+                tx = _PgTx(conn, write=write)
+                result = fn(tx)
+                committing = True
+                self._commit(conn, tx.notes if write else None)
+            except DurableRpcError:
+                discard = not _rollback(conn)
+                if write:
+                    self._count(failed=True)
+                raise
+            except psycopg.Error as exc:
+                connection_lost = conn.closed or conn.broken
+                discard = connection_lost or not _rollback(conn)
+                if connection_lost:
+                    self._pool.discard_idle()
+                    if committing:
+                        raise StoreUnavailableError(
+                            f"the database connection was lost while committing; the outcome "
+                            f"is unknown: {exc}"
+                        ) from exc
+                    lost += 1
+                    if lost <= MAX_CONNECTION_RETRIES:
+                        continue
+                    raise StoreUnavailableError(f"the database connection was lost: {exc}") from exc
+                if isinstance(exc, _CONFLICTS) and conflicts < MAX_CONFLICT_RETRIES:
+                    conflicts += 1
+                    # Jittered, growing pause so the racing transactions separate.
+                    time.sleep(random.uniform(0, 0.002 * 2 ** min(conflicts, 5)))
+                    continue
+                if write:
+                    self._count(failed=True)
+                raise _map_error(exc) from exc
+            finally:
+                self._pool.release(conn, discard=discard)
+            if write:
+                self._count(failed=False)
+                return result, tx.notes if _has_notes(tx.notes) else None
+            return result, None
+
+    def _commit(self, conn: psycopg.Connection[Any], notes: Notes | None) -> None:
+        """COMMIT, preceded by the NOTIFYs of the notes (one round trip)."""
+        statements: list[sql.Composable] = []
+        if notes is not None and _has_notes(notes):
+            statements.extend(notify_statements(self._channel, encode(self.origin, notes)))
+        statements.append(sql.SQL("COMMIT"))
+        conn.execute(sql.SQL("; ").join(statements))
+
+    def _count(self, *, failed: bool) -> None:
+        with self._stats_lock:
+            self._stats.operations += 1
+            if failed:
+                self._stats.failed_operations += 1
+            else:
+                self._stats.transactions += 1
+
+    def _deliver(self, notes: Notes) -> None:
+        listener = self._listener
+        if listener is None:
+            return
+        try:
+            notes.deliver(listener)
+        except Exception:
+            _log.exception("store listener failed")
+
+
+def _has_notes(notes: Notes) -> bool:
+    return bool(notes.tasks or notes.due or notes.closed)
+
+
+def _rollback(conn: psycopg.Connection[Any]) -> bool:
+    """Rolls back the open transaction; False if the connection is unusable."""
+    if conn.closed or conn.broken:
+        return False
+    try:
+        conn.execute("ROLLBACK")
+    except psycopg.Error:
+        return False
+    return True
+
+
+def _map_error(exc: psycopg.Error) -> DurableRpcError:
+    if isinstance(exc, pg_errors.UniqueViolation):
+        if exc.diag.constraint_name == "runs_open_workflow_id":
+            return WorkflowAlreadyStartedError("the workflow id already has an open run")
+        return InternalError(f"store invariant violated: {exc}")
+    if isinstance(exc, pg_errors.IntegrityError | pg_errors.ProgrammingError | pg_errors.DataError):
+        return InternalError(f"store error: {exc}")
+    return StoreUnavailableError(f"database error: {exc}")
