@@ -16,6 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from google.rpc import status_pb2
 from grpc_tools import protoc
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,7 +29,9 @@ INIT = '"""Generated protobuf and gRPC code for durable_rpc.v1. Do not edit."""\
 def generate(out: Path) -> None:
     protos = sorted((PROTO_ROOT / PACKAGE).glob("*.proto"))
     include = str(Path(protoc.__file__).parent / "_proto")
-    base = ["grpc_tools.protoc", f"-I{PROTO_ROOT}", f"-I{include}"]
+    # google/rpc/status.proto ships with googleapis-common-protos.
+    googleapis = str(Path(status_pb2.__file__).resolve().parents[2])
+    base = ["grpc_tools.protoc", f"-I{PROTO_ROOT}", f"-I{include}", f"-I{googleapis}"]
     names = [str(p.relative_to(PROTO_ROOT)) for p in protos]
     if protoc.main([*base, f"--python_out={out}", f"--mypy_out={out}", *names]) != 0:
         raise SystemExit("protoc failed on the message files")

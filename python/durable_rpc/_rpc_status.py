@@ -17,13 +17,29 @@ from durable_rpc.errors import (
 )
 
 
-def to_status(error: DurableRpcError) -> grpc.Status:
-    """The status a server sends for ``error``: code from the one table, reason in details."""
+def status_message(error: DurableRpcError) -> status_pb2.Status:
+    """``error`` as a google.rpc.Status: code from the one table, reason in details."""
     code = STATUS_BY_REASON.get(error.reason, grpc.StatusCode.INTERNAL)
     info = any_pb2.Any()
     info.Pack(error_details_pb2.ErrorInfo(reason=error.reason, domain=ERROR_DOMAIN))
-    status = status_pb2.Status(code=code.value[0], message=str(error), details=[info])
-    return rpc_status.to_status(status)
+    return status_pb2.Status(code=code.value[0], message=str(error), details=[info])
+
+
+def to_status(error: DurableRpcError) -> grpc.Status:
+    """The status a server sends for ``error``."""
+    return rpc_status.to_status(status_message(error))
+
+
+def error_from_status(status: status_pb2.Status) -> DurableRpcError:
+    """The domain error a google.rpc.Status carries (one item of a batch call)."""
+    for detail in status.details:
+        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+            info = error_details_pb2.ErrorInfo()
+            detail.Unpack(info)
+            cls = ERROR_BY_REASON.get(info.reason)
+            if cls is not None:
+                return cls(status.message.removeprefix(f"{cls.reason}: "))
+    return InternalError(f"status {status.code}: {status.message}")
 
 
 # Sync stubs raise errors that are grpc.Call; aio stubs raise AioRpcError, which is not a
@@ -62,4 +78,4 @@ def from_rpc_error(error: grpc.RpcError) -> DurableRpcError:
     return InternalError(f"{code}: {message}")
 
 
-__all__ = ["from_rpc_error", "reason_of", "to_status"]
+__all__ = ["error_from_status", "from_rpc_error", "reason_of", "status_message", "to_status"]

@@ -116,7 +116,9 @@ async def test_replica_and_worker_sigkill_mid_run_loses_nothing(
         assert await result_retrying(started_during) == ["done:late-1", "done:late-2"]
         rerun = [k for k, n in executions(test_log).items() if n > 1]
         assert rerun, "the killed worker should have left attempts to retry"
-        assert all(k.startswith("slow_step-start:") for k in rerun), rerun
+        # Which activities ran again is up to timing: a `step` the doomed worker ran but
+        # could not report before dying is retried too. check_all_runs verified the
+        # invariant that matters: nothing ran again after an attempt of it completed.
     finally:
         await client.close()
 

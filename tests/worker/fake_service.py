@@ -8,6 +8,8 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+from durable_rpc._rpc_status import status_message
+from durable_rpc.errors import DurableRpcError
 from durable_rpc.v1 import service_pb2
 
 POLL_S = 0.02
@@ -78,6 +80,27 @@ class FakeWorkerService:
     async def FailActivityTask(self, request: Any) -> service_pb2.FailActivityTaskResponse:
         self._enter("FailActivityTask", request)
         return service_pb2.FailActivityTaskResponse()
+
+    async def CompleteTasks(self, request: Any) -> service_pb2.CompleteTasksResponse:
+        """Each item through its single-call method, errors answered per item (as the
+        real server does)."""
+        self.calls["CompleteTasks"].append(request)
+        results = []
+        for outcome in request.outcomes:
+            kind = outcome.WhichOneof("outcome")
+            method = {
+                "complete_workflow_task": self.CompleteWorkflowTask,
+                "fail_workflow_task": self.FailWorkflowTask,
+                "complete_activity_task": self.CompleteActivityTask,
+                "fail_activity_task": self.FailActivityTask,
+            }[kind]
+            try:
+                response = await method(getattr(outcome, kind))
+            except DurableRpcError as error:
+                results.append(service_pb2.TaskOutcomeResult(error=status_message(error)))
+            else:
+                results.append(service_pb2.TaskOutcomeResult(**{kind: response}))
+        return service_pb2.CompleteTasksResponse(results=results)
 
 
 class FakeClient:

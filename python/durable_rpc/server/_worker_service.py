@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import grpc
 from google.protobuf import duration_pb2
 
+from durable_rpc._rpc_status import status_message
+from durable_rpc.errors import (
+    DurableRpcError,
+    InternalError,
+    InvalidArgumentError,
+    InvalidPayloadError,
+)
+from durable_rpc.payload import PayloadError
 from durable_rpc.server import _convert, _validate
 from durable_rpc.server._notify import Notifier, wait
 from durable_rpc.store import (
@@ -24,6 +33,8 @@ from durable_rpc.v1 import payload_pb2, service_pb2, service_pb2_grpc
 T = TypeVar("T")
 
 WORKER_HEARTBEAT_INTERVAL_S = 10
+MAX_BATCH_OUTCOMES = 1000
+log = logging.getLogger(__name__)
 # Most activity attempts handed out eagerly with one workflow-task completion.
 MAX_EAGER_ACTIVITIES = 100
 
@@ -285,3 +296,43 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
             _failure_bytes(request.failure),
         )
         return service_pb2.FailActivityTaskResponse()
+
+    async def CompleteTasks(
+        self, request: service_pb2.CompleteTasksRequest, context: grpc.aio.ServicerContext
+    ) -> service_pb2.CompleteTasksResponse:
+        if len(request.outcomes) > MAX_BATCH_OUTCOMES:
+            raise InvalidArgumentError(f"at most {MAX_BATCH_OUTCOMES} outcomes per call")
+        # Concurrently, so the store commits them together (one group-commit batch).
+        results = await asyncio.gather(
+            *(self._apply_outcome(outcome, context) for outcome in request.outcomes)
+        )
+        return service_pb2.CompleteTasksResponse(results=results)
+
+    async def _apply_outcome(
+        self, outcome: service_pb2.TaskOutcome, context: grpc.aio.ServicerContext
+    ) -> service_pb2.TaskOutcomeResult:
+        """One item of a batch, through the very handler its single call uses."""
+        kind = outcome.WhichOneof("outcome")
+        try:
+            if kind == "complete_workflow_task":
+                done = await self.CompleteWorkflowTask(outcome.complete_workflow_task, context)
+                return service_pb2.TaskOutcomeResult(complete_workflow_task=done)
+            if kind == "fail_workflow_task":
+                failed = await self.FailWorkflowTask(outcome.fail_workflow_task, context)
+                return service_pb2.TaskOutcomeResult(fail_workflow_task=failed)
+            if kind == "complete_activity_task":
+                finished = await self.CompleteActivityTask(outcome.complete_activity_task, context)
+                return service_pb2.TaskOutcomeResult(complete_activity_task=finished)
+            if kind == "fail_activity_task":
+                gave_up = await self.FailActivityTask(outcome.fail_activity_task, context)
+                return service_pb2.TaskOutcomeResult(fail_activity_task=gave_up)
+            raise InvalidArgumentError("an outcome must set one of its four kinds")
+        except DurableRpcError as error:
+            return service_pb2.TaskOutcomeResult(error=status_message(error))
+        except PayloadError as error:
+            return service_pb2.TaskOutcomeResult(
+                error=status_message(InvalidPayloadError(str(error)))
+            )
+        except Exception as error:
+            log.exception("unexpected error in a batched outcome")
+            return service_pb2.TaskOutcomeResult(error=status_message(InternalError(repr(error))))

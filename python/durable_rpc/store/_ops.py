@@ -115,6 +115,8 @@ class SqlStore(Store):
         self._options = options or StoreOptions()
         self._listener: StoreListener | None = None
         self._stats = StoreStats()
+        # Shared by every transaction of this store (see Tx.known_namespaces).
+        self.known_namespaces: set[str] = set()
 
     @property
     def options(self) -> StoreOptions:

@@ -94,8 +94,14 @@ def _to_pg(statement: str) -> str:
 class _PgTx(Tx):
     claim_lock_suffix = " FOR UPDATE SKIP LOCKED"
 
-    def __init__(self, conn: psycopg.Connection[Any], *, write: bool) -> None:
-        super().__init__()
+    def __init__(
+        self,
+        conn: psycopg.Connection[Any],
+        *,
+        write: bool,
+        known_namespaces: set[str] | None = None,
+    ) -> None:
+        super().__init__(known_namespaces)
         if write:
             # A run read by a write is locked until commit: a concurrent close (or any
             # change) is waited for, then seen, exactly as if the two ran one after another.
@@ -326,7 +332,7 @@ class PostgresStore(SqlStore):
             committing = False
             discard = False
             try:
-                tx = _PgTx(conn, write=write)
+                tx = _PgTx(conn, write=write, known_namespaces=self.known_namespaces)
                 result = fn(tx)
                 committing = True
                 self._commit(conn, tx.notes if write else None)

@@ -36,8 +36,11 @@ def version_or_default(version: str) -> str:
 
 
 def require_namespace(tx: Tx, namespace: str) -> None:
+    if namespace in tx.known_namespaces:
+        return
     if tx.one("SELECT name FROM namespaces WHERE name = ?", (namespace,)) is None:
         raise NamespaceNotFoundError(f"namespace {namespace!r} does not exist")
+    tx.known_namespaces.add(namespace)
 
 
 def find_run(tx: Tx, namespace: str, workflow_id: str, run_id: str | None) -> Row:

@@ -38,8 +38,13 @@ MEMORY = ":memory:"
 
 
 class _SQLiteTx(Tx):
-    def __init__(self, conn: sqlite3.Connection, hook: Callable[[str], None] | None = None) -> None:
-        super().__init__()
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        hook: Callable[[str], None] | None = None,
+        known_namespaces: set[str] | None = None,
+    ) -> None:
+        super().__init__(known_namespaces)
         self._conn = conn
         self._hook = hook
 
@@ -325,7 +330,7 @@ class SQLiteStore(SqlStore):
         try:
             conn.execute("BEGIN IMMEDIATE")
             for op in batch:
-                tx = _SQLiteTx(conn, self._hook)
+                tx = _SQLiteTx(conn, self._hook, self.known_namespaces)
                 conn.execute("SAVEPOINT op")
                 try:
                     result = op.fn(tx)
@@ -414,7 +419,7 @@ class SQLiteStore(SqlStore):
             self._check_file()
             conn.execute("BEGIN")
             try:
-                return fn(_SQLiteTx(conn, self._hook))
+                return fn(_SQLiteTx(conn, self._hook, self.known_namespaces))
             finally:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")

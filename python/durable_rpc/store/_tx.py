@@ -44,8 +44,14 @@ class Tx(abc.ABC):
     #: serializes writers anyway). Empty in read transactions.
     row_lock_suffix: str = ""
 
-    def __init__(self) -> None:
+    def __init__(self, known_namespaces: set[str] | None = None) -> None:
         self.notes = Notes()
+        # Namespaces this store has already seen exist (shared by its transactions).
+        # Namespaces are never deleted, so a positive answer can be remembered and the
+        # existence check, once per operation, skipped.
+        self.known_namespaces: set[str] = (
+            known_namespaces if known_namespaces is not None else set()
+        )
 
     @abc.abstractmethod
     def one(self, sql: str, params: Sequence[Any] = ()) -> Row | None: ...

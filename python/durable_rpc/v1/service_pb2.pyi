@@ -13,6 +13,7 @@ from google.protobuf import message as _message
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.rpc import status_pb2 as _status_pb2
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -1218,3 +1219,123 @@ class FailActivityTaskResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___FailActivityTaskResponse: _TypeAlias = FailActivityTaskResponse  # noqa: Y015
+
+@_typing.final
+class TaskOutcome(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COMPLETE_WORKFLOW_TASK_FIELD_NUMBER: _builtins.int
+    FAIL_WORKFLOW_TASK_FIELD_NUMBER: _builtins.int
+    COMPLETE_ACTIVITY_TASK_FIELD_NUMBER: _builtins.int
+    FAIL_ACTIVITY_TASK_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def complete_workflow_task(self) -> Global___CompleteWorkflowTaskRequest: ...
+    @_builtins.property
+    def fail_workflow_task(self) -> Global___FailWorkflowTaskRequest: ...
+    @_builtins.property
+    def complete_activity_task(self) -> Global___CompleteActivityTaskRequest: ...
+    @_builtins.property
+    def fail_activity_task(self) -> Global___FailActivityTaskRequest: ...
+    def __init__(
+        self,
+        *,
+        complete_workflow_task: Global___CompleteWorkflowTaskRequest | None = ...,
+        fail_workflow_task: Global___FailWorkflowTaskRequest | None = ...,
+        complete_activity_task: Global___CompleteActivityTaskRequest | None = ...,
+        fail_activity_task: Global___FailActivityTaskRequest | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["complete_activity_task", b"complete_activity_task", "complete_workflow_task", b"complete_workflow_task", "fail_activity_task", b"fail_activity_task", "fail_workflow_task", b"fail_workflow_task", "outcome", b"outcome"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["complete_activity_task", b"complete_activity_task", "complete_workflow_task", b"complete_workflow_task", "fail_activity_task", b"fail_activity_task", "fail_workflow_task", b"fail_workflow_task", "outcome", b"outcome"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_outcome: _TypeAlias = _typing.Literal["complete_workflow_task", "fail_workflow_task", "complete_activity_task", "fail_activity_task"]  # noqa: Y015
+    _WhichOneofArgType_outcome: _TypeAlias = _typing.Literal["outcome", b"outcome"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_outcome) -> _WhichOneofReturnType_outcome | None: ...
+
+Global___TaskOutcome: _TypeAlias = TaskOutcome  # noqa: Y015
+
+@_typing.final
+class CompleteTasksRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OUTCOMES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def outcomes(self) -> _containers.RepeatedCompositeFieldContainer[Global___TaskOutcome]:
+        """At most 1000 items."""
+
+    def __init__(
+        self,
+        *,
+        outcomes: _abc.Iterable[Global___TaskOutcome] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["outcomes", b"outcomes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CompleteTasksRequest: _TypeAlias = CompleteTasksRequest  # noqa: Y015
+
+@_typing.final
+class TaskOutcomeResult(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COMPLETE_WORKFLOW_TASK_FIELD_NUMBER: _builtins.int
+    FAIL_WORKFLOW_TASK_FIELD_NUMBER: _builtins.int
+    COMPLETE_ACTIVITY_TASK_FIELD_NUMBER: _builtins.int
+    FAIL_ACTIVITY_TASK_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def complete_workflow_task(self) -> Global___CompleteWorkflowTaskResponse: ...
+    @_builtins.property
+    def fail_workflow_task(self) -> Global___FailWorkflowTaskResponse: ...
+    @_builtins.property
+    def complete_activity_task(self) -> Global___CompleteActivityTaskResponse: ...
+    @_builtins.property
+    def fail_activity_task(self) -> Global___FailActivityTaskResponse: ...
+    @_builtins.property
+    def error(self) -> _status_pb2.Status:
+        """The item's error, exactly as its single call would have failed (code, message,
+        google.rpc.ErrorInfo with the stable reason in details).
+        """
+
+    def __init__(
+        self,
+        *,
+        complete_workflow_task: Global___CompleteWorkflowTaskResponse | None = ...,
+        fail_workflow_task: Global___FailWorkflowTaskResponse | None = ...,
+        complete_activity_task: Global___CompleteActivityTaskResponse | None = ...,
+        fail_activity_task: Global___FailActivityTaskResponse | None = ...,
+        error: _status_pb2.Status | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["complete_activity_task", b"complete_activity_task", "complete_workflow_task", b"complete_workflow_task", "error", b"error", "fail_activity_task", b"fail_activity_task", "fail_workflow_task", b"fail_workflow_task", "result", b"result"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["complete_activity_task", b"complete_activity_task", "complete_workflow_task", b"complete_workflow_task", "error", b"error", "fail_activity_task", b"fail_activity_task", "fail_workflow_task", b"fail_workflow_task", "result", b"result"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_result: _TypeAlias = _typing.Literal["complete_workflow_task", "fail_workflow_task", "complete_activity_task", "fail_activity_task", "error"]  # noqa: Y015
+    _WhichOneofArgType_result: _TypeAlias = _typing.Literal["result", b"result"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_result) -> _WhichOneofReturnType_result | None: ...
+
+Global___TaskOutcomeResult: _TypeAlias = TaskOutcomeResult  # noqa: Y015
+
+@_typing.final
+class CompleteTasksResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESULTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___TaskOutcomeResult]:
+        """One result per outcome, in the same order."""
+
+    def __init__(
+        self,
+        *,
+        results: _abc.Iterable[Global___TaskOutcomeResult] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["results", b"results"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CompleteTasksResponse: _TypeAlias = CompleteTasksResponse  # noqa: Y015

@@ -480,6 +480,11 @@ class WorkerServiceStub(object):
                 request_serializer=durable__rpc_dot_v1_dot_service__pb2.FailActivityTaskRequest.SerializeToString,
                 response_deserializer=durable__rpc_dot_v1_dot_service__pb2.FailActivityTaskResponse.FromString,
                 _registered_method=True)
+        self.CompleteTasks = channel.unary_unary(
+                '/durable_rpc.v1.WorkerService/CompleteTasks',
+                request_serializer=durable__rpc_dot_v1_dot_service__pb2.CompleteTasksRequest.SerializeToString,
+                response_deserializer=durable__rpc_dot_v1_dot_service__pb2.CompleteTasksResponse.FromString,
+                _registered_method=True)
 
 
 class WorkerServiceServicer(object):
@@ -548,6 +553,16 @@ class WorkerServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CompleteTasks(self, request, context):
+        """Several of the four outcome calls above in one round trip: each item is applied
+        exactly as its single call would be (same fencing, same idempotence) and answered
+        on its own; one item's error does not affect the others. A worker uses it to
+        coalesce the outcomes that pile up while an earlier call is in flight.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WorkerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -600,6 +615,11 @@ def add_WorkerServiceServicer_to_server(servicer, server):
                     servicer.FailActivityTask,
                     request_deserializer=durable__rpc_dot_v1_dot_service__pb2.FailActivityTaskRequest.FromString,
                     response_serializer=durable__rpc_dot_v1_dot_service__pb2.FailActivityTaskResponse.SerializeToString,
+            ),
+            'CompleteTasks': grpc.unary_unary_rpc_method_handler(
+                    servicer.CompleteTasks,
+                    request_deserializer=durable__rpc_dot_v1_dot_service__pb2.CompleteTasksRequest.FromString,
+                    response_serializer=durable__rpc_dot_v1_dot_service__pb2.CompleteTasksResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -873,6 +893,33 @@ class WorkerService(object):
             '/durable_rpc.v1.WorkerService/FailActivityTask',
             durable__rpc_dot_v1_dot_service__pb2.FailActivityTaskRequest.SerializeToString,
             durable__rpc_dot_v1_dot_service__pb2.FailActivityTaskResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CompleteTasks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/durable_rpc.v1.WorkerService/CompleteTasks',
+            durable__rpc_dot_v1_dot_service__pb2.CompleteTasksRequest.SerializeToString,
+            durable__rpc_dot_v1_dot_service__pb2.CompleteTasksResponse.FromString,
             options,
             channel_credentials,
             insecure,

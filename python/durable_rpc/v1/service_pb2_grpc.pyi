@@ -160,6 +160,12 @@ class WorkerServiceStub:
     HeartbeatActivityTask: _grpc.UnaryUnaryMultiCallable[_service_pb2.HeartbeatActivityTaskRequest, _service_pb2.HeartbeatActivityTaskResponse]
     CompleteActivityTask: _grpc.UnaryUnaryMultiCallable[_service_pb2.CompleteActivityTaskRequest, _service_pb2.CompleteActivityTaskResponse]
     FailActivityTask: _grpc.UnaryUnaryMultiCallable[_service_pb2.FailActivityTaskRequest, _service_pb2.FailActivityTaskResponse]
+    CompleteTasks: _grpc.UnaryUnaryMultiCallable[_service_pb2.CompleteTasksRequest, _service_pb2.CompleteTasksResponse]
+    """Several of the four outcome calls above in one round trip: each item is applied
+    exactly as its single call would be (same fencing, same idempotence) and answered
+    on its own; one item's error does not affect the others. A worker uses it to
+    coalesce the outcomes that pile up while an earlier call is in flight.
+    """
 
 @_typing.type_check_only
 class WorkerServiceAsyncStub(WorkerServiceStub):
@@ -178,6 +184,12 @@ class WorkerServiceAsyncStub(WorkerServiceStub):
     HeartbeatActivityTask: _aio.UnaryUnaryMultiCallable[_service_pb2.HeartbeatActivityTaskRequest, _service_pb2.HeartbeatActivityTaskResponse]  # type: ignore[assignment]
     CompleteActivityTask: _aio.UnaryUnaryMultiCallable[_service_pb2.CompleteActivityTaskRequest, _service_pb2.CompleteActivityTaskResponse]  # type: ignore[assignment]
     FailActivityTask: _aio.UnaryUnaryMultiCallable[_service_pb2.FailActivityTaskRequest, _service_pb2.FailActivityTaskResponse]  # type: ignore[assignment]
+    CompleteTasks: _aio.UnaryUnaryMultiCallable[_service_pb2.CompleteTasksRequest, _service_pb2.CompleteTasksResponse]  # type: ignore[assignment]
+    """Several of the four outcome calls above in one round trip: each item is applied
+    exactly as its single call would be (same fencing, same idempotence) and answered
+    on its own; one item's error does not affect the others. A worker uses it to
+    coalesce the outcomes that pile up while an earlier call is in flight.
+    """
 
 class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
     """Used by workers: register, claim tasks under fenced leases, report outcomes."""
@@ -253,5 +265,17 @@ class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _service_pb2.FailActivityTaskRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_service_pb2.FailActivityTaskResponse, _abc.Awaitable[_service_pb2.FailActivityTaskResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def CompleteTasks(
+        self,
+        request: _service_pb2.CompleteTasksRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_service_pb2.CompleteTasksResponse, _abc.Awaitable[_service_pb2.CompleteTasksResponse]]:
+        """Several of the four outcome calls above in one round trip: each item is applied
+        exactly as its single call would be (same fencing, same idempotence) and answered
+        on its own; one item's error does not affect the others. A worker uses it to
+        coalesce the outcomes that pile up while an earlier call is in flight.
+        """
 
 def add_WorkerServiceServicer_to_server(servicer: WorkerServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -10,7 +10,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from datetime import timedelta
 from types import TracebackType
@@ -24,6 +24,7 @@ from durable_rpc.v1 import payload_pb2, service_pb2
 from durable_rpc.worker._activity_task import AttemptOutcome, run_attempt
 from durable_rpc.worker._client import WorkerClient, call
 from durable_rpc.worker._lease_keeper import LeaseKeeper
+from durable_rpc.worker._outcomes import OutcomeSender
 from durable_rpc.worker._workflow_task import last_event_id, replay
 from durable_rpc.workflow._definition import WorkflowDefinition, definition_of
 
@@ -104,6 +105,7 @@ class Worker:
         # the event loop; its task fails at the deadline.
         self._workflow_executor = ThreadPoolExecutor(thread_name_prefix="durable-workflow")
         self._keeper = LeaseKeeper(client)
+        self._outcomes = OutcomeSender(client)
         self._background: list[asyncio.Task[None]] = []
         self._registered = False
         self._heartbeat_interval = _DEFAULT_WORKER_HEARTBEAT_S
@@ -301,7 +303,7 @@ class Worker:
             fail = service_pb2.FailWorkflowTaskRequest(
                 namespace=self.namespace, lease=lease, failure=failure_from_exception(error)
             )
-            return await self._report(self.client.worker_service.FailWorkflowTask, fail, "failed")
+            return await self._report("fail_workflow_task", fail, "failed")
         slots = await self._reserve_activity_slots(commands)
         complete = service_pb2.CompleteWorkflowTaskRequest(
             namespace=self.namespace,
@@ -316,7 +318,7 @@ class Worker:
         eager: list[service_pb2.PollActivityTaskResponse] = []
         try:
             outcome = await self._report(
-                self.client.worker_service.CompleteWorkflowTask,
+                "complete_workflow_task",
                 complete,
                 "completed",
                 lambda response: eager.extend(response.eager_activities),
@@ -432,7 +434,7 @@ class Worker:
             )
             next_task: list[service_pb2.PollWorkflowTaskResponse] = []
             reported = await self._report(
-                self.client.worker_service.CompleteActivityTask,
+                "complete_activity_task",
                 complete,
                 "completed",
                 lambda response: (
@@ -449,21 +451,23 @@ class Worker:
         fail = service_pb2.FailActivityTaskRequest(
             namespace=self.namespace, lease=lease, failure=outcome.failure
         )
-        return await self._report(self.client.worker_service.FailActivityTask, fail, "failed")
+        return await self._report("fail_activity_task", fail, "failed")
 
     # --- reporting ------------------------------------------------------------------
 
     async def _report(
         self,
-        method: Callable[[Any], Awaitable[Any]],
+        kind: str,
         request: Any,
         outcome: TaskOutcome,
         on_response: Callable[[Any], object] | None = None,
     ) -> TaskOutcome:
-        """Send a completion; LEASE_LOST means another owner took over: drop silently."""
+        """Send a completion; LEASE_LOST means another owner took over: drop silently.
+        ``kind`` names the TaskOutcome field (``complete_workflow_task``, ...)."""
+        item = service_pb2.TaskOutcome(**{kind: request})
         for attempt in range(_REPORT_ATTEMPTS):
             try:
-                response = await call(method, request)
+                response = await self._outcomes.send(item)
                 if on_response is not None:
                     on_response(response)
                 return outcome
