@@ -302,10 +302,13 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
     ) -> service_pb2.CompleteTasksResponse:
         if len(request.outcomes) > MAX_BATCH_OUTCOMES:
             raise InvalidArgumentError(f"at most {MAX_BATCH_OUTCOMES} outcomes per call")
-        # Concurrently, so the store commits them together (one group-commit batch).
-        results = await asyncio.gather(
-            *(self._apply_outcome(outcome, context) for outcome in request.outcomes)
-        )
+        if len(request.outcomes) == 1:  # the common case when idle: no task per item
+            results = [await self._apply_outcome(request.outcomes[0], context)]
+        else:
+            # Concurrently, so the store commits them together (one group-commit batch).
+            results = await asyncio.gather(
+                *(self._apply_outcome(outcome, context) for outcome in request.outcomes)
+            )
         return service_pb2.CompleteTasksResponse(results=results)
 
     async def _apply_outcome(

@@ -633,13 +633,9 @@ class SqlStore(Store):
         )
         if row is None:
             return None
-        tx.run(
-            "UPDATE runs SET wft_attempt = ? WHERE namespace = ? AND run_id = ?",
-            (row["attempt"], namespace, row["run_id"]),
-        )
         run = tx.one(
-            "SELECT * FROM runs WHERE namespace = ? AND run_id = ?",
-            (namespace, row["run_id"]),
+            "UPDATE runs SET wft_attempt = ? WHERE namespace = ? AND run_id = ? RETURNING *",
+            (row["attempt"], namespace, row["run_id"]),
         )
         assert run is not None
         tx.notes.due.add(expires)
@@ -765,15 +761,16 @@ class SqlStore(Store):
                 )
                 if new_input is not None:
                     ensure_workflow_task(tx, namespace, run_id, run["task_queue"], now)
-            tx.run(
-                "UPDATE runs SET wft_attempt = 1, last_wft_failure = NULL "
-                "WHERE namespace = ? AND run_id = ?",
-                (namespace, run_id),
-            )
+            if run["wft_attempt"] != 1 or run["last_wft_failure"] is not None:
+                tx.run(
+                    "UPDATE runs SET wft_attempt = 1, last_wft_failure = NULL "
+                    "WHERE namespace = ? AND run_id = ?",
+                    (namespace, run_id),
+                )
             if closed or not eager_seqs or run["task_queue"] != eager_queue:
                 return []
             claimed = self._claim_eager_activities(
-                tx, namespace, run_id, lease.worker_id, eager_seqs, now
+                tx, namespace, run_id, run["workflow_id"], lease.worker_id, eager_seqs, now
             )
             on_queue = sum(
                 1
@@ -790,7 +787,14 @@ class SqlStore(Store):
         return await self._write(op)
 
     def _claim_eager_activities(
-        self, tx: Tx, namespace: str, run_id: str, worker_id: str, seqs: list[int], now: int
+        self,
+        tx: Tx,
+        namespace: str,
+        run_id: str,
+        workflow_id: str,
+        worker_id: str,
+        seqs: list[int],
+        now: int,
     ) -> list[ClaimedActivityTask]:
         marks = ", ".join("?" for _ in seqs)
         candidates = tx.all(
@@ -799,7 +803,9 @@ class SqlStore(Store):
             f"AND kind = 'activity' AND state = 'queued' AND seq IN ({marks}) ORDER BY seq",
             (namespace, run_id, *seqs),
         )
-        return [self._lease_activity(tx, namespace, c, worker_id, now) for c in candidates]
+        return [
+            self._lease_activity(tx, namespace, c, worker_id, now, workflow_id) for c in candidates
+        ]
 
     def _apply_command(
         self, tx: Tx, namespace: str, run: Row, command: workflow_task_pb2.Command, now: int
@@ -1006,7 +1012,13 @@ class SqlStore(Store):
         return await self._write(op)
 
     def _lease_activity(
-        self, tx: Tx, namespace: str, candidate: Row, worker_id: str, now: int
+        self,
+        tx: Tx,
+        namespace: str,
+        candidate: Row,
+        worker_id: str,
+        now: int,
+        workflow_id: str | None = None,
     ) -> ClaimedActivityTask:
         """Leases the queued/waiting activity task `candidate` (task_id, lease_ms,
         start_to_close_ms, schedule_to_close_deadline_ms) to `worker_id`."""
@@ -1026,10 +1038,11 @@ class SqlStore(Store):
             (worker_id, now, expires, expires, attempt_deadline, candidate["task_id"]),
         )
         assert row is not None
-        workflow_id = tx.value(
-            "SELECT workflow_id FROM runs WHERE namespace = ? AND run_id = ?",
-            (namespace, row["run_id"]),
-        )
+        if workflow_id is None:
+            workflow_id = tx.value(
+                "SELECT workflow_id FROM runs WHERE namespace = ? AND run_id = ?",
+                (namespace, row["run_id"]),
+            )
         options_bytes = bytes(row["options"])
         timeouts = activity_timeouts(parse_options(options_bytes))
         tx.notes.due.add(expires)

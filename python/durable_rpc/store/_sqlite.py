@@ -43,10 +43,12 @@ class _SQLiteTx(Tx):
         conn: sqlite3.Connection,
         hook: Callable[[str], None] | None = None,
         known_namespaces: set[str] | None = None,
+        now_ms: int | None = None,
     ) -> None:
         super().__init__(known_namespaces)
         self._conn = conn
         self._hook = hook
+        self._now_ms = now_ms
 
     def all(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         if self._hook is not None:
@@ -72,10 +74,14 @@ class _SQLiteTx(Tx):
             cursor.close()
 
     def now_ms(self) -> int:
-        row = self.one(f"SELECT {SQLITE_NOW_MS} AS now_ms")
-        assert row is not None
-        now: int = row["now_ms"]
-        return now
+        """The database clock, read once per transaction: every operation of a group-commit
+        batch sees the same instant (batches are serialized by the single writer, so this
+        time never goes backwards and all decisions inside a batch agree)."""
+        if self._now_ms is None:
+            row = self.one(f"SELECT {SQLITE_NOW_MS} AS now_ms")
+            assert row is not None
+            self._now_ms = int(row["now_ms"])
+        return self._now_ms
 
 
 @dataclass(slots=True)
@@ -329,8 +335,9 @@ class SQLiteStore(SqlStore):
         failed = 0
         try:
             conn.execute("BEGIN IMMEDIATE")
+            now = _SQLiteTx(conn, self._hook).now_ms()
             for op in batch:
-                tx = _SQLiteTx(conn, self._hook, self.known_namespaces)
+                tx = _SQLiteTx(conn, self._hook, self.known_namespaces, now)
                 conn.execute("SAVEPOINT op")
                 try:
                     result = op.fn(tx)
