@@ -163,15 +163,19 @@ class WorkflowService(service_pb2_grpc.WorkflowServiceServicer):
         if request.HasField("wait_timeout"):
             wait = min(request.wait_timeout.ToMilliseconds() / 1000, MAX_RESULT_WAIT_S)
         run_id = request.run_id or None
-        outcome = await self._store.get_outcome(ns, workflow_id, run_id)
-        if outcome.status == "running" and wait > 0:
-            closed = self._notifier.closed_runs.register((ns, outcome.run_id))
-            try:
-                # Re-read after registering, so a close in between is not missed.
-                outcome = await self._store.get_outcome(ns, workflow_id, outcome.run_id)
+        # Register for the close before reading, so a close in between is not missed.
+        # Without a run id the run is only known after a first read.
+        closed = self._notifier.closed_runs.register((ns, run_id)) if run_id else None
+        try:
+            outcome = await self._store.get_outcome(ns, workflow_id, run_id)
+            if outcome.status == "running" and wait > 0:
+                if closed is None:
+                    closed = self._notifier.closed_runs.register((ns, outcome.run_id))
+                    outcome = await self._store.get_outcome(ns, workflow_id, outcome.run_id)
                 if outcome.status == "running" and await wait_for_wakeup(closed, wait):
                     outcome = await self._store.get_outcome(ns, workflow_id, outcome.run_id)
-            finally:
+        finally:
+            if closed is not None:
                 closed.cancel()
         return service_pb2.GetWorkflowResultResponse(
             run_id=outcome.run_id,
