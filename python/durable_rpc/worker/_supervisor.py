@@ -137,6 +137,12 @@ class WorkflowSupervisor:
         if token.is_cancelled:
             await self.worker.stop()
             return report
+
+        async def stop_claiming() -> None:
+            await token.wait()
+            self.worker.claiming = False
+
+        stopper = asyncio.ensure_future(stop_claiming())
         try:
             cycles = [
                 asyncio.ensure_future(self._cycle(kinds, token, report)) for kinds in self._plan()
@@ -144,6 +150,8 @@ class WorkflowSupervisor:
             # Cycles end by themselves after the token is cancelled (draining their task).
             await asyncio.gather(*cycles)
         finally:
+            stopper.cancel()
+            self.worker.claiming = False
             await self.worker.drain()
             await self.worker.stop()
         return report

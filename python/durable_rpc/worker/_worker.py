@@ -116,6 +116,8 @@ class Worker:
         self._eager_runs: set[asyncio.Task[None]] = set()
         # Where outcomes of eager work are counted (set by the supervisor).
         self.outcomes: OutcomeSink | None = None
+        # Eager dispatch is a claim: once shutdown begins, completions stop asking for it.
+        self.claiming = True
         # The report of the background supervisor, once ``async with`` exited.
         self.report: SupervisorReport | None = None
 
@@ -333,7 +335,7 @@ class Worker:
     async def _reserve_activity_slots(self, commands: Sequence[Any]) -> int:
         """Take free activity slots (without waiting) for the activities these commands
         schedule that this worker can run, so the server may hand them over eagerly."""
-        if not self._activities:
+        if not self._activities or not self.claiming:
             return 0
         wanted = sum(
             1
@@ -430,7 +432,9 @@ class Worker:
                 lease=lease,
                 result=payload_pb2.Payload(data=outcome.result),
                 # Take the run's next workflow task in the same round trip when it is ours.
-                eager_workflow_task_queue=self.task_queue if self._workflows else "",
+                eager_workflow_task_queue=(
+                    self.task_queue if self._workflows and self.claiming else ""
+                ),
             )
             next_task: list[service_pb2.PollWorkflowTaskResponse] = []
             reported = await self._report(
