@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from durable_rpc.cli._replay import replay
 from durable_rpc.cli._selfcheck import selfcheck
 from durable_rpc.cli._server import server
 from durable_rpc.cli._workflow import workflow
@@ -15,6 +16,7 @@ def cli() -> None:
     """durable-rpc: a durable workflow engine with a gRPC API."""
 
 
+cli.add_command(replay)
 cli.add_command(selfcheck)
 cli.add_command(server)
 cli.add_command(workflow)

@@ -107,6 +107,10 @@ class Server:
             await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
         log.info("durable-rpc listening on %s (store %s)", self.config.listen, self.config.db_url)
 
+    def process_due_now(self) -> None:
+        """Fire whatever is due by the store's clock now (used after a test clock skip)."""
+        self._due.run_now()
+
     async def stop(self) -> None:
         """Stop accepting calls, let in-flight ones finish, then close the store."""
         self._shutting_down.set()  # long polls answer "nothing" right away

@@ -34,6 +34,7 @@ class DueLoop:
         self._changed = asyncio.Event()
         self._offset_ms = 0  # database clock minus process clock, refreshed every pass
         self._task: asyncio.Task[None] | None = None
+        self._run_now = False
         self.notifier: Notifier | None = None
 
     def schedule(self, due_ms: int) -> None:
@@ -42,6 +43,12 @@ class DueLoop:
         self._index.schedule(str(due_ms), due_ms)
         if current is None or due_ms < current:
             self._changed.set()
+
+    def run_now(self) -> None:
+        """Process due work right away, whatever the index says: the store's clock jumped
+        (durable_rpc.testing's time skipping), so the process-clock estimate is stale."""
+        self._run_now = True
+        self._changed.set()
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="durable-rpc-due-loop")
@@ -75,6 +82,9 @@ class DueLoop:
     async def _sleep_until_next_due(self) -> None:
         while True:
             self._changed.clear()
+            if self._run_now:
+                self._run_now = False
+                return
             next_due = self._index.next_due()
             delay = MAX_SLEEP_S
             if next_due is not None:

@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 
 from durable_rpc.errors import DurableRpcError, InternalError, StoreUnavailableError
 from durable_rpc.store._api import StoreOptions
+from durable_rpc.store._clock import SkipReport, idle_next_due_ms
 from durable_rpc.store._migrations import SQLITE_MIGRATIONS, SQLITE_NOW_MS, check_ordered
 from durable_rpc.store._ops import SqlStore
 from durable_rpc.store._tx import Notes, Row, Tx
@@ -44,11 +45,13 @@ class _SQLiteTx(Tx):
         hook: Callable[[str], None] | None = None,
         known_namespaces: set[str] | None = None,
         now_ms: int | None = None,
+        clock_offset_ms: int = 0,
     ) -> None:
         super().__init__(known_namespaces)
         self._conn = conn
         self._hook = hook
         self._now_ms = now_ms
+        self._clock_offset_ms = clock_offset_ms
 
     def all(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         if self._hook is not None:
@@ -78,7 +81,9 @@ class _SQLiteTx(Tx):
         batch sees the same instant (batches are serialized by the single writer, so this
         time never goes backwards and all decisions inside a batch agree)."""
         if self._now_ms is None:
-            row = self.one(f"SELECT {SQLITE_NOW_MS} AS now_ms")
+            # The offset (0 except under durable_rpc.testing's time skipping) is added in
+            # SQL: the database clock stays the only source of time.
+            row = self.one(f"SELECT {SQLITE_NOW_MS} + ? AS now_ms", (self._clock_offset_ms,))
             assert row is not None
             self._now_ms = int(row["now_ms"])
         return self._now_ms
@@ -124,6 +129,9 @@ class SQLiteStore(SqlStore):
 
     ``statement_hook`` (diagnostics, tests) is called with the text of every statement an
     operation executes, on the thread executing it.
+
+    ``clock_offset_ms`` is for ``durable_rpc.testing`` only: milliseconds added to the
+    database clock so tests can skip time (see :meth:`skip_time`). It only ever grows.
     """
 
     def __init__(
@@ -132,9 +140,11 @@ class SQLiteStore(SqlStore):
         options: StoreOptions | None = None,
         *,
         statement_hook: Callable[[str], None] | None = None,
+        clock_offset_ms: int = 0,
     ) -> None:
         super().__init__(options)
         self._hook = statement_hook
+        self._clock_offset_ms = clock_offset_ms
         self._memory = path == MEMORY
         self._path = path if self._memory else os.path.abspath(path)
         self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
@@ -335,7 +345,7 @@ class SQLiteStore(SqlStore):
         failed = 0
         try:
             conn.execute("BEGIN IMMEDIATE")
-            now = _SQLiteTx(conn, self._hook).now_ms()
+            now = _SQLiteTx(conn, self._hook, clock_offset_ms=self._clock_offset_ms).now_ms()
             for op in batch:
                 tx = _SQLiteTx(conn, self._hook, self.known_namespaces, now)
                 conn.execute("SAVEPOINT op")
@@ -426,7 +436,14 @@ class SQLiteStore(SqlStore):
             self._check_file()
             conn.execute("BEGIN")
             try:
-                return fn(_SQLiteTx(conn, self._hook, self.known_namespaces))
+                return fn(
+                    _SQLiteTx(
+                        conn,
+                        self._hook,
+                        self.known_namespaces,
+                        clock_offset_ms=self._clock_offset_ms,
+                    )
+                )
             finally:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
@@ -436,6 +453,32 @@ class SQLiteStore(SqlStore):
             raise InternalError(f"store invariant violated: {exc}") from exc
         except sqlite3.Error as exc:
             raise StoreUnavailableError(f"database error: {exc}") from exc
+
+    # -- time skipping (durable_rpc.testing only) -----------------------------------------
+
+    async def skip_time(self, until_ms: int | None = None) -> SkipReport:
+        """Moves the clock forward to the earliest due time (capped at ``until_ms``) if
+        nothing is queued or leased, i.e. everything left waits on time alone.
+
+        Runs as one write operation on the writer thread, so the idleness check and the
+        jump are atomic with respect to every other operation: a task claimed or created
+        concurrently is either seen (no skip) or ordered after the jump. Leases are never
+        expired by a jump because a leased task prevents it.
+        """
+
+        def op(tx: Tx) -> SkipReport:
+            now = tx.now_ms()
+            idle, due = idle_next_due_ms(tx)
+            if not idle:
+                return SkipReport(skipped_ms=0, db_now_ms=now, idle=False)
+            if until_ms is not None:
+                due = until_ms if due is None else min(due, until_ms)
+            if due is None or due <= now:
+                return SkipReport(skipped_ms=0, db_now_ms=now, idle=True)
+            self._clock_offset_ms += due - now
+            return SkipReport(skipped_ms=due - now, db_now_ms=due, idle=True)
+
+        return await self._write(op)
 
     # -- SqlStore -------------------------------------------------------------------------
 

@@ -1,0 +1,136 @@
+"""Offline replay of recorded histories against the current workflow code.
+
+A deploy that changes workflow code in a way existing runs cannot follow (a reordered
+activity, a new timer, a removed branch) only shows up when a worker replays an open
+run's history — in production. The replayer does that replay ahead of time, through the
+very function workers use (``worker._workflow_task.replay``), so a CI job can refuse the
+change. No server is involved.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from durable_rpc._core import NondeterminismError
+from durable_rpc.testing._history import HistoryLike, load_history
+from durable_rpc.v1 import history_pb2
+from durable_rpc.worker._workflow_task import replay
+from durable_rpc.workflow._definition import WorkflowDefinition, definition_of
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayResult:
+    """The outcome of replaying one history.
+
+    ``error`` is None when the code followed the history. On divergence it is the
+    :class:`durable_rpc.NondeterminismError` (``seq``, ``expected``, ``actual``); other
+    failures (an unknown workflow type, a malformed history, the workflow code raising
+    at task level) are kept as the exception raised.
+    """
+
+    source: str
+    workflow_type: str
+    workflow_id: str
+    run_id: str
+    error: Exception | None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def nondeterminism(self) -> NondeterminismError | None:
+        return self.error if isinstance(self.error, NondeterminismError) else None
+
+    def describe(self) -> str:
+        """One line for humans and CI logs."""
+        what = f"{self.source}: {self.workflow_type} {self.workflow_id}/{self.run_id}"
+        return f"{what}: ok" if self.error is None else f"{what}: {self.error}"
+
+
+class ReplayFailedError(AssertionError):
+    """Raised by a ``raise_on_failure`` replayer; ``results`` holds every failed replay."""
+
+    def __init__(self, results: Sequence[ReplayResult]) -> None:
+        self.results = list(results)
+        super().__init__("\n".join(r.describe() for r in self.results))
+
+
+class Replayer:
+    """Replays histories against ``workflows`` (``@workflow.defn`` classes).
+
+    The definition is chosen by the history's ``workflow_type`` and ``workflow_version``,
+    the way a worker chooses it. With ``raise_on_failure`` a failed replay raises
+    :class:`ReplayFailedError` instead of being returned.
+    """
+
+    def __init__(self, workflows: Iterable[type], *, raise_on_failure: bool = False) -> None:
+        self._definitions: dict[tuple[str, str], WorkflowDefinition] = {}
+        for cls in workflows:
+            definition = definition_of(cls)
+            self._definitions[(definition.name, definition.version)] = definition
+        self.raise_on_failure = raise_on_failure
+
+    def replay(self, history: HistoryLike, *, source: str | None = None) -> ReplayResult:
+        """Replay one history: a ``History``, its bytes, its protobuf JSON, or a path."""
+        if source is None:
+            source = _path_of(history) or "<history>"
+        result = self._replay(load_history(history), source)
+        if self.raise_on_failure and not result.ok:
+            raise ReplayFailedError([result])
+        return result
+
+    def replay_all(self, histories: Iterable[HistoryLike]) -> list[ReplayResult]:
+        """Replay every history (a deploy gate); with ``raise_on_failure`` raises once,
+        after all of them ran, listing every failure."""
+        results: list[ReplayResult] = []
+        for history in histories:
+            source = _path_of(history) or f"<history #{len(results)}>"
+            try:
+                loaded = load_history(history)
+            except (OSError, ValueError) as exc:
+                results.append(ReplayResult(source, "", "", "", exc))
+                continue
+            results.append(self._replay(loaded, source))
+        failed = [r for r in results if not r.ok]
+        if self.raise_on_failure and failed:
+            raise ReplayFailedError(failed)
+        return results
+
+    def _replay(self, history: history_pb2.History, source: str) -> ReplayResult:
+        if not history.events or history.events[0].WhichOneof("attributes") != "workflow_started":
+            return ReplayResult(source, "", "", "", ValueError("event 1 is not workflow_started"))
+        started = history.events[0].workflow_started
+        version = started.workflow_version or "1"
+        ident = (source, started.workflow_type, started.workflow_id, started.run_id)
+        definition = self._definitions.get((started.workflow_type, version))
+        if definition is None:
+            known = ", ".join(f"{n} v{v}" for n, v in sorted(self._definitions)) or "none"
+            missing = LookupError(
+                f"no workflow {started.workflow_type!r} version {version!r} (known: {known})"
+            )
+            return ReplayResult(*ident, missing)
+        # The final activation (if the run is open) sees the time of the last event, so
+        # replay is deterministic for a given file.
+        last_time_ms = history.events[-1].event_time.ToMilliseconds()
+        try:
+            replay(
+                definition,
+                history.SerializeToString(),
+                last_time_ms,
+                task_queue=started.task_queue,
+            )
+        except Exception as exc:  # every failure is a result; the gate reports them all
+            return ReplayResult(*ident, exc)
+        return ReplayResult(*ident, None)
+
+
+def _path_of(history: HistoryLike) -> str | None:
+    """The path ``history`` names, if it is one (a str that is not JSON text)."""
+    if isinstance(history, os.PathLike):
+        return os.fspath(history)
+    if isinstance(history, str) and not history.lstrip().startswith("{"):
+        return history
+    return None
