@@ -22,10 +22,11 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import enum
+import inspect
 import types
 import typing
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from functools import lru_cache
 from typing import Any
@@ -218,3 +219,23 @@ def decode_args(data: bytes, hints: Sequence[Any]) -> list[Any]:
     if not isinstance(values, list):
         raise _error("invalid_payload_framing", "an argument list must be an array Value")
     return [from_value(v, hints[i] if i < len(hints) else Any) for i, v in enumerate(values)]
+
+
+def arg_and_result_hints(
+    fn: Callable[..., Any], *, skip_self: bool = True
+) -> tuple[tuple[Any, ...], Any]:
+    """Hints of the positional parameters (after ``self`` unless ``skip_self`` is False),
+    and of the return value."""
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:
+        # Unresolvable forward references: values then travel in their plain form.
+        hints = {}
+    params = [
+        p
+        for p in inspect.signature(fn).parameters.values()
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+    if skip_self:
+        params = params[1:]
+    return tuple(hints.get(p.name, Any) for p in params), hints.get("return", Any)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import functools
 import inspect
-import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar, overload
+
+from durable_rpc.converter import arg_and_result_hints
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -25,23 +26,8 @@ class ActivityDefinition:
     result_hint: Any
 
 
-def _hints(fn: Callable[..., Any]) -> tuple[tuple[Any, ...], Any]:
-    try:
-        hints = typing.get_type_hints(fn)
-    except Exception:
-        # Unresolvable forward references: values then travel in their plain form.
-        hints = {}
-    params = [
-        p
-        for p in inspect.signature(fn).parameters.values()
-        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-    ]
-    args = tuple(hints.get(p.name, Any) for p in params)
-    return args, hints.get("return", Any)
-
-
 def _build(fn: Callable[..., Any], name: str | None) -> ActivityDefinition:
-    args, result = _hints(fn)
+    args, result = arg_and_result_hints(fn, skip_self=False)
     is_async = inspect.iscoroutinefunction(inspect.unwrap(fn)) or inspect.iscoroutinefunction(fn)
     return ActivityDefinition(name or fn.__name__, fn, is_async, args, result)
 

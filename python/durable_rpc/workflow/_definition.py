@@ -6,10 +6,11 @@ from __future__ import annotations
 import functools
 import hashlib
 import inspect
-import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar, overload
+
+from durable_rpc.converter import arg_and_result_hints
 
 _C = TypeVar("_C", bound=type)
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -38,26 +39,6 @@ class WorkflowDefinition:
     arg_hints: tuple[Any, ...]
     result_hint: Any
     signals: Mapping[str, SignalDefinition]
-
-
-def arg_and_result_hints(
-    fn: Callable[..., Any], *, skip_self: bool = True
-) -> tuple[tuple[Any, ...], Any]:
-    """Hints of the positional parameters (after ``self`` unless ``skip_self`` is False),
-    and of the return value."""
-    try:
-        hints = typing.get_type_hints(fn)
-    except Exception:
-        # Unresolvable forward references: values then travel in their plain form.
-        hints = {}
-    params = [
-        p
-        for p in inspect.signature(fn).parameters.values()
-        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-    ]
-    if skip_self:
-        params = params[1:]
-    return tuple(hints.get(p.name, Any) for p in params), hints.get("return", Any)
 
 
 def fingerprint(cls: type) -> str:

@@ -24,8 +24,9 @@ from typing import Any
 
 from durable_rpc import converter, payload
 from durable_rpc.activity._failure import application_error_from_failure, failure_from_exception
+from durable_rpc.converter import arg_and_result_hints
 from durable_rpc.v1 import options_pb2, payload_pb2, workflow_task_pb2
-from durable_rpc.workflow._definition import WorkflowDefinition, arg_and_result_hints
+from durable_rpc.workflow._definition import WorkflowDefinition
 from durable_rpc.workflow._errors import ActivityError, AmbiguousEffectError, WorkflowTaskError
 from durable_rpc.workflow._loop import WorkflowLoop, new_loop
 
