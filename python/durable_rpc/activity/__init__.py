@@ -13,7 +13,13 @@ async def charge(order_id: str, cents: int) -> str:
 
 from __future__ import annotations
 
-from durable_rpc.activity._context import ActivityInfo, heartbeat, info, is_cancelled
+from durable_rpc.activity._context import (
+    ActivityInfo,
+    heartbeat,
+    heartbeat_details,
+    info,
+    is_cancelled,
+)
 from durable_rpc.activity._definition import ActivityDefinition, defn
 from durable_rpc.activity._errors import ApplicationError
 
@@ -23,6 +29,7 @@ __all__ = [
     "ApplicationError",
     "defn",
     "heartbeat",
+    "heartbeat_details",
     "info",
     "is_cancelled",
 ]

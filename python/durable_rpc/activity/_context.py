@@ -7,11 +7,14 @@ concurrently running activities.
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from durable_rpc import converter
 
 
 @dataclass(frozen=True)
@@ -38,7 +41,13 @@ class ActivityContext:
         # Written by the activity (any thread), read by the lease keeper; replacing a
         # tuple reference is atomic, so no lock is needed.
         self.details: tuple[Any, ...] | None = None
+        # How many times the activity called heartbeat(): with a heartbeat timeout the
+        # worker only heartbeats on the activity's behalf when this moved, so an attempt
+        # that hangs stops heartbeating and the server times it out.
+        self.beats = 0
         self.cancelled = threading.Event()
+        # Set with ``cancelled`` when the server asked for cancellation (not a lost lease).
+        self.cancel_requested = False
 
 
 _current: contextvars.ContextVar[ActivityContext] = contextvars.ContextVar(
@@ -63,12 +72,30 @@ def info() -> ActivityInfo:
 
 
 def heartbeat(*details: Any) -> None:
-    """Record progress; the worker's automatic lease heartbeats carry the last details.
+    """Record progress; the worker's lease heartbeats carry the last details, and the
+    next attempt reads them back from ``info().heartbeat_details``.
 
     Cheap to call often: nothing is sent here. Heartbeats go out at half the lease (or
-    half the heartbeat timeout), so the lease never lapses while the activity runs.
+    half the heartbeat timeout). With a heartbeat timeout, only an activity that keeps
+    calling this keeps its attempt alive. Once the attempt is cancelled (the workflow
+    was cancelled or closed) or its lease is lost, this raises CancelledError: the
+    activity's way to stop (sync code can also poll :func:`is_cancelled`).
     """
-    current_context().details = details
+    context = current_context()
+    context.details = details
+    context.beats += 1
+    if context.cancelled.is_set():
+        raise asyncio.CancelledError("the activity attempt was cancelled")
+
+
+def heartbeat_details(*types: Any) -> tuple[Any, ...]:
+    """The last heartbeat details of an earlier attempt, converted to ``types`` (one per
+    detail, like an activity's parameters; missing ones are plain values)."""
+    plain = tuple(info().heartbeat_details)
+    return tuple(
+        converter.from_value(value, types[i]) if i < len(types) else value
+        for i, value in enumerate(plain)
+    )
 
 
 def is_cancelled() -> bool:

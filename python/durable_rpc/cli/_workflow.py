@@ -269,6 +269,55 @@ def signal(
         console.print("delivered" if delivered else "already delivered (same request id)")
 
 
+def _json_args(text: str) -> list[Any]:
+    args = json.loads(text)
+    return args if isinstance(args, list) else [args]
+
+
+@workflow.command(name="signal-with-start")
+@click.argument("workflow_type")
+@click.argument("signal_name")
+@click.option("--id", "workflow_id", required=True, help="Workflow id.")
+@click.option("--task-queue", required=True)
+@click.option("--input", "input_json", default="[]", help="JSON array: start arguments.")
+@click.option("--signal-input", "signal_json", default="[]", help="JSON array: signal args.")
+@click.option("--version", default="1", show_default=True)
+@click.option("--request-id", default=None, help="Deduplication key (default: random).")
+@with_common
+def signal_with_start(
+    workflow_type: str,
+    signal_name: str,
+    workflow_id: str,
+    task_queue: str,
+    input_json: str,
+    signal_json: str,
+    version: str,
+    request_id: str | None,
+    address: str,
+    namespace: str,
+    as_json: bool,
+) -> None:
+    """Send SIGNAL_NAME to the open run of --id, starting WORKFLOW_TYPE first if none is."""
+    handle = _run(
+        address,
+        namespace,
+        lambda c: c.signal_with_start_workflow(
+            workflow_type,
+            *_json_args(input_json),
+            id=workflow_id,
+            task_queue=task_queue,
+            signal=signal_name,
+            signal_args=_json_args(signal_json),
+            version=version,
+            request_id=request_id,
+        ),
+    )
+    if as_json:
+        _emit_json({"workflow_id": handle.workflow_id, "run_id": handle.run_id})
+    else:
+        console.print(f"signalled [bold]{handle.workflow_id}[/] run {handle.run_id}")
+
+
 @workflow.command()
 @click.argument("workflow_id")
 @click.option("--run-id", default=None)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import grpc
@@ -12,7 +12,7 @@ import grpc
 from durable_rpc import converter
 from durable_rpc._rpc_status import from_rpc_error
 from durable_rpc.client._handle import WorkflowHandle, WorkflowInfo, info_from_proto
-from durable_rpc.client._refs import workflow_ref
+from durable_rpc.client._refs import signal_name, workflow_ref
 from durable_rpc.telemetry import tracing_client_interceptors
 from durable_rpc.v1 import payload_pb2, service_pb2, service_pb2_grpc
 
@@ -95,6 +95,41 @@ class Client:
             request_id=request_id or uuid.uuid4().hex,
         )
         response = await self.call(self.workflow_service.StartWorkflow, request)
+        return WorkflowHandle(
+            self, id, response.run_id, result_type if result_type is not None else hint
+        )
+
+    async def signal_with_start_workflow(
+        self,
+        workflow: Callable[..., Any] | str,
+        *args: Any,
+        id: str,
+        task_queue: str,
+        signal: Callable[..., Any] | str,
+        signal_args: Sequence[Any] = (),
+        request_id: str | None = None,
+        version: str | None = None,
+        result_type: Any = None,
+    ) -> WorkflowHandle:
+        """Signal the open run of ``id``, or start ``workflow(*args)`` and signal it: one
+        atomic call, so "create the order if new, then add the item" never races.
+
+        A started run sees the signal in its first activation, before its main method
+        runs. ``request_id`` makes retries safe: a repeat delivers nothing new.
+        """
+        workflow_type, defn_version, hint = workflow_ref(workflow)
+        request = service_pb2.SignalWithStartWorkflowRequest(
+            namespace=self.namespace,
+            workflow_id=id,
+            workflow_type=workflow_type,
+            workflow_version=version or defn_version,
+            task_queue=task_queue,
+            input=payload_pb2.Payload(data=converter.encode_args(args)),
+            signal_name=signal_name(signal),
+            signal_input=payload_pb2.Payload(data=converter.encode_args(list(signal_args))),
+            request_id=request_id or uuid.uuid4().hex,
+        )
+        response = await self.call(self.workflow_service.SignalWithStartWorkflow, request)
         return WorkflowHandle(
             self, id, response.run_id, result_type if result_type is not None else hint
         )

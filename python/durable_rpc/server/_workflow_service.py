@@ -85,6 +85,29 @@ class WorkflowService(service_pb2_grpc.WorkflowServiceServicer):
         )
         return service_pb2.SignalWorkflowResponse(delivered=delivered)
 
+    async def SignalWithStartWorkflow(
+        self,
+        request: service_pb2.SignalWithStartWorkflowRequest,
+        context: grpc.aio.ServicerContext,
+    ) -> service_pb2.SignalWithStartWorkflowResponse:
+        result = await self._store.signal_with_start(
+            _validate.namespace(request.namespace),
+            _validate.name("workflow_id", request.workflow_id),
+            _validate.name("workflow_type", request.workflow_type),
+            _validate.name("workflow_version", request.workflow_version or "1"),
+            _validate.name("task_queue", request.task_queue),
+            _validate.payload_bytes("input", request.input, has=request.HasField("input")),
+            _validate.name("signal_name", request.signal_name),
+            _validate.payload_bytes(
+                "signal_input", request.signal_input, has=request.HasField("signal_input")
+            ),
+            _validate.name("request_id", request.request_id or uuid.uuid4().hex),
+            current_trace_context(),
+        )
+        return service_pb2.SignalWithStartWorkflowResponse(
+            run_id=result.run_id, started=result.started, delivered=result.delivered
+        )
+
     async def CancelWorkflow(
         self, request: service_pb2.CancelWorkflowRequest, context: grpc.aio.ServicerContext
     ) -> service_pb2.CancelWorkflowResponse:

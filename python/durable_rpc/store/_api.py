@@ -96,6 +96,15 @@ class StartResult:
 
 
 @dataclass(frozen=True, slots=True)
+class SignalWithStartResult:
+    run_id: str
+    #: True when this call started the run.
+    started: bool
+    #: False when the request id had already been delivered to that run.
+    delivered: bool
+
+
+@dataclass(frozen=True, slots=True)
 class RunInfo:
     workflow_id: str
     run_id: str
@@ -289,6 +298,23 @@ class Store(abc.ABC):
         input: bytes,
         request_id: str,
     ) -> bool: ...
+
+    @abc.abstractmethod
+    async def signal_with_start(
+        self,
+        namespace: str,
+        workflow_id: str,
+        workflow_type: str,
+        workflow_version: str,
+        task_queue: str,
+        input: bytes,
+        signal_name: str,
+        signal_input: bytes,
+        request_id: str,
+        trace_context: Mapping[str, str] | None = None,
+    ) -> SignalWithStartResult:
+        """Signal the open run of ``workflow_id``, or start one and signal it, in one
+        transaction. ``request_id`` deduplicates both the start and the signal."""
 
     @abc.abstractmethod
     async def request_cancel(

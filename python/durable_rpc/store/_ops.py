@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import abc
 import json
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
@@ -37,6 +36,7 @@ from durable_rpc.store._api import (
     RunDescription,
     RunInfo,
     RunOutcome,
+    SignalWithStartResult,
     StartResult,
     Store,
     StoreListener,
@@ -58,6 +58,13 @@ from durable_rpc.store._logic import (
     parse_payload,
     validate_commands,
     workflow_task_backoff_ms,
+)
+from durable_rpc.store._runs import (
+    create_run,
+    deliver_signal,
+    earlier_start,
+    open_run_of,
+    signal_seen,
 )
 from durable_rpc.store._shared import (
     ACTIVE,
@@ -182,71 +189,25 @@ class SqlStore(Store):
 
         def op(tx: Tx) -> StartResult:
             require_namespace(tx, namespace)
-            if request_id:
-                earlier = tx.one(
-                    "SELECT run_id FROM start_requests "
-                    "WHERE namespace = ? AND workflow_id = ? AND request_id = ?",
-                    (namespace, workflow_id, request_id),
-                )
-                if earlier is not None:
-                    return StartResult(earlier["run_id"], started=False)
-            running = tx.one(
-                "SELECT run_id FROM runs "
-                "WHERE namespace = ? AND workflow_id = ? AND status = 'running'",
-                (namespace, workflow_id),
-            )
+            earlier = earlier_start(tx, namespace, workflow_id, request_id)
+            if earlier is not None:
+                return StartResult(earlier, started=False)
+            running = open_run_of(tx, namespace, workflow_id)
             if running is not None:
                 raise WorkflowAlreadyStartedError(
                     f"workflow {workflow_id!r} already has an open run {running['run_id']}"
                 )
-            now = tx.now_ms()
-            fingerprint = tx.value(
-                "SELECT fingerprint FROM definitions "
-                "WHERE namespace = ? AND name = ? AND version = ?",
-                (namespace, workflow_type, version),
-            )
-            run_id = str(uuid.uuid4())
-            tx.run(
-                "INSERT INTO runs (namespace, run_id, workflow_id, workflow_type, "
-                "workflow_version, task_queue, status, start_time_ms, history_length, "
-                "definition_fingerprint, cancel_requested, wft_attempt) "
-                "VALUES (?, ?, ?, ?, ?, ?, 'running', ?, 0, ?, 0, 1)",
-                (
-                    namespace,
-                    run_id,
-                    workflow_id,
-                    workflow_type,
-                    version,
-                    task_queue,
-                    now,
-                    fingerprint or "",
-                ),
-            )
-            if request_id:
-                tx.run(
-                    "INSERT INTO start_requests (namespace, workflow_id, request_id, run_id) "
-                    "VALUES (?, ?, ?, ?)",
-                    (namespace, workflow_id, request_id, run_id),
-                )
-            append_event(
+            run_id, _ = create_run(
                 tx,
                 namespace,
-                run_id,
-                now,
-                "workflow_started",
-                history_pb2.WorkflowStarted(
-                    workflow_type=workflow_type,
-                    workflow_version=version,
-                    workflow_id=workflow_id,
-                    run_id=run_id,
-                    task_queue=task_queue,
-                    input=payload,
-                    definition_fingerprint=fingerprint or "",
-                    request_id=request_id,
-                    trace_context=trace_context or {},
-                ),
+                workflow_id,
+                workflow_type,
+                version,
+                task_queue,
+                payload,
+                request_id,
+                trace_context,
             )
-            ensure_workflow_task(tx, namespace, run_id, task_queue, now)
             return StartResult(run_id, started=True)
 
         return await self._write(op)
@@ -265,35 +226,76 @@ class SqlStore(Store):
 
         def op(tx: Tx) -> bool:
             run = find_run(tx, namespace, workflow_id, run_id)
-            if request_id:
-                seen = tx.one(
-                    "SELECT request_id FROM signal_requests "
-                    "WHERE namespace = ? AND run_id = ? AND request_id = ?",
-                    (namespace, run["run_id"], request_id),
-                )
-                if seen is not None:
-                    return False
+            if signal_seen(tx, namespace, run["run_id"], request_id):
+                return False
             if run["status"] != "running":
                 raise WorkflowNotRunningError(f"run {run['run_id']} is {run['status']}")
-            now = tx.now_ms()
-            if request_id:
-                tx.run(
-                    "INSERT INTO signal_requests (namespace, run_id, request_id, created_at_ms) "
-                    "VALUES (?, ?, ?, ?)",
-                    (namespace, run["run_id"], request_id, now),
+            deliver_signal(
+                tx, namespace, run["run_id"], run["task_queue"], signal_name, payload, request_id
+            )
+            return True
+
+        return await self._write(op)
+
+    async def signal_with_start(
+        self,
+        namespace: str,
+        workflow_id: str,
+        workflow_type: str,
+        workflow_version: str,
+        task_queue: str,
+        input: bytes,
+        signal_name: str,
+        signal_input: bytes,
+        request_id: str,
+        trace_context: Mapping[str, str] | None = None,
+    ) -> SignalWithStartResult:
+        require(workflow_id, "workflow_id")
+        require(workflow_type, "workflow_type")
+        require(task_queue, "task_queue")
+        require(signal_name, "signal_name")
+        version = version_or_default(workflow_version)
+        start_payload = parse_payload(input, "input")
+        signal_payload = parse_payload(signal_input, "signal input")
+
+        def op(tx: Tx) -> SignalWithStartResult:
+            require_namespace(tx, namespace)
+            run = open_run_of(tx, namespace, workflow_id)
+            if run is not None:
+                run_id = str(run["run_id"])
+                if signal_seen(tx, namespace, run_id, request_id):
+                    return SignalWithStartResult(run_id, started=False, delivered=False)
+                deliver_signal(
+                    tx,
+                    namespace,
+                    run_id,
+                    run["task_queue"],
+                    signal_name,
+                    signal_payload,
+                    request_id,
                 )
-            append_event(
+                return SignalWithStartResult(run_id, started=False, delivered=True)
+            earlier = earlier_start(tx, namespace, workflow_id, request_id)
+            if earlier is not None:
+                # This request started a run that has closed since: a retried call.
+                return SignalWithStartResult(earlier, started=False, delivered=False)
+            run_id, _ = create_run(
                 tx,
                 namespace,
-                run["run_id"],
-                now,
-                "signal_received",
-                history_pb2.SignalReceived(
-                    signal_name=signal_name, input=payload, request_id=request_id
-                ),
+                workflow_id,
+                workflow_type,
+                version,
+                task_queue,
+                start_payload,
+                request_id,
+                trace_context,
             )
-            ensure_workflow_task(tx, namespace, run["run_id"], run["task_queue"], now)
-            return True
+            # Recorded right after WorkflowStarted and before any workflow task ran, so
+            # the first activation carries both: handlers see it before the main method.
+            deliver_signal(
+                tx, namespace, run_id, task_queue, signal_name, signal_payload, request_id
+            )
+            return SignalWithStartResult(run_id, started=True, delivered=True)
 
         return await self._write(op)
 

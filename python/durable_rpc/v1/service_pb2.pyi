@@ -206,6 +206,92 @@ class SignalWorkflowResponse(_message.Message):
 Global___SignalWorkflowResponse: _TypeAlias = SignalWorkflowResponse  # noqa: Y015
 
 @_typing.final
+class SignalWithStartWorkflowRequest(_message.Message):
+    """Start-or-signal in one store transaction, so no concurrent caller can observe (or
+    race into) the gap between "no open run" and "run started".
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    WORKFLOW_ID_FIELD_NUMBER: _builtins.int
+    WORKFLOW_TYPE_FIELD_NUMBER: _builtins.int
+    WORKFLOW_VERSION_FIELD_NUMBER: _builtins.int
+    TASK_QUEUE_FIELD_NUMBER: _builtins.int
+    INPUT_FIELD_NUMBER: _builtins.int
+    SIGNAL_NAME_FIELD_NUMBER: _builtins.int
+    SIGNAL_INPUT_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    workflow_id: _builtins.str
+    workflow_type: _builtins.str
+    """Used only when no run of workflow_id is open."""
+    workflow_version: _builtins.str
+    """Empty = "1"."""
+    task_queue: _builtins.str
+    signal_name: _builtins.str
+    request_id: _builtins.str
+    """Deduplication key of the signal (and of the start): repeating the request returns
+    the same run and does not deliver the signal again.
+    """
+    @_builtins.property
+    def input(self) -> _payload_pb2.Payload:
+        """Start arguments as one array-valued payload (ignored when a run is open)."""
+
+    @_builtins.property
+    def signal_input(self) -> _payload_pb2.Payload:
+        """Signal arguments as one array-valued payload."""
+
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        workflow_id: _builtins.str = ...,
+        workflow_type: _builtins.str = ...,
+        workflow_version: _builtins.str = ...,
+        task_queue: _builtins.str = ...,
+        input: _payload_pb2.Payload | None = ...,
+        signal_name: _builtins.str = ...,
+        signal_input: _payload_pb2.Payload | None = ...,
+        request_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["input", b"input", "signal_input", b"signal_input"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["input", b"input", "namespace", b"namespace", "request_id", b"request_id", "signal_input", b"signal_input", "signal_name", b"signal_name", "task_queue", b"task_queue", "workflow_id", b"workflow_id", "workflow_type", b"workflow_type", "workflow_version", b"workflow_version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SignalWithStartWorkflowRequest: _TypeAlias = SignalWithStartWorkflowRequest  # noqa: Y015
+
+@_typing.final
+class SignalWithStartWorkflowResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    STARTED_FIELD_NUMBER: _builtins.int
+    DELIVERED_FIELD_NUMBER: _builtins.int
+    run_id: _builtins.str
+    """The run that got the signal."""
+    started: _builtins.bool
+    """True when this call started the run."""
+    delivered: _builtins.bool
+    """False when the request id had already been delivered to that run."""
+    def __init__(
+        self,
+        *,
+        run_id: _builtins.str = ...,
+        started: _builtins.bool = ...,
+        delivered: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["delivered", b"delivered", "run_id", b"run_id", "started", b"started"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SignalWithStartWorkflowResponse: _TypeAlias = SignalWithStartWorkflowResponse  # noqa: Y015
+
+@_typing.final
 class CancelWorkflowRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

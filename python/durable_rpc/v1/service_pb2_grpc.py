@@ -51,6 +51,11 @@ class WorkflowServiceStub(object):
                 request_serializer=durable__rpc_dot_v1_dot_service__pb2.SignalWorkflowRequest.SerializeToString,
                 response_deserializer=durable__rpc_dot_v1_dot_service__pb2.SignalWorkflowResponse.FromString,
                 _registered_method=True)
+        self.SignalWithStartWorkflow = channel.unary_unary(
+                '/durable_rpc.v1.WorkflowService/SignalWithStartWorkflow',
+                request_serializer=durable__rpc_dot_v1_dot_service__pb2.SignalWithStartWorkflowRequest.SerializeToString,
+                response_deserializer=durable__rpc_dot_v1_dot_service__pb2.SignalWithStartWorkflowResponse.FromString,
+                _registered_method=True)
         self.CancelWorkflow = channel.unary_unary(
                 '/durable_rpc.v1.WorkflowService/CancelWorkflow',
                 request_serializer=durable__rpc_dot_v1_dot_service__pb2.CancelWorkflowRequest.SerializeToString,
@@ -105,6 +110,14 @@ class WorkflowServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SignalWithStartWorkflow(self, request, context):
+        """Signals the open run of workflow_id, or starts one and signals it, atomically: a
+        new run sees the signal in its first activation, before its main method runs.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def CancelWorkflow(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -154,6 +167,11 @@ def add_WorkflowServiceServicer_to_server(servicer, server):
                     servicer.SignalWorkflow,
                     request_deserializer=durable__rpc_dot_v1_dot_service__pb2.SignalWorkflowRequest.FromString,
                     response_serializer=durable__rpc_dot_v1_dot_service__pb2.SignalWorkflowResponse.SerializeToString,
+            ),
+            'SignalWithStartWorkflow': grpc.unary_unary_rpc_method_handler(
+                    servicer.SignalWithStartWorkflow,
+                    request_deserializer=durable__rpc_dot_v1_dot_service__pb2.SignalWithStartWorkflowRequest.FromString,
+                    response_serializer=durable__rpc_dot_v1_dot_service__pb2.SignalWithStartWorkflowResponse.SerializeToString,
             ),
             'CancelWorkflow': grpc.unary_unary_rpc_method_handler(
                     servicer.CancelWorkflow,
@@ -247,6 +265,33 @@ class WorkflowService(object):
             '/durable_rpc.v1.WorkflowService/SignalWorkflow',
             durable__rpc_dot_v1_dot_service__pb2.SignalWorkflowRequest.SerializeToString,
             durable__rpc_dot_v1_dot_service__pb2.SignalWorkflowResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SignalWithStartWorkflow(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/durable_rpc.v1.WorkflowService/SignalWithStartWorkflow',
+            durable__rpc_dot_v1_dot_service__pb2.SignalWithStartWorkflowRequest.SerializeToString,
+            durable__rpc_dot_v1_dot_service__pb2.SignalWithStartWorkflowResponse.FromString,
             options,
             channel_credentials,
             insecure,

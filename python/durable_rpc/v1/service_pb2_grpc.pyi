@@ -42,6 +42,10 @@ class WorkflowServiceStub:
     def __new__(cls, channel: _aio.Channel) -> WorkflowServiceAsyncStub: ...
     StartWorkflow: _grpc.UnaryUnaryMultiCallable[_service_pb2.StartWorkflowRequest, _service_pb2.StartWorkflowResponse]
     SignalWorkflow: _grpc.UnaryUnaryMultiCallable[_service_pb2.SignalWorkflowRequest, _service_pb2.SignalWorkflowResponse]
+    SignalWithStartWorkflow: _grpc.UnaryUnaryMultiCallable[_service_pb2.SignalWithStartWorkflowRequest, _service_pb2.SignalWithStartWorkflowResponse]
+    """Signals the open run of workflow_id, or starts one and signals it, atomically: a
+    new run sees the signal in its first activation, before its main method runs.
+    """
     CancelWorkflow: _grpc.UnaryUnaryMultiCallable[_service_pb2.CancelWorkflowRequest, _service_pb2.CancelWorkflowResponse]
     TerminateWorkflow: _grpc.UnaryUnaryMultiCallable[_service_pb2.TerminateWorkflowRequest, _service_pb2.TerminateWorkflowResponse]
     DescribeWorkflow: _grpc.UnaryUnaryMultiCallable[_service_pb2.DescribeWorkflowRequest, _service_pb2.DescribeWorkflowResponse]
@@ -64,6 +68,10 @@ class WorkflowServiceAsyncStub(WorkflowServiceStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
     StartWorkflow: _aio.UnaryUnaryMultiCallable[_service_pb2.StartWorkflowRequest, _service_pb2.StartWorkflowResponse]  # type: ignore[assignment]
     SignalWorkflow: _aio.UnaryUnaryMultiCallable[_service_pb2.SignalWorkflowRequest, _service_pb2.SignalWorkflowResponse]  # type: ignore[assignment]
+    SignalWithStartWorkflow: _aio.UnaryUnaryMultiCallable[_service_pb2.SignalWithStartWorkflowRequest, _service_pb2.SignalWithStartWorkflowResponse]  # type: ignore[assignment]
+    """Signals the open run of workflow_id, or starts one and signals it, atomically: a
+    new run sees the signal in its first activation, before its main method runs.
+    """
     CancelWorkflow: _aio.UnaryUnaryMultiCallable[_service_pb2.CancelWorkflowRequest, _service_pb2.CancelWorkflowResponse]  # type: ignore[assignment]
     TerminateWorkflow: _aio.UnaryUnaryMultiCallable[_service_pb2.TerminateWorkflowRequest, _service_pb2.TerminateWorkflowResponse]  # type: ignore[assignment]
     DescribeWorkflow: _aio.UnaryUnaryMultiCallable[_service_pb2.DescribeWorkflowRequest, _service_pb2.DescribeWorkflowResponse]  # type: ignore[assignment]
@@ -95,6 +103,16 @@ class WorkflowServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _service_pb2.SignalWorkflowRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_service_pb2.SignalWorkflowResponse, _abc.Awaitable[_service_pb2.SignalWorkflowResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def SignalWithStartWorkflow(
+        self,
+        request: _service_pb2.SignalWithStartWorkflowRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_service_pb2.SignalWithStartWorkflowResponse, _abc.Awaitable[_service_pb2.SignalWithStartWorkflowResponse]]:
+        """Signals the open run of workflow_id, or starts one and signals it, atomically: a
+        new run sees the signal in its first activation, before its main method runs.
+        """
 
     @_abc_1.abstractmethod
     def CancelWorkflow(

@@ -52,6 +52,7 @@ class _Attempt:
 
     def request_cancel(self) -> None:
         self.cancel_requested = True
+        self.context.cancel_requested = True
         self._stop()
 
     def _stop(self) -> None:
@@ -125,6 +126,8 @@ async def run_attempt(
     attempt.task = user
     try:
         await asyncio.wait({user})
+        if not attempt.lease_lost and not user.cancelled() and user.exception() is not None:
+            await keeper.flush(held)
     except asyncio.CancelledError:
         # The worker itself is being torn down: abandon the attempt; its lease lapses.
         user.cancel()

@@ -68,6 +68,15 @@ class HeldLease:
     on_lost: Callable[[], None]
     on_cancel_requested: Callable[[], None]
     not_before_ms: int = 0
+    # context.beats as of the last heartbeat sent (see needs_heartbeat).
+    sent_beats: int = 0
+
+    def needs_heartbeat(self) -> bool:
+        """Without a heartbeat timeout the keeper heartbeats on the activity's behalf (to
+        learn about cancellation; the lease is the start_to_close bound anyway). With
+        one, it only forwards the activity's own heartbeats: one that stops calling
+        ``activity.heartbeat`` is timed out by the server and retried."""
+        return self.cap_ms is None or self.context.beats != self.sent_beats
 
 
 class LeaseKeeper:
@@ -88,6 +97,17 @@ class LeaseKeeper:
     def release(self, task_id: int) -> None:
         self._held.pop(task_id, None)
         self._book.release(str(task_id))
+
+    async def flush(self, held: HeldLease) -> None:
+        """Send details the activity recorded since the last heartbeat, now: an attempt
+        about to fail must leave its progress for the next attempt to resume from."""
+        task_id = held.lease.task_id
+        if held.context.details is None or held.context.beats == held.sent_beats:
+            return
+        if self._held.get(task_id) is not held or task_id in self._in_flight:
+            return
+        self._in_flight.add(task_id)
+        await self._heartbeat(held)
 
     async def run(self) -> None:
         heartbeats: set[asyncio.Task[None]] = set()
@@ -121,6 +141,8 @@ class LeaseKeeper:
                 continue
             if task_id in self._in_flight or now < held.not_before_ms:
                 continue
+            if not held.needs_heartbeat():
+                continue
             self._in_flight.add(task_id)
             task = asyncio.ensure_future(self._heartbeat(held))
             heartbeats.add(task)
@@ -137,6 +159,7 @@ class LeaseKeeper:
             namespace=self._client.namespace, lease=held.lease
         )
         details = held.context.details
+        beats = held.context.beats
         if details is not None:
             request.details.CopyFrom(payload_pb2.Payload(data=converter.encode_args(details)))
         try:
@@ -154,6 +177,7 @@ class LeaseKeeper:
             self._in_flight.discard(task_id)
         if self._held.get(task_id) is not held:
             return
+        held.sent_beats = beats
         window = lease_window_ms(
             response.lease_expires_at if response.HasField("lease_expires_at") else None,
             held.cap_ms,

@@ -58,13 +58,16 @@ from durable_rpc.workflow._errors import (
 from durable_rpc.workflow._logger import logger
 from durable_rpc.workflow._retry import RetryPolicy
 from durable_rpc.workflow._runtime import WorkflowInfo, WorkflowInstance
+from durable_rpc.workflow._saga import CompensationError, Saga
 
 __all__ = [
     "ActivityError",
     "AmbiguousEffectError",
     "ApplicationError",
+    "CompensationError",
     "RestrictedOperationError",
     "RetryPolicy",
+    "Saga",
     "SignalDefinition",
     "WorkflowDefinition",
     "WorkflowInfo",

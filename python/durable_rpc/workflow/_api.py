@@ -72,12 +72,43 @@ async def sleep(delay: float | timedelta) -> None:
         raise
 
 
-async def wait_condition(predicate: Callable[[], bool]) -> None:
+async def wait_condition(
+    predicate: Callable[[], bool], *, timeout: float | timedelta | None = None
+) -> None:
     """Wait until ``predicate()`` is true; it is re-checked whenever the workflow's
-    coroutines are all blocked (for example after a signal handler ran)."""
+    coroutines are all blocked (for example after a signal handler ran).
+
+    With ``timeout``, a durable timer bounds the wait: TimeoutError when it fires first;
+    the timer is cancelled (a recorded TimerCancelled) when the condition wins. A
+    condition that is already true at expiry wins: the caller asked for the condition.
+    """
     if predicate():
         return
-    await current().wait_condition(predicate)
+    runtime = current()
+    condition = runtime.wait_condition(predicate)
+    if timeout is None:
+        await condition
+        return
+    span = timeout if isinstance(timeout, timedelta) else timedelta(seconds=timeout)
+    if span <= timedelta(0):
+        condition.cancel()
+        raise TimeoutError("wait_condition timed out")
+    pb = duration(span)
+    seq, timer = runtime.start_timer((pb.seconds, pb.nanos))
+    try:
+        await asyncio.wait({condition, timer}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        condition.cancel()
+        runtime.cancel_timer(seq)
+        raise
+    if condition.done() or predicate():
+        runtime.cancel_timer(seq)  # a no-op when the timer already fired
+        if condition.done() and not condition.cancelled():
+            condition.result()  # re-raises what the predicate raised
+        condition.cancel()
+        return
+    condition.cancel()
+    raise TimeoutError(f"wait_condition timed out after {span}")
 
 
 def set_signal_handler(name: str, handler: Callable[..., Any] | None) -> None:

@@ -1,0 +1,136 @@
+"""Run creation and signal delivery inside a transaction, shared by start, signal and
+signal-with-start so the three can never disagree on what a start or a signal writes."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+
+from durable_rpc.store._shared import append_event, ensure_workflow_task
+from durable_rpc.store._tx import Row, Tx
+from durable_rpc.v1 import history_pb2, payload_pb2
+
+
+def earlier_start(tx: Tx, namespace: str, workflow_id: str, request_id: str) -> str | None:
+    """The run an earlier start with ``request_id`` created (None: no such start)."""
+    if not request_id:
+        return None
+    row = tx.one(
+        "SELECT run_id FROM start_requests "
+        "WHERE namespace = ? AND workflow_id = ? AND request_id = ?",
+        (namespace, workflow_id, request_id),
+    )
+    return None if row is None else str(row["run_id"])
+
+
+def open_run_of(tx: Tx, namespace: str, workflow_id: str) -> Row | None:
+    """The open run of ``workflow_id`` (locked for the rest of the transaction), if any."""
+    return tx.one(
+        "SELECT * FROM runs WHERE namespace = ? AND workflow_id = ? AND status = 'running'"
+        f"{tx.row_lock_suffix}",
+        (namespace, workflow_id),
+    )
+
+
+def create_run(
+    tx: Tx,
+    namespace: str,
+    workflow_id: str,
+    workflow_type: str,
+    version: str,
+    task_queue: str,
+    payload: payload_pb2.Payload,
+    request_id: str,
+    trace_context: Mapping[str, str] | None,
+) -> tuple[str, int]:
+    """Insert a running run with its WorkflowStarted event and first workflow task;
+    returns (run_id, now). The caller checked that no run of the id is open."""
+    now = tx.now_ms()
+    fingerprint = tx.value(
+        "SELECT fingerprint FROM definitions WHERE namespace = ? AND name = ? AND version = ?",
+        (namespace, workflow_type, version),
+    )
+    run_id = str(uuid.uuid4())
+    tx.run(
+        "INSERT INTO runs (namespace, run_id, workflow_id, workflow_type, "
+        "workflow_version, task_queue, status, start_time_ms, history_length, "
+        "definition_fingerprint, cancel_requested, wft_attempt) "
+        "VALUES (?, ?, ?, ?, ?, ?, 'running', ?, 0, ?, 0, 1)",
+        (
+            namespace,
+            run_id,
+            workflow_id,
+            workflow_type,
+            version,
+            task_queue,
+            now,
+            fingerprint or "",
+        ),
+    )
+    if request_id:
+        tx.run(
+            "INSERT INTO start_requests (namespace, workflow_id, request_id, run_id) "
+            "VALUES (?, ?, ?, ?)",
+            (namespace, workflow_id, request_id, run_id),
+        )
+    append_event(
+        tx,
+        namespace,
+        run_id,
+        now,
+        "workflow_started",
+        history_pb2.WorkflowStarted(
+            workflow_type=workflow_type,
+            workflow_version=version,
+            workflow_id=workflow_id,
+            run_id=run_id,
+            task_queue=task_queue,
+            input=payload,
+            definition_fingerprint=fingerprint or "",
+            request_id=request_id,
+            trace_context=trace_context or {},
+        ),
+    )
+    ensure_workflow_task(tx, namespace, run_id, task_queue, now)
+    return run_id, now
+
+
+def signal_seen(tx: Tx, namespace: str, run_id: str, request_id: str) -> bool:
+    """True when a signal with ``request_id`` was already delivered to the run."""
+    if not request_id:
+        return False
+    row = tx.one(
+        "SELECT request_id FROM signal_requests "
+        "WHERE namespace = ? AND run_id = ? AND request_id = ?",
+        (namespace, run_id, request_id),
+    )
+    return row is not None
+
+
+def deliver_signal(
+    tx: Tx,
+    namespace: str,
+    run_id: str,
+    task_queue: str,
+    signal_name: str,
+    payload: payload_pb2.Payload,
+    request_id: str,
+) -> None:
+    """Append SignalReceived to an open run (remembering ``request_id``) and make sure a
+    workflow task will deliver it."""
+    now = tx.now_ms()
+    if request_id:
+        tx.run(
+            "INSERT INTO signal_requests (namespace, run_id, request_id, created_at_ms) "
+            "VALUES (?, ?, ?, ?)",
+            (namespace, run_id, request_id, now),
+        )
+    append_event(
+        tx,
+        namespace,
+        run_id,
+        now,
+        "signal_received",
+        history_pb2.SignalReceived(signal_name=signal_name, input=payload, request_id=request_id),
+    )
+    ensure_workflow_task(tx, namespace, run_id, task_queue, now)

@@ -1,0 +1,317 @@
+"""Workflows and activities for the feature tests, runnable as a worker process:
+
+    python -m tests.features.apps ADDRESS TASK_QUEUE [--release]
+
+Like tests/e2e/apps.py: activities append one line per execution to
+$DURABLE_RPC_TEST_LOG; "blocking" activities wait forever unless --release was given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+
+from durable_rpc import (
+    CancellationToken,
+    Client,
+    RetryPolicy,
+    Worker,
+    WorkflowSupervisor,
+    WorkflowSupervisorConfig,
+    activity,
+    workflow,
+)
+from tests.e2e.apps import record
+
+RELEASED = False
+_release = asyncio.Event()
+SECOND = timedelta(seconds=1)
+
+
+# --- signal-with-start ------------------------------------------------------------------
+
+
+@workflow.defn(name="Cart")
+class Cart:
+    """Collects items; records what it saw before its main method ran."""
+
+    def __init__(self) -> None:
+        self.items: list[str] = []
+        self.checked_out = False
+
+    @workflow.signal
+    def add(self, item: str) -> None:
+        if item == "checkout":
+            self.checked_out = True
+        else:
+            self.items.append(item)
+
+    @workflow.run
+    async def run(self, owner: str) -> dict[str, list[str]]:
+        seen_at_start = list(self.items)
+        await workflow.wait_condition(lambda: self.checked_out)
+        return {"owner": [owner], "at_start": seen_at_start, "items": self.items}
+
+
+# --- wait_condition with a timeout ------------------------------------------------------
+
+
+@workflow.defn(name="Approval")
+class Approval:
+    def __init__(self) -> None:
+        self.approved = False
+
+    @workflow.signal
+    def approve(self) -> None:
+        self.approved = True
+
+    @workflow.run
+    async def run(self, timeout_s: float) -> str:
+        try:
+            await workflow.wait_condition(lambda: self.approved, timeout=timeout_s)
+        except TimeoutError:
+            return "timed out"
+        return "approved"
+
+
+# --- saga -------------------------------------------------------------------------------
+
+
+@activity.defn
+async def book(what: str) -> str:
+    record(f"book:{what}")
+    if what == "car":
+        raise activity.ApplicationError("no cars left", type="SoldOut", non_retryable=True)
+    return f"booked:{what}"
+
+
+@activity.defn
+async def cancel_booking(what: str) -> None:
+    record(f"undo-start:{what}")
+    # The oldest compensation blocks: the test kills the worker here.
+    if what == "flight" and not RELEASED:
+        await _release.wait()
+    record(f"undo-done:{what}")
+
+
+@workflow.defn(name="Trip")
+class Trip:
+    @workflow.run
+    async def run(self) -> str:
+        try:
+            async with workflow.Saga(
+                start_to_close_timeout=timedelta(seconds=2),
+                retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=50)),
+            ) as saga:
+                for what in ("flight", "hotel", "car"):
+                    await workflow.execute_activity(
+                        book, what, start_to_close_timeout=timedelta(seconds=5)
+                    )
+                    saga.add(cancel_booking, what)
+        except workflow.ActivityError as exc:
+            return f"compensated after {exc.cause}"
+        return "booked"
+
+
+@activity.defn
+async def undo_may_fail(what: str) -> None:
+    record(f"undo:{what}")
+    if what == "b":
+        raise activity.ApplicationError("cannot undo b", non_retryable=True)
+
+
+@workflow.defn(name="LenientSaga")
+class LenientSaga:
+    @workflow.run
+    async def run(self, continue_on_error: bool) -> list[str]:
+        saga = workflow.Saga(continue_on_error=continue_on_error)
+        for what in ("a", "b", "c"):
+            saga.add(undo_may_fail, what)
+        try:
+            await saga.compensate()
+        except workflow.CompensationError as exc:
+            return [type(e).__name__ for e in exc.errors]
+        return []
+
+
+# --- activities: heartbeats, cancellation, retries, timeouts ------------------------------
+
+
+@dataclass
+class Progress:
+    done: int
+    note: str
+
+
+@activity.defn
+async def resumable(total: int) -> str:
+    """Heartbeats its progress; attempt 1 fails half way, attempt 2 resumes from there."""
+    info = activity.info()
+    (start,) = activity.heartbeat_details(Progress) or (Progress(0, "fresh"),)
+    record(f"resumable attempt={info.attempt} from={start.done} note={start.note}")
+    for i in range(start.done, total):
+        activity.heartbeat(Progress(i + 1, f"after-{i + 1}"))
+        if info.attempt == 1 and i + 1 == total // 2:
+            raise RuntimeError("crash half way")
+    return f"finished from {start.done}"
+
+
+@activity.defn
+def hangs_once() -> str:
+    """Attempt 1 heartbeats once then hangs without heartbeating: the heartbeat timeout
+    must end it. Sync, so the hang is a real blocked thread."""
+    attempt = activity.info().attempt
+    record(f"hangs_once attempt={attempt}")
+    if attempt == 1:
+        activity.heartbeat("started")
+        deadline = time.monotonic() + 8
+        while time.monotonic() < deadline and not activity.is_cancelled():
+            time.sleep(0.05)
+        return "hung"
+    return f"ok on attempt {attempt}"
+
+
+@activity.defn
+async def wait_for_cancel() -> str:
+    record("wait_for_cancel started")
+    try:
+        while True:
+            activity.heartbeat("waiting")
+            await asyncio.sleep(0.1)
+    except asyncio.CancelledError:
+        record("wait_for_cancel cancelled")
+        raise
+
+
+@activity.defn
+async def cleanup(tag: str) -> str:
+    record(f"cleanup:{tag}")
+    return tag
+
+
+@activity.defn
+async def flaky(kind: str) -> str:
+    attempt = activity.info().attempt
+    record(f"flaky:{kind} attempt={attempt}")
+    if kind == "non-retryable-app":
+        raise activity.ApplicationError("stop", type="Fatal", non_retryable=True)
+    if kind == "value-error":
+        raise ValueError("bad value")
+    raise RuntimeError(f"attempt {attempt} failed")
+
+
+@workflow.defn(name="Heartbeats")
+class Heartbeats:
+    @workflow.run
+    async def run(self, which: str) -> str:
+        fast_retry = RetryPolicy(initial_interval=timedelta(milliseconds=50))
+        if which == "resume":
+            return await workflow.execute_activity(
+                resumable, 10, start_to_close_timeout=10 * SECOND, retry_policy=fast_retry
+            )
+        return await workflow.execute_activity(
+            hangs_once,
+            start_to_close_timeout=30 * SECOND,
+            heartbeat_timeout=SECOND,
+            retry_policy=fast_retry,
+        )
+
+
+@workflow.defn(name="Cancellable")
+class Cancellable:
+    @workflow.run
+    async def run(self) -> str:
+        try:
+            return await workflow.execute_activity(
+                wait_for_cancel, start_to_close_timeout=60 * SECOND, heartbeat_timeout=2 * SECOND
+            )
+        except asyncio.CancelledError:
+            await workflow.execute_activity(
+                cleanup, "after-cancel", start_to_close_timeout=5 * SECOND
+            )
+            raise
+
+
+@workflow.defn(name="Retries")
+class Retries:
+    @workflow.run
+    async def run(self, kind: str) -> str:
+        policy = RetryPolicy(
+            initial_interval=timedelta(milliseconds=50),
+            backoff_coefficient=10.0,
+            maximum_interval=timedelta(milliseconds=200),
+            maximum_attempts=4,
+            non_retryable_error_types=["ValueError"],
+        )
+        try:
+            await workflow.execute_activity(
+                flaky, kind, start_to_close_timeout=5 * SECOND, retry_policy=policy
+            )
+        except workflow.ActivityError as exc:
+            cause = exc.cause
+            return f"{exc.attempt}:{getattr(cause, 'type', '')}"
+        return "ok"
+
+
+@workflow.defn(name="Deadlines")
+class Deadlines:
+    @workflow.run
+    async def run(self, which: str) -> str:
+        try:
+            if which == "schedule_to_start":
+                # Scheduled on a queue no worker polls.
+                await workflow.execute_activity(
+                    cleanup,
+                    "never",
+                    task_queue="nobody-polls-this",
+                    start_to_close_timeout=5 * SECOND,
+                    schedule_to_start_timeout=timedelta(milliseconds=500),
+                )
+            else:
+                # Never completes: the schedule_to_close deadline ends it.
+                await workflow.execute_activity(
+                    wait_for_cancel, schedule_to_close_timeout=timedelta(milliseconds=1500)
+                )
+        except workflow.ActivityError as exc:
+            return f"{getattr(exc.cause, 'type', '')}"
+        return "ok"
+
+
+WORKFLOWS = [Cart, Approval, Trip, LenientSaga, Heartbeats, Cancellable, Retries, Deadlines]
+ACTIVITIES = [
+    book,
+    cancel_booking,
+    undo_may_fail,
+    resumable,
+    hangs_once,
+    wait_for_cancel,
+    cleanup,
+    flaky,
+]
+
+
+async def main() -> None:
+    global RELEASED
+    parser = argparse.ArgumentParser()
+    parser.add_argument("address")
+    parser.add_argument("task_queue")
+    parser.add_argument("--release", action="store_true")
+    args = parser.parse_args()
+    RELEASED = args.release
+    client = await Client.connect(args.address)
+    worker = Worker(client, task_queue=args.task_queue, workflows=WORKFLOWS, activities=ACTIVITIES)
+    token = CancellationToken()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, token.cancel)
+    config = WorkflowSupervisorConfig(8).with_backoff(
+        timedelta(milliseconds=50), timedelta(seconds=1)
+    )
+    print(await WorkflowSupervisor(worker, config).run(token), flush=True)
+    await client.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
