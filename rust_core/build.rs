@@ -7,6 +7,7 @@ use std::path::PathBuf;
 const PROTOS: &[&str] = &[
     "durable_rpc/v1/payload.proto",
     "durable_rpc/v1/options.proto",
+    "durable_rpc/v1/search_attributes.proto",
     "durable_rpc/v1/history.proto",
     "durable_rpc/v1/workflow_task.proto",
 ];

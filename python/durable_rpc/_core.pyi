@@ -75,6 +75,7 @@ class NondeterminismError(Exception):
     ``actual`` the produced one (``nothing`` when the code no longer reaches a recorded
     command), e.g. ``ScheduleActivity(seq=2, type="charge")``,
     ``StartTimer(seq=3, duration=1.5s)``, ``CancelTimer(timer_seq=3)``,
+    ``SideEffect(seq=4)``, ``Patch(id="charge-v2")``,
     ``CompleteWorkflow``, ``FailWorkflow``, ``CancelWorkflow``.
     """
 

@@ -86,6 +86,20 @@ class InternalError(DurableRpcError):
     reason = "INTERNAL"
 
 
+class QueryFailedError(DurableRpcError):
+    """A query could not be answered: unknown query name, the handler raised, or it
+    tried to change the run (schedule an activity, start a timer...)."""
+
+    reason = "QUERY_FAILED"
+
+
+class QueryTimeoutError(DurableRpcError):
+    """No worker answered the query in time (none polls the run's task queue, or the
+    one that took it died or is stuck)."""
+
+    reason = "QUERY_TIMEOUT"
+
+
 STATUS_BY_REASON: dict[str, grpc.StatusCode] = {
     LeaseLostError.reason: grpc.StatusCode.FAILED_PRECONDITION,
     WorkflowAlreadyStartedError.reason: grpc.StatusCode.ALREADY_EXISTS,
@@ -98,6 +112,8 @@ STATUS_BY_REASON: dict[str, grpc.StatusCode] = {
     StoreUnavailableError.reason: grpc.StatusCode.UNAVAILABLE,
     ResourceExhaustedError.reason: grpc.StatusCode.RESOURCE_EXHAUSTED,
     InternalError.reason: grpc.StatusCode.INTERNAL,
+    QueryFailedError.reason: grpc.StatusCode.FAILED_PRECONDITION,
+    QueryTimeoutError.reason: grpc.StatusCode.DEADLINE_EXCEEDED,
 }
 
 ERROR_BY_REASON: dict[str, type[DurableRpcError]] = {
@@ -114,5 +130,7 @@ ERROR_BY_REASON: dict[str, type[DurableRpcError]] = {
         StoreUnavailableError,
         ResourceExhaustedError,
         InternalError,
+        QueryFailedError,
+        QueryTimeoutError,
     )
 }

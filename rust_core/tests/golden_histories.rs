@@ -17,8 +17,8 @@ use _core::proto::command::Kind;
 use _core::proto::history_event::Attributes;
 use _core::proto::resolve_activity_job::Outcome;
 use _core::proto::{
-    Activation, ActivationCompletion, Command, CompleteWorkflow, History, ScheduleActivity,
-    StartTimer,
+    Activation, ActivationCompletion, Command, CompleteWorkflow, History, RecordMarker,
+    ScheduleActivity, StartTimer,
 };
 use _core::replay::{NondeterminismError, ReplayError, ReplayMachine};
 
@@ -69,6 +69,14 @@ fn recorded_commands(history: &History) -> Vec<Vec<Command>> {
                     duration: t.duration,
                 })),
             },
+            Some(Attributes::MarkerRecorded(m)) => Command {
+                seq: m.seq,
+                kind: Some(Kind::RecordMarker(RecordMarker {
+                    kind: m.kind.clone(),
+                    id: m.id.clone(),
+                    payload: m.payload.clone(),
+                })),
+            },
             Some(Attributes::WorkflowCompleted(c)) => Command {
                 seq: 0,
                 kind: Some(Kind::CompleteWorkflow(CompleteWorkflow {
@@ -107,6 +115,7 @@ fn describe_command(command: &Command) -> String {
             format!("timer {} {seconds}s", command.seq)
         }
         Kind::CompleteWorkflow(_) => "complete".to_owned(),
+        Kind::RecordMarker(m) => format!("marker {} {} {:?}", command.seq, m.kind, m.id),
         other => format!("{other:?}"),
     }
 }
@@ -187,6 +196,43 @@ fn signal() {
                 strings(&["schedule 1 say_hello"])
             ),
             (strings(&["activity 1 ok #1"]), strings(&["complete"])),
+        ]
+    );
+}
+
+#[test]
+fn markers() {
+    let history = load("markers");
+    let mut machine = ReplayMachine::new(history.clone(), last_time(&history)).expect("valid");
+    let first = machine.next_activation().expect("ok").expect("start");
+    let recorded: Vec<(i64, &str, &str)> = first
+        .markers
+        .iter()
+        .map(|m| (m.seq, m.kind.as_str(), m.id.as_str()))
+        .collect();
+    assert_eq!(
+        recorded,
+        vec![(1, "side_effect", ""), (0, "patch", "polite")]
+    );
+    assert!(
+        first.markers[0].payload.is_some(),
+        "the side-effect value is handed back"
+    );
+    assert_eq!(
+        replay_recorded("markers"),
+        vec![
+            (
+                strings(&["start GoldenMarkers"]),
+                strings(&[
+                    "marker 1 side_effect \"\"",
+                    "marker 0 patch \"polite\"",
+                    "schedule 2 say_hello"
+                ])
+            ),
+            (
+                strings(&["activity 2 ok #1"]),
+                strings(&["marker 3 side_effect \"\"", "complete"])
+            ),
         ]
     );
 }

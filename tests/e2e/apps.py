@@ -13,6 +13,7 @@ import argparse
 import asyncio
 import os
 import signal
+import uuid
 from datetime import timedelta
 
 from durable_rpc import (
@@ -81,6 +82,30 @@ class TwoSteps:
             retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=50)),
         )
         return [first, second]
+
+
+def _mint_token(tag: str) -> str:
+    token = f"{tag}:{uuid.uuid4().hex}"
+    record(f"side_effect:{token}")
+    return token
+
+
+@workflow.defn(name="SideEffects")
+class SideEffects:
+    """A side effect and a version check before an activity a test kills the worker in."""
+
+    @workflow.run
+    async def run(self, tag: str) -> list[str]:
+        token = workflow.side_effect(lambda: _mint_token(tag))
+        patched = workflow.patched("tokens-v2")
+        done = await workflow.execute_activity(
+            slow_step,
+            f"{tag}-1",
+            start_to_close_timeout=timedelta(seconds=2),
+            retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=50)),
+        )
+        again = workflow.side_effect(lambda: _mint_token(tag))
+        return [token, str(patched), done, again]
 
 
 @workflow.defn(name="Charge")
@@ -176,7 +201,7 @@ async def main() -> None:
     worker = Worker(
         client,
         task_queue=args.task_queue,
-        workflows=[TwoSteps, Charge, Sleeper, Collector, evolving],
+        workflows=[TwoSteps, Charge, Sleeper, Collector, SideEffects, evolving],
         activities=[step, slow_step, charge_card],
         allow_definition_change=True,
     )

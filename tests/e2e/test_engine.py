@@ -67,6 +67,35 @@ async def test_worker_sigkill_after_first_activity_resumes_without_rerunning_it(
     assert kinds(history)[-1] == "workflow_completed"
 
 
+async def test_side_effect_value_survives_a_worker_sigkill_and_runs_once(
+    server: ServerProcess,
+    client: Client,
+    spawn_worker: Callable[..., WorkerProcess],
+    test_log: Path,
+) -> None:
+    q = queue()
+    first = spawn_worker(server.address, q)
+    handle = await client.start_workflow(apps.SideEffects.run, "se", id="se-1", task_queue=q)
+    wait_for(lambda: lines(test_log, "slow_step-start"), what="the activity to start")
+    first.kill()
+    # The new worker replays the first task: the token comes from history.
+    spawn_worker(server.address, q, "--release")
+    token, patched, done, again = await handle.result(timeout=60)
+    minted = [line.split()[0].removeprefix("side_effect:") for line in lines(test_log, "side_")]
+    assert minted == [token, again], "each side-effect function ran exactly once"
+    assert token != again
+    assert (patched, done) == ("True", "done:se-1")
+    history = await handle.history()
+    markers = [
+        (e.marker_recorded.seq, e.marker_recorded.kind, e.marker_recorded.id)
+        for e in history
+        if e.HasField("marker_recorded")
+    ]
+    assert markers == [(1, "side_effect", ""), (0, "patch", "tokens-v2"), (3, "side_effect", "")]
+    scheduled = [e.activity_scheduled.seq for e in history if e.HasField("activity_scheduled")]
+    assert scheduled == [2], "the patch marker takes no seq"
+
+
 async def test_server_sigkill_mid_run_loses_nothing(
     server: ServerProcess, spawn_worker: Callable[..., WorkerProcess], test_log: Path
 ) -> None:

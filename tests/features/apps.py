@@ -281,7 +281,99 @@ class Deadlines:
         return "ok"
 
 
-WORKFLOWS = [Cart, Approval, Trip, LenientSaga, Heartbeats, Cancellable, Retries, Deadlines]
+@workflow.defn(name="Tagged")
+class Tagged:
+    """Upserts search attributes after a signal; returns what info() showed."""
+
+    def __init__(self) -> None:
+        self.stage = ""
+
+    @workflow.signal
+    def advance(self, stage: str) -> None:
+        self.stage = stage
+
+    @workflow.run
+    async def run(self) -> dict[str, object]:
+        before = dict(workflow.info().search_attributes)
+        await workflow.wait_condition(lambda: bool(self.stage))
+        workflow.upsert_search_attributes({"Stage": self.stage, "Amount": 250})
+        await workflow.wait_condition(lambda: self.stage == "done")
+        info = workflow.info()
+        return {
+            "memo": info.memo,
+            "before": sorted(before),
+            "after": {k: str(v) for k, v in sorted(info.search_attributes.items())},
+        }
+
+
+# --- queries ------------------------------------------------------------------------------
+
+
+@dataclass
+class Tally:
+    phase: str
+    items: list[str]
+
+
+@workflow.defn(name="Counter")
+class Counter:
+    """Collects items while it sleeps and then waits for "finish"; queryable throughout."""
+
+    def __init__(self) -> None:
+        self.items: list[str] = []
+        self.phase = "created"
+        self.finished = False
+
+    @workflow.signal
+    def add(self, item: str) -> None:
+        self.items.append(item)
+
+    @workflow.signal
+    def finish(self) -> None:
+        self.finished = True
+
+    @workflow.query
+    def count(self) -> int:
+        return len(self.items)
+
+    @workflow.query(name="items_from")
+    def items_from_index(self, start: int, upper: bool) -> list[str]:
+        return [i.upper() if upper else i for i in self.items[start:]]
+
+    @workflow.query
+    def tally(self) -> Tally:
+        return Tally(self.phase, list(self.items))
+
+    @workflow.query
+    def broken(self) -> int:
+        raise ValueError("this query is broken")
+
+    @workflow.query
+    def wall_clock(self) -> float:
+        return time.time()  # a mistake: refused in workflow code, queries included
+
+    @workflow.run
+    async def run(self, nap_s: float) -> int:
+        self.phase = "sleeping"
+        await workflow.sleep(nap_s)
+        self.phase = "waiting"
+        await workflow.wait_condition(lambda: self.finished)
+        self.phase = "done"
+        return len(self.items)
+
+
+WORKFLOWS = [
+    Counter,
+    Cart,
+    Approval,
+    Trip,
+    LenientSaga,
+    Heartbeats,
+    Cancellable,
+    Retries,
+    Deadlines,
+    Tagged,
+]
 ACTIVITIES = [
     book,
     cancel_booking,

@@ -71,5 +71,23 @@ class GoldenSignal:
         return f"approved: {greeting}"
 
 
-WORKFLOWS = [GoldenHello, GoldenTimer, GoldenSignal]
+@workflow.defn(name="GoldenMarkers")
+class GoldenMarkers:
+    """A side effect (seq 1), a patch marker (no seq), an activity (seq 2), a second
+    side effect (seq 3) in the next task."""
+
+    @workflow.run
+    async def run(self, name: str) -> str:
+        who = workflow.side_effect(lambda: name.upper(), result_type=str)
+        if workflow.patched("polite"):
+            greeting = await workflow.execute_activity(
+                say_hello, who, start_to_close_timeout=timedelta(seconds=10)
+            )
+        else:
+            greeting = f"hi {who}"
+        count = workflow.side_effect(lambda: len(greeting), result_type=int)
+        return f"{greeting} ({count})"
+
+
+WORKFLOWS = [GoldenHello, GoldenTimer, GoldenSignal, GoldenMarkers]
 ACTIVITIES = [say_hello, say_goodbye]

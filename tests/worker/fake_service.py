@@ -19,6 +19,7 @@ class FakeWorkerService:
     def __init__(self) -> None:
         self.workflow_tasks: asyncio.Queue[service_pb2.PollWorkflowTaskResponse] = asyncio.Queue()
         self.activity_tasks: asyncio.Queue[service_pb2.PollActivityTaskResponse] = asyncio.Queue()
+        self.query_tasks: asyncio.Queue[service_pb2.PollQueryTaskResponse] = asyncio.Queue()
         self.calls: dict[str, list[Any]] = defaultdict(list)
         # Errors to raise, per method, before answering normally.
         self.errors: dict[str, list[BaseException]] = defaultdict(list)
@@ -58,6 +59,17 @@ class FakeWorkerService:
             return await asyncio.wait_for(self.activity_tasks.get(), POLL_S)
         except TimeoutError:
             return service_pb2.PollActivityTaskResponse()
+
+    async def PollQueryTask(self, request: Any) -> service_pb2.PollQueryTaskResponse:
+        self._enter("PollQueryTask", request)
+        try:
+            return await asyncio.wait_for(self.query_tasks.get(), POLL_S)
+        except TimeoutError:
+            return service_pb2.PollQueryTaskResponse()
+
+    async def RespondQueryTask(self, request: Any) -> service_pb2.RespondQueryTaskResponse:
+        self._enter("RespondQueryTask", request)
+        return service_pb2.RespondQueryTaskResponse()
 
     async def CompleteWorkflowTask(self, request: Any) -> service_pb2.CompleteWorkflowTaskResponse:
         self._enter("CompleteWorkflowTask", request)

@@ -371,11 +371,18 @@ def terminate(
     default=None,
 )
 @click.option("--type", "workflow_type", default="")
+@click.option(
+    "--query",
+    "-q",
+    default="",
+    help='Filter, e.g. \'WorkflowType = "Order" AND CustomerId = "c-1" AND Amount > 100\'.',
+)
 @click.option("--limit", type=int, default=100, show_default=True)
 @with_common
 def list_(
     status: str | None,
     workflow_type: str,
+    query: str,
     limit: int,
     address: str,
     namespace: str,
@@ -386,7 +393,7 @@ def list_(
 
     async def collect(c: Client) -> list[Any]:
         rows = []
-        async for info in c.list_workflows(status=number, workflow_type=workflow_type):
+        async for info in c.list_workflows(query, status=number, workflow_type=workflow_type):
             rows.append(info)
             if len(rows) >= limit:
                 break

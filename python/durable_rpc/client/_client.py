@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from datetime import timedelta
 from typing import Any
 
 import grpc
@@ -13,6 +14,8 @@ from durable_rpc import converter
 from durable_rpc._rpc_status import from_rpc_error
 from durable_rpc.client._handle import WorkflowHandle, WorkflowInfo, info_from_proto
 from durable_rpc.client._refs import signal_name, workflow_ref
+from durable_rpc.search_attributes import memo_to_proto
+from durable_rpc.search_attributes import to_proto as sa_to_proto
 from durable_rpc.telemetry import tracing_client_interceptors
 from durable_rpc.v1 import payload_pb2, service_pb2, service_pb2_grpc
 
@@ -78,6 +81,10 @@ class Client:
         request_id: str | None = None,
         version: str | None = None,
         result_type: Any = None,
+        memo: Mapping[str, Any] | None = None,
+        search_attributes: Mapping[str, Any] | None = None,
+        execution_timeout: timedelta | None = None,
+        run_timeout: timedelta | None = None,
     ) -> WorkflowHandle:
         """Start a run of ``workflow`` (``Wf.run`` or a type name) with ``args``.
 
@@ -94,6 +101,7 @@ class Client:
             input=payload_pb2.Payload(data=converter.encode_args(args)),
             request_id=request_id or uuid.uuid4().hex,
         )
+        _start_options(request, memo, search_attributes, execution_timeout, run_timeout)
         response = await self.call(self.workflow_service.StartWorkflow, request)
         return WorkflowHandle(
             self, id, response.run_id, result_type if result_type is not None else hint
@@ -110,6 +118,10 @@ class Client:
         request_id: str | None = None,
         version: str | None = None,
         result_type: Any = None,
+        memo: Mapping[str, Any] | None = None,
+        search_attributes: Mapping[str, Any] | None = None,
+        execution_timeout: timedelta | None = None,
+        run_timeout: timedelta | None = None,
     ) -> WorkflowHandle:
         """Signal the open run of ``id``, or start ``workflow(*args)`` and signal it: one
         atomic call, so "create the order if new, then add the item" never races.
@@ -129,6 +141,7 @@ class Client:
             signal_input=payload_pb2.Payload(data=converter.encode_args(list(signal_args))),
             request_id=request_id or uuid.uuid4().hex,
         )
+        _start_options(request, memo, search_attributes, execution_timeout, run_timeout)
         response = await self.call(self.workflow_service.SignalWithStartWorkflow, request)
         return WorkflowHandle(
             self, id, response.run_id, result_type if result_type is not None else hint
@@ -142,12 +155,15 @@ class Client:
 
     async def list_workflows(
         self,
+        query: str = "",
         *,
         status: int = 0,
         workflow_type: str = "",
         page_size: int = 100,
     ) -> AsyncIterator[WorkflowInfo]:
-        """Every matching run, newest first, fetched page by page."""
+        """Every matching run, newest first, fetched page by page. ``query`` filters in
+        the list query language, e.g. ``'WorkflowType = "Order" AND Amount > 100'``
+        (docs/engine.md)."""
         token = b""
         while True:
             request = service_pb2.ListWorkflowsRequest(
@@ -156,6 +172,7 @@ class Client:
                 workflow_type=workflow_type,
                 page_size=page_size,
                 next_page_token=token,
+                query=query,
             )
             response = await self.call(self.workflow_service.ListWorkflows, request)
             for info in response.workflows:
@@ -163,6 +180,23 @@ class Client:
             token = response.next_page_token
             if not token:
                 return
+
+
+def _start_options(
+    request: service_pb2.StartWorkflowRequest | service_pb2.SignalWithStartWorkflowRequest,
+    memo: Mapping[str, Any] | None,
+    search_attributes: Mapping[str, Any] | None,
+    execution_timeout: timedelta | None,
+    run_timeout: timedelta | None,
+) -> None:
+    if memo:
+        request.memo.CopyFrom(memo_to_proto(memo))
+    if search_attributes:
+        request.search_attributes.CopyFrom(sa_to_proto(search_attributes))
+    if execution_timeout is not None:
+        request.execution_timeout.FromTimedelta(execution_timeout)
+    if run_timeout is not None:
+        request.run_timeout.FromTimedelta(run_timeout)
 
 
 async def _ready(channel: grpc.aio.Channel, timeout: float) -> None:

@@ -17,7 +17,9 @@ from durable_rpc.client._errors import (
     WorkflowTerminatedError,
     WorkflowTimedOutError,
 )
-from durable_rpc.client._refs import signal_name
+from durable_rpc.client._refs import query_ref, signal_name
+from durable_rpc.search_attributes import from_proto as sa_from_proto
+from durable_rpc.search_attributes import memo_from_proto
 from durable_rpc.v1 import history_pb2, payload_pb2, service_pb2
 
 if TYPE_CHECKING:
@@ -45,6 +47,8 @@ class WorkflowInfo:
     start_time: dt.datetime | None
     close_time: dt.datetime | None
     history_length: int
+    memo: dict[str, Any] = dataclasses.field(default_factory=dict)
+    search_attributes: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 def info_from_proto(info: service_pb2.WorkflowInfo) -> WorkflowInfo:
@@ -58,6 +62,8 @@ def info_from_proto(info: service_pb2.WorkflowInfo) -> WorkflowInfo:
         start_time=_time(info.start_time, info.HasField("start_time")),
         close_time=_time(info.close_time, info.HasField("close_time")),
         history_length=info.history_length,
+        memo=memo_from_proto(info.memo),
+        search_attributes=sa_from_proto(info.search_attributes),
     )
 
 
@@ -129,6 +135,37 @@ class WorkflowHandle:
         )
         response = await self.client.call(self.client.workflow_service.SignalWorkflow, request)
         return bool(response.delivered)
+
+    async def query(
+        self,
+        query: Callable[..., Any] | str,
+        *args: Any,
+        result_type: Any = None,
+        timeout: float | None = None,
+    ) -> Any:
+        """Ask a read-only query (``Wf.method`` or its name) of the run, open or closed.
+
+        A worker replays the run and calls the handler; the history is not touched.
+        The result is converted to the handler's return annotation (or ``result_type``).
+        Raises QueryFailedError (unknown name, the handler raised) or QueryTimeoutError
+        (no worker answered within ``timeout``, default 10 s on the server).
+        """
+        name, hint = query_ref(query)
+        request = service_pb2.QueryWorkflowRequest(
+            namespace=self.client.namespace,
+            workflow_id=self.workflow_id,
+            run_id=self.run_id or "",
+            query_name=name,
+            input=payload_pb2.Payload(data=converter.encode_args(args)),
+        )
+        if timeout is not None:
+            request.timeout.FromMilliseconds(int(timeout * 1000))
+        wait = 10.0 if timeout is None else timeout
+        response = await self.client.call(
+            self.client.workflow_service.QueryWorkflow, request, timeout=wait + 30
+        )
+        data = response.result.data if response.HasField("result") else b""
+        return converter.decode(data, result_type if result_type is not None else hint)
 
     async def cancel(self, reason: str = "") -> None:
         """Ask the workflow to cancel; its code sees CancelledError at its await points."""

@@ -10,6 +10,7 @@ from typing import Any
 # Set by @workflow.defn on the class (and its run method) and by @workflow.signal.
 DEFINITION_ATTR = "__durable_workflow_definition__"
 SIGNAL_ATTR = "__durable_workflow_signal__"
+QUERY_ATTR = "__durable_workflow_query__"
 
 
 def workflow_ref(target: Callable[..., Any] | str) -> tuple[str, str, Any]:
@@ -32,6 +33,16 @@ def signal_name(target: Callable[..., Any] | str) -> str:
     if not isinstance(name, str):
         raise TypeError(f"{target!r} is not a @workflow.signal method")
     return name
+
+
+def query_ref(target: Callable[..., Any] | str) -> tuple[str, Any]:
+    """(query name, result type hint) for a @workflow.query method or a plain name."""
+    if isinstance(target, str):
+        return target, Any
+    name = getattr(target, QUERY_ATTR, None)
+    if not isinstance(name, str):
+        raise TypeError(f"{target!r} is not a @workflow.query method")
+    return name, _return_hint(target)
 
 
 def _owner_class(fn: Callable[..., Any]) -> type | None:

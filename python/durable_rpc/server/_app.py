@@ -16,6 +16,7 @@ from grpc_reflection.v1alpha import reflection
 from durable_rpc.server._due import DueLoop
 from durable_rpc.server._interceptor import ErrorInterceptor
 from durable_rpc.server._notify import Notifier
+from durable_rpc.server._queries import QueryRouter
 from durable_rpc.server._worker_service import WorkerService
 from durable_rpc.server._workflow_service import WorkflowService
 from durable_rpc.store import Store, open_store
@@ -75,8 +76,10 @@ class Server:
                 ("grpc.max_concurrent_streams", 100_000),
             ],
         )
+        # Queries are relayed in this process's memory, between its two services.
+        queries = QueryRouter()
         service_pb2_grpc.add_WorkflowServiceServicer_to_server(
-            WorkflowService(self.store, notifier), server
+            WorkflowService(self.store, notifier, queries), server
         )
         service_pb2_grpc.add_WorkerServiceServicer_to_server(
             WorkerService(
@@ -85,6 +88,7 @@ class Server:
                 poll_timeout_s=self.config.poll_timeout_s,
                 workflow_task_lease_ms=self.config.workflow_task_lease_ms,
                 shutting_down=self._shutting_down,
+                queries=queries,
             ),
             server,
         )

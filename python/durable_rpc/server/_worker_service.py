@@ -20,6 +20,7 @@ from durable_rpc.errors import (
 from durable_rpc.payload import PayloadError
 from durable_rpc.server import _convert, _validate
 from durable_rpc.server._notify import Notifier, wait
+from durable_rpc.server._queries import PendingQuery, QueryRouter
 from durable_rpc.store import (
     ClaimedActivityTask,
     ClaimedWorkflowTask,
@@ -96,7 +97,9 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
         poll_timeout_s: float,
         workflow_task_lease_ms: int,
         shutting_down: asyncio.Event,
+        queries: QueryRouter | None = None,
     ) -> None:
+        self._queries = queries or QueryRouter()
         self._store = store
         self._notifier = notifier
         self._poll_timeout_s = poll_timeout_s
@@ -206,6 +209,8 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
                     _validate.payload_bytes(f"{field.name}.input", value.input, has=True)
                 if hasattr(value, "result") and value.HasField("result"):
                     _validate.payload_bytes(f"{field.name}.result", value.result, has=True)
+                if field.name == "record_marker" and value.HasField("payload"):
+                    _validate.payload_bytes(f"{field.name}.payload", value.payload, has=True)
         eager = None
         if request.max_eager_activities > 0:
             eager = EagerActivities(
@@ -296,6 +301,36 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
             _failure_bytes(request.failure),
         )
         return service_pb2.FailActivityTaskResponse()
+
+    async def PollQueryTask(
+        self, request: service_pb2.PollQueryTaskRequest, context: grpc.aio.ServicerContext
+    ) -> service_pb2.PollQueryTaskResponse:
+        ns = _validate.namespace(request.namespace)
+        queue = _validate.name("task_queue", request.task_queue)
+        _validate.name("worker_id", request.worker_id)
+        definitions = frozenset((d.name, d.version or "1") for d in request.workflows)
+
+        async def take() -> PendingQuery | None:
+            return self._queries.take(ns, queue, definitions)
+
+        pending = await self._long_poll((ns, queue, "query"), take)
+        if pending is None:
+            return service_pb2.PollQueryTaskResponse()
+        return pending.task
+
+    async def RespondQueryTask(
+        self, request: service_pb2.RespondQueryTaskRequest, context: grpc.aio.ServicerContext
+    ) -> service_pb2.RespondQueryTaskResponse:
+        _validate.namespace(request.namespace)
+        _validate.name("query_id", request.query_id)
+        answer = request.WhichOneof("answer")
+        if answer is None:
+            raise InvalidArgumentError("a query answer needs a result or a failure")
+        if answer == "result":
+            _validate.payload_bytes("result", request.result, has=True)
+        # An answer nobody waits for any more (the caller timed out) is dropped.
+        self._queries.answer(request.query_id, request)
+        return service_pb2.RespondQueryTaskResponse()
 
     async def CompleteTasks(
         self, request: service_pb2.CompleteTasksRequest, context: grpc.aio.ServicerContext

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
 
 import grpc
 
-from durable_rpc.errors import InvalidArgumentError
+from durable_rpc.errors import InvalidArgumentError, QueryFailedError, QueryTimeoutError
 from durable_rpc.server import _convert, _validate
 from durable_rpc.server._notify import Notifier
 from durable_rpc.server._notify import wait as wait_for_wakeup
-from durable_rpc.store import RunInfo, Store
+from durable_rpc.server._queries import QueryRouter
+from durable_rpc.store import RunInfo, StartOptions, Store
 from durable_rpc.telemetry import current_trace_context
-from durable_rpc.v1 import service_pb2, service_pb2_grpc
+from durable_rpc.v1 import search_attributes_pb2, service_pb2, service_pb2_grpc
 
 DEFAULT_RESULT_WAIT_S = 30.0
 MAX_RESULT_WAIT_S = 60.0
@@ -21,6 +23,8 @@ DEFAULT_HISTORY_PAGE = 1000
 MAX_HISTORY_PAGE = 10_000
 DEFAULT_LIST_PAGE = 100
 MAX_LIST_PAGE = 1000
+DEFAULT_QUERY_TIMEOUT_S = 10.0
+MAX_QUERY_TIMEOUT_S = 60.0
 
 
 def _info(run: RunInfo) -> service_pb2.WorkflowInfo:
@@ -34,6 +38,33 @@ def _info(run: RunInfo) -> service_pb2.WorkflowInfo:
         start_time=_convert.timestamp(run.start_time_ms),
         close_time=_convert.timestamp(run.close_time_ms),
         history_length=run.history_length,
+        memo=search_attributes_pb2.Memo.FromString(run.memo or b""),
+        search_attributes=search_attributes_pb2.SearchAttributes.FromString(
+            run.search_attributes or b""
+        ),
+    )
+
+
+def _start_options(
+    request: service_pb2.StartWorkflowRequest | service_pb2.SignalWithStartWorkflowRequest,
+) -> StartOptions:
+    def ms(field: str) -> int | None:
+        if not request.HasField(field):  # type: ignore[arg-type]
+            return None
+        value: int = getattr(request, field).ToMilliseconds()
+        if value < 0:
+            raise InvalidArgumentError(f"{field} must not be negative")
+        return value
+
+    return StartOptions(
+        memo=request.memo.SerializeToString() if request.HasField("memo") else None,
+        search_attributes=(
+            request.search_attributes.SerializeToString()
+            if request.HasField("search_attributes")
+            else None
+        ),
+        execution_timeout_ms=ms("execution_timeout"),
+        run_timeout_ms=ms("run_timeout"),
     )
 
 
@@ -51,9 +82,12 @@ def _parse_page_token(token: bytes) -> int:
 
 
 class WorkflowService(service_pb2_grpc.WorkflowServiceServicer):
-    def __init__(self, store: Store, notifier: Notifier) -> None:
+    def __init__(
+        self, store: Store, notifier: Notifier, queries: QueryRouter | None = None
+    ) -> None:
         self._store = store
         self._notifier = notifier
+        self._queries = queries or QueryRouter()
 
     async def StartWorkflow(
         self, request: service_pb2.StartWorkflowRequest, context: grpc.aio.ServicerContext
@@ -69,6 +103,7 @@ class WorkflowService(service_pb2_grpc.WorkflowServiceServicer):
             _validate.name("request_id", request.request_id or uuid.uuid4().hex),
             # The server span of this call (a child of the caller's, when it sent one).
             current_trace_context(),
+            _start_options(request),
         )
         return service_pb2.StartWorkflowResponse(run_id=result.run_id, started=result.started)
 
@@ -103,6 +138,7 @@ class WorkflowService(service_pb2_grpc.WorkflowServiceServicer):
             ),
             _validate.name("request_id", request.request_id or uuid.uuid4().hex),
             current_trace_context(),
+            _start_options(request),
         )
         return service_pb2.SignalWithStartWorkflowResponse(
             run_id=result.run_id, started=result.started, delivered=result.delivered
@@ -226,8 +262,63 @@ class WorkflowService(service_pb2_grpc.WorkflowServiceServicer):
             request.started_before.ToMilliseconds() if request.HasField("started_before") else None,
             size,
             request.next_page_token.decode() if request.next_page_token else None,
+            request.query or None,
         )
         return service_pb2.ListWorkflowsResponse(
             workflows=[_info(run) for run in runs],
             next_page_token=cursor.encode() if cursor else b"",
         )
+
+    async def QueryWorkflow(
+        self, request: service_pb2.QueryWorkflowRequest, context: grpc.aio.ServicerContext
+    ) -> service_pb2.QueryWorkflowResponse:
+        ns = _validate.namespace(request.namespace)
+        workflow_id = _validate.name("workflow_id", request.workflow_id)
+        query_name = _validate.name("query_name", request.query_name)
+        input_data = _validate.payload_bytes("input", request.input, has=request.HasField("input"))
+        timeout = DEFAULT_QUERY_TIMEOUT_S
+        if request.HasField("timeout"):
+            timeout = request.timeout.ToMilliseconds() / 1000
+            if not 0 < timeout <= MAX_QUERY_TIMEOUT_S:
+                raise InvalidArgumentError(f"timeout must be in (0, {MAX_QUERY_TIMEOUT_S:g}s]")
+        run = (await self._store.describe(ns, workflow_id, request.run_id or None)).info
+        # The whole history, read like GetWorkflowHistory (nothing is written).
+        events: list[bytes] = []
+        while True:
+            page = await self._store.get_history(
+                ns, workflow_id, run.run_id, len(events), MAX_HISTORY_PAGE
+            )
+            events.extend(page.events)
+            if not page.has_more:
+                break
+        task = service_pb2.PollQueryTaskResponse(
+            workflow_id=run.workflow_id,
+            run_id=run.run_id,
+            workflow_type=run.workflow_type,
+            workflow_version=run.workflow_version,
+            query_name=query_name,
+            input=_convert.payload(input_data),
+            history=_convert.history(events),
+            workflow_time=_convert.timestamp(await self._store.now_ms()),
+        )
+        pending = self._queries.submit(ns, run.task_queue, task)
+        # Every query poller of the queue: a take is an in-memory check (no claim
+        # transaction), and a poller may not have the run's definition.
+        self._notifier.tasks.notify_every((ns, run.task_queue, "query"))
+        try:
+            answer = await asyncio.wait_for(asyncio.shield(pending.answer), timeout)
+        except TimeoutError:
+            raise QueryTimeoutError(
+                f"no worker answered query {query_name!r} of workflow {workflow_id} "
+                f"within {timeout:g}s (is a worker polling task queue {run.task_queue!r} "
+                f"with workflow {run.workflow_type!r} version {run.workflow_version!r}?)"
+            ) from None
+        finally:
+            self._queries.forget(ns, run.task_queue, pending)
+        if answer.WhichOneof("answer") == "failure":
+            failure = answer.failure
+            raise QueryFailedError(
+                f"query {query_name!r} of workflow {workflow_id} failed: "
+                f"{failure.type}: {failure.message}"
+            )
+        return service_pb2.QueryWorkflowResponse(run_id=run.run_id, result=answer.result)

@@ -89,6 +89,19 @@ class LeaseRef:
 
 
 @dataclass(frozen=True, slots=True)
+class StartOptions:
+    """Optional settings of a new run."""
+
+    #: Serialized Memo (not indexed).
+    memo: bytes | None = None
+    #: Serialized SearchAttributes (typed, indexed; validated).
+    search_attributes: bytes | None = None
+    #: Close the run as timed_out this long after its start (None/0 = never).
+    execution_timeout_ms: int | None = None
+    run_timeout_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class StartResult:
     run_id: str
     #: False when the request id matched an earlier start (nothing new was created).
@@ -115,6 +128,9 @@ class RunInfo:
     start_time_ms: int
     close_time_ms: int | None
     history_length: int
+    #: Serialized Memo / SearchAttributes (describe and list_runs fill them).
+    memo: bytes | None = None
+    search_attributes: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,6 +302,7 @@ class Store(abc.ABC):
         input: bytes,
         request_id: str,
         trace_context: Mapping[str, str] | None = None,
+        options: StartOptions | None = None,
     ) -> StartResult: ...
 
     @abc.abstractmethod
@@ -312,6 +329,7 @@ class Store(abc.ABC):
         signal_input: bytes,
         request_id: str,
         trace_context: Mapping[str, str] | None = None,
+        options: StartOptions | None = None,
     ) -> SignalWithStartResult:
         """Signal the open run of ``workflow_id``, or start one and signal it, in one
         transaction. ``request_id`` deduplicates both the start and the signal."""
@@ -356,7 +374,9 @@ class Store(abc.ABC):
         started_before_ms: int | None,
         limit: int,
         cursor: str | None,
-    ) -> tuple[list[RunInfo], str | None]: ...
+        query: str | None = None,
+    ) -> tuple[list[RunInfo], str | None]:
+        """Newest first. ``query`` is the list query language (``_search``)."""
 
     # workers
     @abc.abstractmethod

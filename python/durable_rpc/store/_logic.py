@@ -23,6 +23,10 @@ INPUT_EVENT_KINDS: tuple[str, ...] = (
     "cancel_requested",
 )
 
+#: Marker kinds of record_marker commands (MarkerRecorded events).
+SIDE_EFFECT_MARKER = "side_effect"
+PATCH_MARKER = "patch"
+
 #: Commands that close the run; must be the last command of a task.
 TERMINAL_COMMANDS: frozenset[str] = frozenset(
     {"complete_workflow", "fail_workflow", "cancel_workflow"}
@@ -201,6 +205,16 @@ def validate_commands(commands: Sequence[workflow_task_pb2.Command]) -> CommandP
             if target not in started_timers:
                 cancelled_existing.append(target)
             continue
+        if kind == "upsert_search_attributes":
+            # Carries no seq; its values are validated when applied (_search).
+            continue
+        if kind == "record_marker" and command.record_marker.kind == PATCH_MARKER:
+            # Patch markers take no seq (adding one never shifts later seqs).
+            if command.seq != 0:
+                raise InvalidArgumentError(f"command #{index}: a patch marker takes no seq")
+            if not command.record_marker.id:
+                raise InvalidArgumentError(f"command #{index}: patch marker id is empty")
+            continue
         seq = command.seq
         if seq <= 0:
             raise InvalidArgumentError(f"command #{index} ({kind}): seq must be > 0")
@@ -216,6 +230,11 @@ def validate_commands(commands: Sequence[workflow_task_pb2.Command]) -> CommandP
         elif kind == "start_timer":
             _check_duration(command.start_timer.duration, f"command seq {seq}: timer duration")
             started_timers.add(seq)
+        elif kind == "record_marker" and command.record_marker.kind != SIDE_EFFECT_MARKER:
+            raise InvalidArgumentError(
+                f"command seq {seq}: unknown marker kind {command.record_marker.kind!r} "
+                f"(expected {SIDE_EFFECT_MARKER!r} or {PATCH_MARKER!r})"
+            )
     return CommandPlan(tuple(new_seqs), tuple(cancelled_existing))
 
 

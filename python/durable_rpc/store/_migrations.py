@@ -153,7 +153,45 @@ _SQLITE_V1 = (
     "ON worker_definitions (namespace, name, version)",
 )
 
-SQLITE_MIGRATIONS: tuple[Migration, ...] = (Migration(1, "initial schema", _SQLITE_V1),)
+
+def _v2(blob: str, bigint: str, double: str) -> tuple[str, ...]:
+    """Memo, search attributes and workflow timeouts (same shape on both backends).
+
+    ``runs.deadline_ms`` is the earlier of the execution and run timeout deadlines while
+    the run is open (NULL otherwise): ``process_due`` finds expired runs through the
+    partial index ``runs_deadline``. A search attribute is one row per (run, name), its
+    value in the column of its type: keyword/text in ``str_value``; int, bool (0/1) and
+    datetime (ms since the epoch) in ``int_value``; double in ``double_value``.
+    """
+    return (
+        f"ALTER TABLE runs ADD COLUMN memo {blob}",
+        f"ALTER TABLE runs ADD COLUMN deadline_ms {bigint}",
+        "ALTER TABLE runs ADD COLUMN timeout_kind TEXT",
+        "CREATE INDEX runs_deadline ON runs (deadline_ms) WHERE deadline_ms IS NOT NULL",
+        f"""CREATE TABLE search_attributes (
+            namespace TEXT NOT NULL,
+            run_id TEXT NOT NULL,
+            name TEXT NOT NULL,
+            type TEXT NOT NULL
+                CHECK (type IN ('keyword', 'text', 'int', 'double', 'bool', 'datetime')),
+            str_value TEXT,
+            int_value {bigint},
+            double_value {double},
+            PRIMARY KEY (namespace, run_id, name)
+        )""",
+        "CREATE INDEX search_attributes_str ON search_attributes "
+        "(namespace, name, str_value) WHERE str_value IS NOT NULL",
+        "CREATE INDEX search_attributes_int ON search_attributes "
+        "(namespace, name, int_value) WHERE int_value IS NOT NULL",
+        "CREATE INDEX search_attributes_double ON search_attributes "
+        "(namespace, name, double_value) WHERE double_value IS NOT NULL",
+    )
+
+
+SQLITE_MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "initial schema", _SQLITE_V1),
+    Migration(2, "memo, search attributes, workflow timeouts", _v2("BLOB", "INTEGER", "REAL")),
+)
 
 
 def check_ordered(migrations: tuple[Migration, ...]) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import abc
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from durable_rpc.errors import (
@@ -37,6 +37,7 @@ from durable_rpc.store._api import (
     RunInfo,
     RunOutcome,
     SignalWithStartResult,
+    StartOptions,
     StartResult,
     Store,
     StoreListener,
@@ -60,11 +61,18 @@ from durable_rpc.store._logic import (
     workflow_task_backoff_ms,
 )
 from durable_rpc.store._runs import (
+    check_start_options,
     create_run,
     deliver_signal,
     earlier_start,
     open_run_of,
     signal_seen,
+)
+from durable_rpc.store._search import (
+    compile_query,
+    parse_search_attributes,
+    read_search_attributes,
+    write_search_attributes,
 )
 from durable_rpc.store._shared import (
     ACTIVE,
@@ -180,12 +188,14 @@ class SqlStore(Store):
         input: bytes,
         request_id: str,
         trace_context: Mapping[str, str] | None = None,
+        options: StartOptions | None = None,
     ) -> StartResult:
         require(workflow_id, "workflow_id")
         require(workflow_type, "workflow_type")
         require(task_queue, "task_queue")
         version = version_or_default(workflow_version)
         payload = parse_payload(input, "input")
+        checked = check_start_options(options)
 
         def op(tx: Tx) -> StartResult:
             require_namespace(tx, namespace)
@@ -194,6 +204,11 @@ class SqlStore(Store):
                 return StartResult(earlier, started=False)
             running = open_run_of(tx, namespace, workflow_id)
             if running is not None:
+                # PostgreSQL: the row lock may have waited for a racing start of this very
+                # request; a fresh statement sees what it committed.
+                earlier = earlier_start(tx, namespace, workflow_id, request_id)
+                if earlier is not None:
+                    return StartResult(earlier, started=False)
                 raise WorkflowAlreadyStartedError(
                     f"workflow {workflow_id!r} already has an open run {running['run_id']}"
                 )
@@ -207,6 +222,7 @@ class SqlStore(Store):
                 payload,
                 request_id,
                 trace_context,
+                checked,
             )
             return StartResult(run_id, started=True)
 
@@ -249,6 +265,7 @@ class SqlStore(Store):
         signal_input: bytes,
         request_id: str,
         trace_context: Mapping[str, str] | None = None,
+        options: StartOptions | None = None,
     ) -> SignalWithStartResult:
         require(workflow_id, "workflow_id")
         require(workflow_type, "workflow_type")
@@ -257,6 +274,7 @@ class SqlStore(Store):
         version = version_or_default(workflow_version)
         start_payload = parse_payload(input, "input")
         signal_payload = parse_payload(signal_input, "signal input")
+        checked = check_start_options(options)
 
         def op(tx: Tx) -> SignalWithStartResult:
             require_namespace(tx, namespace)
@@ -289,6 +307,7 @@ class SqlStore(Store):
                 start_payload,
                 request_id,
                 trace_context,
+                checked,
             )
             # Recorded right after WorkflowStarted and before any workflow task ran, so
             # the first activation carries both: handlers see it before the main method.
@@ -371,8 +390,15 @@ class SqlStore(Store):
                 "AND w.last_heartbeat_ms >= ? LIMIT 1",
                 (namespace, run["workflow_type"], run["workflow_version"], live_since),
             )
+            info = run_info(run)
+            attrs = read_search_attributes(tx, namespace, [run["run_id"]])
+            info = replace(
+                info,
+                memo=blob(run["memo"]),
+                search_attributes=attrs.get(run["run_id"]),
+            )
             return RunDescription(
-                info=run_info(run),
+                info=info,
                 pending_activities=[
                     PendingActivity(
                         seq=row["seq"],
@@ -438,6 +464,7 @@ class SqlStore(Store):
         started_before_ms: int | None,
         limit: int,
         cursor: str | None,
+        query: str | None = None,
     ) -> tuple[list[RunInfo], str | None]:
         if status and status not in RUN_STATUSES:
             raise InvalidArgumentError(f"unknown status {status!r}")
@@ -465,6 +492,10 @@ class SqlStore(Store):
                 raise InvalidArgumentError(f"invalid cursor {cursor!r}") from exc
             where.append("id < ?")
             params.append(after_id)
+        if query:
+            conditions, values = compile_query(query)
+            where.extend(conditions)
+            params.extend(values)
         params.append(limit + 1)
         sql = f"SELECT * FROM runs WHERE {' AND '.join(where)} ORDER BY id DESC LIMIT ?"
 
@@ -473,7 +504,16 @@ class SqlStore(Store):
             rows = tx.all(sql, params)
             page = rows[:limit]
             next_cursor = str(page[-1]["id"]) if len(rows) > limit else None
-            return [run_info(row) for row in page], next_cursor
+            attrs = read_search_attributes(tx, namespace, [row["run_id"] for row in page])
+            infos = [
+                replace(
+                    run_info(row),
+                    memo=blob(row["memo"]),
+                    search_attributes=attrs.get(row["run_id"]),
+                )
+                for row in page
+            ]
+            return infos, next_cursor
 
         return await self._read(op)
 
@@ -904,6 +944,27 @@ class SqlStore(Store):
                 "AND run_id = ? AND seq = ? AND kind = 'timer' AND state = 'waiting'",
                 (namespace, run_id, timer_seq),
             )
+            return False
+        if kind == "record_marker":
+            # Side-effect values and patch markers: history only, no task.
+            marker = command.record_marker
+            event = history_pb2.MarkerRecorded(seq=command.seq, kind=marker.kind, id=marker.id)
+            if marker.HasField("payload"):
+                event.payload.CopyFrom(marker.payload)
+            append_event(tx, namespace, run_id, now, "marker_recorded", event)
+            return False
+        if kind == "upsert_search_attributes":
+            upsert = command.upsert_search_attributes.search_attributes
+            rows = parse_search_attributes(upsert.SerializeToString())
+            append_event(
+                tx,
+                namespace,
+                run_id,
+                now,
+                "search_attributes_upserted",
+                history_pb2.SearchAttributesUpserted(search_attributes=upsert),
+            )
+            write_search_attributes(tx, namespace, run_id, rows)
             return False
         if kind == "complete_workflow":
             result = command.complete_workflow.result
@@ -1413,7 +1474,42 @@ class SqlStore(Store):
                 )
                 ensure_workflow_task(tx, task["namespace"], task["run_id"], str(queue), now)
 
+            # 6. Runs past their execution/run timeout close as timed_out.
+            timed_out = tx.all(
+                "SELECT namespace, run_id, timeout_kind FROM runs WHERE deadline_ms IS NOT NULL "
+                f"AND deadline_ms <= ? ORDER BY deadline_ms LIMIT ?{tx.claim_lock_suffix}",
+                (now, limit),
+            )
+            saturated |= len(timed_out) >= limit
+            for run in timed_out:
+                timeout_kind = run["timeout_kind"] or "execution"
+                if not tx.run(
+                    "UPDATE runs SET deadline_ms = NULL WHERE namespace = ? AND run_id = ? "
+                    "AND status = 'running' AND deadline_ms IS NOT NULL",
+                    (run["namespace"], run["run_id"]),
+                ):
+                    continue
+                append_event(
+                    tx,
+                    run["namespace"],
+                    run["run_id"],
+                    now,
+                    "workflow_timed_out",
+                    history_pb2.WorkflowTimedOut(timeout_kind=timeout_kind),
+                )
+                close_run(
+                    tx,
+                    run["namespace"],
+                    run["run_id"],
+                    "timed_out",
+                    now,
+                    failure=failure_bytes(
+                        f"workflow {timeout_kind} timeout passed", "WorkflowTimedOutError"
+                    ),
+                )
+
             next_due = earliest(
+                tx.value("SELECT MIN(deadline_ms) AS m FROM runs WHERE deadline_ms IS NOT NULL"),
                 tx.value("SELECT MIN(due_ms) AS m FROM tasks WHERE state IN ('waiting', 'leased')"),
                 tx.value(
                     "SELECT MIN(queue_deadline_ms) AS m FROM tasks "

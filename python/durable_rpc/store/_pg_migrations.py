@@ -8,7 +8,7 @@ whole migration (see ``_postgres``), so each migration is applied exactly once.
 
 from __future__ import annotations
 
-from durable_rpc.store._migrations import Migration
+from durable_rpc.store._migrations import Migration, _v2
 
 #: The database clock in integer milliseconds since the epoch (PostgreSQL). The real
 #: time at evaluation (clock_timestamp), not the transaction's start (now()): a
@@ -145,4 +145,11 @@ _PG_V1 = (
     "ON worker_definitions (namespace, name, version)",
 )
 
-PG_MIGRATIONS: tuple[Migration, ...] = (Migration(1, "initial schema", _PG_V1),)
+PG_MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "initial schema", _PG_V1),
+    Migration(
+        2,
+        "memo, search attributes, workflow timeouts",
+        _v2("BYTEA", "BIGINT", "DOUBLE PRECISION"),
+    ),
+)

@@ -5,10 +5,49 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass
 
+from google.protobuf import duration_pb2
+
+from durable_rpc.errors import InvalidArgumentError
+from durable_rpc.store._api import StartOptions
+from durable_rpc.store._search import (
+    SearchRow,
+    parse_memo,
+    parse_search_attributes,
+    write_search_attributes,
+)
 from durable_rpc.store._shared import append_event, ensure_workflow_task
 from durable_rpc.store._tx import Row, Tx
-from durable_rpc.v1 import history_pb2, payload_pb2
+from durable_rpc.v1 import history_pb2, payload_pb2, search_attributes_pb2
+
+
+@dataclass(frozen=True, slots=True)
+class CheckedStart:
+    """StartOptions after validation (done before the transaction)."""
+
+    memo: bytes | None
+    search_rows: list[SearchRow]
+    search_attributes: bytes | None
+    execution_timeout_ms: int | None
+    run_timeout_ms: int | None
+
+
+def check_start_options(options: StartOptions | None) -> CheckedStart:
+    options = options or StartOptions()
+    for what, value in (
+        ("execution_timeout", options.execution_timeout_ms),
+        ("run_timeout", options.run_timeout_ms),
+    ):
+        if value is not None and value < 0:
+            raise InvalidArgumentError(f"{what} must not be negative")
+    return CheckedStart(
+        memo=parse_memo(options.memo),
+        search_rows=parse_search_attributes(options.search_attributes),
+        search_attributes=options.search_attributes or None,
+        execution_timeout_ms=options.execution_timeout_ms or None,
+        run_timeout_ms=options.run_timeout_ms or None,
+    )
 
 
 def earlier_start(tx: Tx, namespace: str, workflow_id: str, request_id: str) -> str | None:
@@ -42,6 +81,7 @@ def create_run(
     payload: payload_pb2.Payload,
     request_id: str,
     trace_context: Mapping[str, str] | None,
+    start: CheckedStart | None = None,
 ) -> tuple[str, int]:
     """Insert a running run with its WorkflowStarted event and first workflow task;
     returns (run_id, now). The caller checked that no run of the id is open."""
@@ -67,6 +107,46 @@ def create_run(
             fingerprint or "",
         ),
     )
+    started_extra: dict[str, object] = {}
+    if start is not None:
+        limits = [
+            (ms, kind)
+            for ms, kind in (
+                (start.execution_timeout_ms, "execution"),
+                (start.run_timeout_ms, "run"),
+            )
+            if ms
+        ]
+        deadline = min(limits) if limits else None
+        if start.memo or deadline is not None:
+            tx.run(
+                "UPDATE runs SET memo = ?, deadline_ms = ?, timeout_kind = ? "
+                "WHERE namespace = ? AND run_id = ?",
+                (
+                    start.memo,
+                    None if deadline is None else now + deadline[0],
+                    None if deadline is None else deadline[1],
+                    namespace,
+                    run_id,
+                ),
+            )
+            if deadline is not None:
+                tx.notes.due.add(now + deadline[0])
+        write_search_attributes(tx, namespace, run_id, start.search_rows)
+        if start.memo:
+            started_extra["memo"] = search_attributes_pb2.Memo.FromString(start.memo)
+        if start.search_attributes:
+            started_extra["search_attributes"] = search_attributes_pb2.SearchAttributes.FromString(
+                start.search_attributes
+            )
+        for field, ms in (
+            ("execution_timeout", start.execution_timeout_ms),
+            ("run_timeout", start.run_timeout_ms),
+        ):
+            if ms:
+                timeout = duration_pb2.Duration()
+                timeout.FromMilliseconds(ms)
+                started_extra[field] = timeout
     if request_id:
         tx.run(
             "INSERT INTO start_requests (namespace, workflow_id, request_id, run_id) "
@@ -89,6 +169,7 @@ def create_run(
             definition_fingerprint=fingerprint or "",
             request_id=request_id,
             trace_context=trace_context or {},
+            **started_extra,  # type: ignore[arg-type]
         ),
     )
     ensure_workflow_task(tx, namespace, run_id, task_queue, now)

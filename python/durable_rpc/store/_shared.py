@@ -128,8 +128,8 @@ def close_run(
 ) -> None:
     """Closes the run and cancels its queued, leased and waiting tasks."""
     tx.run(
-        "UPDATE runs SET status = ?, close_time_ms = ?, result = ?, failure = ? "
-        "WHERE namespace = ? AND run_id = ?",
+        "UPDATE runs SET status = ?, close_time_ms = ?, result = ?, failure = ?, "
+        "deadline_ms = NULL WHERE namespace = ? AND run_id = ?",
         (status, now, result, failure, namespace, run_id),
     )
     tx.run(

@@ -6,6 +6,7 @@ isort:skip_file
 from collections import abc as _abc
 from durable_rpc.v1 import options_pb2 as _options_pb2
 from durable_rpc.v1 import payload_pb2 as _payload_pb2
+from durable_rpc.v1 import search_attributes_pb2 as _search_attributes_pb2
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import message as _message
@@ -52,8 +53,8 @@ class HistoryEvent(_message.Message):
     Two families matter to replay:
     - *command events* record what workflow code asked for; the server appends them
       right after the WorkflowTaskCompleted marker of the task that produced them
-      (activity_scheduled, timer_started, timer_cancelled, workflow_completed,
-      workflow_failed, workflow_cancelled);
+      (activity_scheduled, timer_started, timer_cancelled, marker_recorded,
+      workflow_completed, workflow_failed, workflow_cancelled);
     - *input events* are delivered to workflow code as activation jobs
       (workflow_started, activity_completed, activity_failed, timer_fired,
       signal_received, cancel_requested).
@@ -77,6 +78,9 @@ class HistoryEvent(_message.Message):
     WORKFLOW_FAILED_FIELD_NUMBER: _builtins.int
     WORKFLOW_CANCELLED_FIELD_NUMBER: _builtins.int
     WORKFLOW_TERMINATED_FIELD_NUMBER: _builtins.int
+    MARKER_RECORDED_FIELD_NUMBER: _builtins.int
+    SEARCH_ATTRIBUTES_UPSERTED_FIELD_NUMBER: _builtins.int
+    WORKFLOW_TIMED_OUT_FIELD_NUMBER: _builtins.int
     event_id: _builtins.int
     @_builtins.property
     def event_time(self) -> _timestamp_pb2.Timestamp: ...
@@ -108,6 +112,18 @@ class HistoryEvent(_message.Message):
     def workflow_cancelled(self) -> Global___WorkflowCancelled: ...
     @_builtins.property
     def workflow_terminated(self) -> Global___WorkflowTerminated: ...
+    @_builtins.property
+    def marker_recorded(self) -> Global___MarkerRecorded:
+        """Side effects and version markers (numbers 30-39)."""
+
+    @_builtins.property
+    def search_attributes_upserted(self) -> Global___SearchAttributesUpserted:
+        """A command event: workflow.upsert_search_attributes()."""
+
+    @_builtins.property
+    def workflow_timed_out(self) -> Global___WorkflowTimedOut:
+        """The run passed its execution or run timeout (closed by the server)."""
+
     def __init__(
         self,
         *,
@@ -127,12 +143,15 @@ class HistoryEvent(_message.Message):
         workflow_failed: Global___WorkflowFailed | None = ...,
         workflow_cancelled: Global___WorkflowCancelled | None = ...,
         workflow_terminated: Global___WorkflowTerminated | None = ...,
+        marker_recorded: Global___MarkerRecorded | None = ...,
+        search_attributes_upserted: Global___SearchAttributesUpserted | None = ...,
+        workflow_timed_out: Global___WorkflowTimedOut | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["activity_completed", b"activity_completed", "activity_failed", b"activity_failed", "activity_scheduled", b"activity_scheduled", "attributes", b"attributes", "cancel_requested", b"cancel_requested", "event_time", b"event_time", "signal_received", b"signal_received", "timer_cancelled", b"timer_cancelled", "timer_fired", b"timer_fired", "timer_started", b"timer_started", "workflow_cancelled", b"workflow_cancelled", "workflow_completed", b"workflow_completed", "workflow_failed", b"workflow_failed", "workflow_started", b"workflow_started", "workflow_task_completed", b"workflow_task_completed", "workflow_terminated", b"workflow_terminated"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["activity_completed", b"activity_completed", "activity_failed", b"activity_failed", "activity_scheduled", b"activity_scheduled", "attributes", b"attributes", "cancel_requested", b"cancel_requested", "event_time", b"event_time", "marker_recorded", b"marker_recorded", "search_attributes_upserted", b"search_attributes_upserted", "signal_received", b"signal_received", "timer_cancelled", b"timer_cancelled", "timer_fired", b"timer_fired", "timer_started", b"timer_started", "workflow_cancelled", b"workflow_cancelled", "workflow_completed", b"workflow_completed", "workflow_failed", b"workflow_failed", "workflow_started", b"workflow_started", "workflow_task_completed", b"workflow_task_completed", "workflow_terminated", b"workflow_terminated", "workflow_timed_out", b"workflow_timed_out"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity_completed", b"activity_completed", "activity_failed", b"activity_failed", "activity_scheduled", b"activity_scheduled", "attributes", b"attributes", "cancel_requested", b"cancel_requested", "event_id", b"event_id", "event_time", b"event_time", "signal_received", b"signal_received", "timer_cancelled", b"timer_cancelled", "timer_fired", b"timer_fired", "timer_started", b"timer_started", "workflow_cancelled", b"workflow_cancelled", "workflow_completed", b"workflow_completed", "workflow_failed", b"workflow_failed", "workflow_started", b"workflow_started", "workflow_task_completed", b"workflow_task_completed", "workflow_terminated", b"workflow_terminated"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity_completed", b"activity_completed", "activity_failed", b"activity_failed", "activity_scheduled", b"activity_scheduled", "attributes", b"attributes", "cancel_requested", b"cancel_requested", "event_id", b"event_id", "event_time", b"event_time", "marker_recorded", b"marker_recorded", "search_attributes_upserted", b"search_attributes_upserted", "signal_received", b"signal_received", "timer_cancelled", b"timer_cancelled", "timer_fired", b"timer_fired", "timer_started", b"timer_started", "workflow_cancelled", b"workflow_cancelled", "workflow_completed", b"workflow_completed", "workflow_failed", b"workflow_failed", "workflow_started", b"workflow_started", "workflow_task_completed", b"workflow_task_completed", "workflow_terminated", b"workflow_terminated", "workflow_timed_out", b"workflow_timed_out"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_attributes: _TypeAlias = _typing.Literal["workflow_started", "workflow_task_completed", "activity_scheduled", "activity_completed", "activity_failed", "timer_started", "timer_fired", "timer_cancelled", "signal_received", "cancel_requested", "workflow_completed", "workflow_failed", "workflow_cancelled", "workflow_terminated"]  # noqa: Y015
+    _WhichOneofReturnType_attributes: _TypeAlias = _typing.Literal["workflow_started", "workflow_task_completed", "activity_scheduled", "activity_completed", "activity_failed", "timer_started", "timer_fired", "timer_cancelled", "signal_received", "cancel_requested", "workflow_completed", "workflow_failed", "workflow_cancelled", "workflow_terminated", "marker_recorded", "search_attributes_upserted", "workflow_timed_out"]  # noqa: Y015
     _WhichOneofArgType_attributes: _TypeAlias = _typing.Literal["attributes", b"attributes"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_attributes) -> _WhichOneofReturnType_attributes | None: ...
 
@@ -171,6 +190,10 @@ class WorkflowStarted(_message.Message):
     DEFINITION_FINGERPRINT_FIELD_NUMBER: _builtins.int
     REQUEST_ID_FIELD_NUMBER: _builtins.int
     TRACE_CONTEXT_FIELD_NUMBER: _builtins.int
+    MEMO_FIELD_NUMBER: _builtins.int
+    SEARCH_ATTRIBUTES_FIELD_NUMBER: _builtins.int
+    EXECUTION_TIMEOUT_FIELD_NUMBER: _builtins.int
+    RUN_TIMEOUT_FIELD_NUMBER: _builtins.int
     workflow_type: _builtins.str
     workflow_version: _builtins.str
     workflow_id: _builtins.str
@@ -192,6 +215,18 @@ class WorkflowStarted(_message.Message):
         of the run is traced as a child of it, so a run is one trace.
         """
 
+    @_builtins.property
+    def memo(self) -> _search_attributes_pb2.Memo:
+        """Set at start: memo (not indexed) and typed, indexed search attributes."""
+
+    @_builtins.property
+    def search_attributes(self) -> _search_attributes_pb2.SearchAttributes: ...
+    @_builtins.property
+    def execution_timeout(self) -> _duration_pb2.Duration:
+        """Unset = no limit. The run closes as timed_out when the earlier one passes."""
+
+    @_builtins.property
+    def run_timeout(self) -> _duration_pb2.Duration: ...
     def __init__(
         self,
         *,
@@ -204,10 +239,14 @@ class WorkflowStarted(_message.Message):
         definition_fingerprint: _builtins.str = ...,
         request_id: _builtins.str = ...,
         trace_context: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        memo: _search_attributes_pb2.Memo | None = ...,
+        search_attributes: _search_attributes_pb2.SearchAttributes | None = ...,
+        execution_timeout: _duration_pb2.Duration | None = ...,
+        run_timeout: _duration_pb2.Duration | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["input", b"input"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["execution_timeout", b"execution_timeout", "input", b"input", "memo", b"memo", "run_timeout", b"run_timeout", "search_attributes", b"search_attributes"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["definition_fingerprint", b"definition_fingerprint", "input", b"input", "request_id", b"request_id", "run_id", b"run_id", "task_queue", b"task_queue", "trace_context", b"trace_context", "workflow_id", b"workflow_id", "workflow_type", b"workflow_type", "workflow_version", b"workflow_version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["definition_fingerprint", b"definition_fingerprint", "execution_timeout", b"execution_timeout", "input", b"input", "memo", b"memo", "request_id", b"request_id", "run_id", b"run_id", "run_timeout", b"run_timeout", "search_attributes", b"search_attributes", "task_queue", b"task_queue", "trace_context", b"trace_context", "workflow_id", b"workflow_id", "workflow_type", b"workflow_type", "workflow_version", b"workflow_version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -535,3 +574,86 @@ class WorkflowTerminated(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___WorkflowTerminated: _TypeAlias = WorkflowTerminated  # noqa: Y015
+
+@_typing.final
+class SearchAttributesUpserted(_message.Message):
+    """Workflow code upserted search attributes (replay matches the names and values)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SEARCH_ATTRIBUTES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def search_attributes(self) -> _search_attributes_pb2.SearchAttributes: ...
+    def __init__(
+        self,
+        *,
+        search_attributes: _search_attributes_pb2.SearchAttributes | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["search_attributes", b"search_attributes"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["search_attributes", b"search_attributes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SearchAttributesUpserted: _TypeAlias = SearchAttributesUpserted  # noqa: Y015
+
+@_typing.final
+class WorkflowTimedOut(_message.Message):
+    """The server closed the run because its execution or run timeout passed."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TIMEOUT_KIND_FIELD_NUMBER: _builtins.int
+    timeout_kind: _builtins.str
+    """"execution" or "run"."""
+    def __init__(
+        self,
+        *,
+        timeout_kind: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["timeout_kind", b"timeout_kind"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WorkflowTimedOut: _TypeAlias = WorkflowTimedOut  # noqa: Y015
+
+@_typing.final
+class MarkerRecorded(_message.Message):
+    """A command event recording a side effect's value or a version (patch) marker.
+
+    - kind "side_effect": `seq` is the workflow seq the side_effect() call took and
+      `payload` the value it returned; replay hands the payload back instead of calling
+      the function again. `id` is empty.
+    - kind "patch": `id` is the change id given to patched() / deprecate_patch(); patch
+      markers take no seq (`seq` is 0), so adding a patched() call never shifts the seqs
+      of later commands of old histories. `payload` is unset.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SEQ_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    ID_FIELD_NUMBER: _builtins.int
+    PAYLOAD_FIELD_NUMBER: _builtins.int
+    seq: _builtins.int
+    kind: _builtins.str
+    id: _builtins.str
+    @_builtins.property
+    def payload(self) -> _payload_pb2.Payload: ...
+    def __init__(
+        self,
+        *,
+        seq: _builtins.int = ...,
+        kind: _builtins.str = ...,
+        id: _builtins.str = ...,
+        payload: _payload_pb2.Payload | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["payload", b"payload"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "kind", b"kind", "payload", b"payload", "seq", b"seq"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MarkerRecorded: _TypeAlias = MarkerRecorded  # noqa: Y015

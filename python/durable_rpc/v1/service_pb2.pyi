@@ -6,6 +6,7 @@ isort:skip_file
 from collections import abc as _abc
 from durable_rpc.v1 import history_pb2 as _history_pb2
 from durable_rpc.v1 import payload_pb2 as _payload_pb2
+from durable_rpc.v1 import search_attributes_pb2 as _search_attributes_pb2
 from durable_rpc.v1 import workflow_task_pb2 as _workflow_task_pb2
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import duration_pb2 as _duration_pb2
@@ -93,6 +94,10 @@ class StartWorkflowRequest(_message.Message):
     TASK_QUEUE_FIELD_NUMBER: _builtins.int
     INPUT_FIELD_NUMBER: _builtins.int
     REQUEST_ID_FIELD_NUMBER: _builtins.int
+    MEMO_FIELD_NUMBER: _builtins.int
+    SEARCH_ATTRIBUTES_FIELD_NUMBER: _builtins.int
+    EXECUTION_TIMEOUT_FIELD_NUMBER: _builtins.int
+    RUN_TIMEOUT_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     workflow_id: _builtins.str
     """Chosen by the caller; unique among the namespace's open runs."""
@@ -106,6 +111,18 @@ class StartWorkflowRequest(_message.Message):
     def input(self) -> _payload_pb2.Payload:
         """Arguments as one array-valued payload."""
 
+    @_builtins.property
+    def memo(self) -> _search_attributes_pb2.Memo: ...
+    @_builtins.property
+    def search_attributes(self) -> _search_attributes_pb2.SearchAttributes: ...
+    @_builtins.property
+    def execution_timeout(self) -> _duration_pb2.Duration:
+        """Unset = no limit. Enforced by the server on database time: the run closes as
+        TIMED_OUT. Without continue-as-new one execution is one run, so both bound the run.
+        """
+
+    @_builtins.property
+    def run_timeout(self) -> _duration_pb2.Duration: ...
     def __init__(
         self,
         *,
@@ -116,10 +133,14 @@ class StartWorkflowRequest(_message.Message):
         task_queue: _builtins.str = ...,
         input: _payload_pb2.Payload | None = ...,
         request_id: _builtins.str = ...,
+        memo: _search_attributes_pb2.Memo | None = ...,
+        search_attributes: _search_attributes_pb2.SearchAttributes | None = ...,
+        execution_timeout: _duration_pb2.Duration | None = ...,
+        run_timeout: _duration_pb2.Duration | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["input", b"input"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["execution_timeout", b"execution_timeout", "input", b"input", "memo", b"memo", "run_timeout", b"run_timeout", "search_attributes", b"search_attributes"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["input", b"input", "namespace", b"namespace", "request_id", b"request_id", "task_queue", b"task_queue", "workflow_id", b"workflow_id", "workflow_type", b"workflow_type", "workflow_version", b"workflow_version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["execution_timeout", b"execution_timeout", "input", b"input", "memo", b"memo", "namespace", b"namespace", "request_id", b"request_id", "run_timeout", b"run_timeout", "search_attributes", b"search_attributes", "task_queue", b"task_queue", "workflow_id", b"workflow_id", "workflow_type", b"workflow_type", "workflow_version", b"workflow_version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -222,6 +243,10 @@ class SignalWithStartWorkflowRequest(_message.Message):
     SIGNAL_NAME_FIELD_NUMBER: _builtins.int
     SIGNAL_INPUT_FIELD_NUMBER: _builtins.int
     REQUEST_ID_FIELD_NUMBER: _builtins.int
+    MEMO_FIELD_NUMBER: _builtins.int
+    SEARCH_ATTRIBUTES_FIELD_NUMBER: _builtins.int
+    EXECUTION_TIMEOUT_FIELD_NUMBER: _builtins.int
+    RUN_TIMEOUT_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     workflow_id: _builtins.str
     workflow_type: _builtins.str
@@ -242,6 +267,20 @@ class SignalWithStartWorkflowRequest(_message.Message):
     def signal_input(self) -> _payload_pb2.Payload:
         """Signal arguments as one array-valued payload."""
 
+    @_builtins.property
+    def memo(self) -> _search_attributes_pb2.Memo:
+        """Start options (used only when a run is started)."""
+
+    @_builtins.property
+    def search_attributes(self) -> _search_attributes_pb2.SearchAttributes: ...
+    @_builtins.property
+    def execution_timeout(self) -> _duration_pb2.Duration:
+        """Unset = no limit. Enforced by the server on database time: the run closes as
+        TIMED_OUT. Without continue-as-new one execution is one run, so both bound the run.
+        """
+
+    @_builtins.property
+    def run_timeout(self) -> _duration_pb2.Duration: ...
     def __init__(
         self,
         *,
@@ -254,10 +293,14 @@ class SignalWithStartWorkflowRequest(_message.Message):
         signal_name: _builtins.str = ...,
         signal_input: _payload_pb2.Payload | None = ...,
         request_id: _builtins.str = ...,
+        memo: _search_attributes_pb2.Memo | None = ...,
+        search_attributes: _search_attributes_pb2.SearchAttributes | None = ...,
+        execution_timeout: _duration_pb2.Duration | None = ...,
+        run_timeout: _duration_pb2.Duration | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["input", b"input", "signal_input", b"signal_input"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["execution_timeout", b"execution_timeout", "input", b"input", "memo", b"memo", "run_timeout", b"run_timeout", "search_attributes", b"search_attributes", "signal_input", b"signal_input"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["input", b"input", "namespace", b"namespace", "request_id", b"request_id", "signal_input", b"signal_input", "signal_name", b"signal_name", "task_queue", b"task_queue", "workflow_id", b"workflow_id", "workflow_type", b"workflow_type", "workflow_version", b"workflow_version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["execution_timeout", b"execution_timeout", "input", b"input", "memo", b"memo", "namespace", b"namespace", "request_id", b"request_id", "run_timeout", b"run_timeout", "search_attributes", b"search_attributes", "signal_input", b"signal_input", "signal_name", b"signal_name", "task_queue", b"task_queue", "workflow_id", b"workflow_id", "workflow_type", b"workflow_type", "workflow_version", b"workflow_version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -415,6 +458,8 @@ class WorkflowInfo(_message.Message):
     START_TIME_FIELD_NUMBER: _builtins.int
     CLOSE_TIME_FIELD_NUMBER: _builtins.int
     HISTORY_LENGTH_FIELD_NUMBER: _builtins.int
+    MEMO_FIELD_NUMBER: _builtins.int
+    SEARCH_ATTRIBUTES_FIELD_NUMBER: _builtins.int
     workflow_id: _builtins.str
     run_id: _builtins.str
     workflow_type: _builtins.str
@@ -426,6 +471,12 @@ class WorkflowInfo(_message.Message):
     def start_time(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
     def close_time(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def memo(self) -> _search_attributes_pb2.Memo:
+        """Filled by DescribeWorkflow and ListWorkflows."""
+
+    @_builtins.property
+    def search_attributes(self) -> _search_attributes_pb2.SearchAttributes: ...
     def __init__(
         self,
         *,
@@ -438,10 +489,12 @@ class WorkflowInfo(_message.Message):
         start_time: _timestamp_pb2.Timestamp | None = ...,
         close_time: _timestamp_pb2.Timestamp | None = ...,
         history_length: _builtins.int = ...,
+        memo: _search_attributes_pb2.Memo | None = ...,
+        search_attributes: _search_attributes_pb2.SearchAttributes | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["close_time", b"close_time", "start_time", b"start_time"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["close_time", b"close_time", "memo", b"memo", "search_attributes", b"search_attributes", "start_time", b"start_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["close_time", b"close_time", "history_length", b"history_length", "run_id", b"run_id", "start_time", b"start_time", "status", b"status", "task_queue", b"task_queue", "workflow_id", b"workflow_id", "workflow_type", b"workflow_type", "workflow_version", b"workflow_version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["close_time", b"close_time", "history_length", b"history_length", "memo", b"memo", "run_id", b"run_id", "search_attributes", b"search_attributes", "start_time", b"start_time", "status", b"status", "task_queue", b"task_queue", "workflow_id", b"workflow_id", "workflow_type", b"workflow_type", "workflow_version", b"workflow_version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -653,12 +706,17 @@ class ListWorkflowsRequest(_message.Message):
     STARTED_BEFORE_FIELD_NUMBER: _builtins.int
     PAGE_SIZE_FIELD_NUMBER: _builtins.int
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    QUERY_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     status: Global___WorkflowStatus.ValueType
     """Unset = any status."""
     workflow_type: _builtins.str
     page_size: _builtins.int
     next_page_token: _builtins.bytes
+    query: _builtins.str
+    """A filter in the list query language (docs/engine.md), AND-ed with the fields
+    above, e.g. `WorkflowType = "Order" AND CustomerId = "c-1" AND Amount > 100`.
+    """
     @_builtins.property
     def started_after(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
@@ -673,10 +731,11 @@ class ListWorkflowsRequest(_message.Message):
         started_before: _timestamp_pb2.Timestamp | None = ...,
         page_size: _builtins.int = ...,
         next_page_token: _builtins.bytes = ...,
+        query: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["started_after", b"started_after", "started_before", b"started_before"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespace", b"namespace", "next_page_token", b"next_page_token", "page_size", b"page_size", "started_after", b"started_after", "started_before", b"started_before", "status", b"status", "workflow_type", b"workflow_type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespace", b"namespace", "next_page_token", b"next_page_token", "page_size", b"page_size", "query", b"query", "started_after", b"started_after", "started_before", b"started_before", "status", b"status", "workflow_type", b"workflow_type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1425,3 +1484,201 @@ class CompleteTasksResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___CompleteTasksResponse: _TypeAlias = CompleteTasksResponse  # noqa: Y015
+
+@_typing.final
+class QueryWorkflowRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    WORKFLOW_ID_FIELD_NUMBER: _builtins.int
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    QUERY_NAME_FIELD_NUMBER: _builtins.int
+    INPUT_FIELD_NUMBER: _builtins.int
+    TIMEOUT_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    workflow_id: _builtins.str
+    run_id: _builtins.str
+    """Empty = the latest run of workflow_id."""
+    query_name: _builtins.str
+    @_builtins.property
+    def input(self) -> _payload_pb2.Payload:
+        """Arguments as one array-valued payload."""
+
+    @_builtins.property
+    def timeout(self) -> _duration_pb2.Duration:
+        """How long to wait for a worker's answer (default 10s, at most 60s)."""
+
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        workflow_id: _builtins.str = ...,
+        run_id: _builtins.str = ...,
+        query_name: _builtins.str = ...,
+        input: _payload_pb2.Payload | None = ...,
+        timeout: _duration_pb2.Duration | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["input", b"input", "timeout", b"timeout"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["input", b"input", "namespace", b"namespace", "query_name", b"query_name", "run_id", b"run_id", "timeout", b"timeout", "workflow_id", b"workflow_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___QueryWorkflowRequest: _TypeAlias = QueryWorkflowRequest  # noqa: Y015
+
+@_typing.final
+class QueryWorkflowResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    RESULT_FIELD_NUMBER: _builtins.int
+    run_id: _builtins.str
+    @_builtins.property
+    def result(self) -> _payload_pb2.Payload: ...
+    def __init__(
+        self,
+        *,
+        run_id: _builtins.str = ...,
+        result: _payload_pb2.Payload | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["result", b"result"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["result", b"result", "run_id", b"run_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___QueryWorkflowResponse: _TypeAlias = QueryWorkflowResponse  # noqa: Y015
+
+@_typing.final
+class PollQueryTaskRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    TASK_QUEUE_FIELD_NUMBER: _builtins.int
+    WORKER_ID_FIELD_NUMBER: _builtins.int
+    WORKFLOWS_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    task_queue: _builtins.str
+    worker_id: _builtins.str
+    @_builtins.property
+    def workflows(self) -> _containers.RepeatedCompositeFieldContainer[Global___WorkflowDefinition]:
+        """The (name, version) pairs this worker can replay (fingerprint ignored); empty = any."""
+
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        task_queue: _builtins.str = ...,
+        worker_id: _builtins.str = ...,
+        workflows: _abc.Iterable[Global___WorkflowDefinition] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespace", b"namespace", "task_queue", b"task_queue", "worker_id", b"worker_id", "workflows", b"workflows"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PollQueryTaskRequest: _TypeAlias = PollQueryTaskRequest  # noqa: Y015
+
+@_typing.final
+class PollQueryTaskResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    QUERY_ID_FIELD_NUMBER: _builtins.int
+    WORKFLOW_ID_FIELD_NUMBER: _builtins.int
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    WORKFLOW_TYPE_FIELD_NUMBER: _builtins.int
+    WORKFLOW_VERSION_FIELD_NUMBER: _builtins.int
+    QUERY_NAME_FIELD_NUMBER: _builtins.int
+    INPUT_FIELD_NUMBER: _builtins.int
+    HISTORY_FIELD_NUMBER: _builtins.int
+    WORKFLOW_TIME_FIELD_NUMBER: _builtins.int
+    query_id: _builtins.str
+    """"" = no query arrived before the poll timeout."""
+    workflow_id: _builtins.str
+    run_id: _builtins.str
+    workflow_type: _builtins.str
+    workflow_version: _builtins.str
+    query_name: _builtins.str
+    @_builtins.property
+    def input(self) -> _payload_pb2.Payload: ...
+    @_builtins.property
+    def history(self) -> _history_pb2.History:
+        """The run's whole history up to now."""
+
+    @_builtins.property
+    def workflow_time(self) -> _timestamp_pb2.Timestamp:
+        """The workflow clock for the events no workflow task has processed yet."""
+
+    def __init__(
+        self,
+        *,
+        query_id: _builtins.str = ...,
+        workflow_id: _builtins.str = ...,
+        run_id: _builtins.str = ...,
+        workflow_type: _builtins.str = ...,
+        workflow_version: _builtins.str = ...,
+        query_name: _builtins.str = ...,
+        input: _payload_pb2.Payload | None = ...,
+        history: _history_pb2.History | None = ...,
+        workflow_time: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["history", b"history", "input", b"input", "workflow_time", b"workflow_time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["history", b"history", "input", b"input", "query_id", b"query_id", "query_name", b"query_name", "run_id", b"run_id", "workflow_id", b"workflow_id", "workflow_time", b"workflow_time", "workflow_type", b"workflow_type", "workflow_version", b"workflow_version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PollQueryTaskResponse: _TypeAlias = PollQueryTaskResponse  # noqa: Y015
+
+@_typing.final
+class RespondQueryTaskRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    QUERY_ID_FIELD_NUMBER: _builtins.int
+    WORKER_ID_FIELD_NUMBER: _builtins.int
+    RESULT_FIELD_NUMBER: _builtins.int
+    FAILURE_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    query_id: _builtins.str
+    worker_id: _builtins.str
+    @_builtins.property
+    def result(self) -> _payload_pb2.Payload: ...
+    @_builtins.property
+    def failure(self) -> _payload_pb2.Failure:
+        """The query failed (unknown name, the handler raised, or it tried to change the run)."""
+
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        query_id: _builtins.str = ...,
+        worker_id: _builtins.str = ...,
+        result: _payload_pb2.Payload | None = ...,
+        failure: _payload_pb2.Failure | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["answer", b"answer", "failure", b"failure", "result", b"result"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["answer", b"answer", "failure", b"failure", "namespace", b"namespace", "query_id", b"query_id", "result", b"result", "worker_id", b"worker_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_answer: _TypeAlias = _typing.Literal["result", "failure"]  # noqa: Y015
+    _WhichOneofArgType_answer: _TypeAlias = _typing.Literal["answer", b"answer"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_answer) -> _WhichOneofReturnType_answer | None: ...
+
+Global___RespondQueryTaskRequest: _TypeAlias = RespondQueryTaskRequest  # noqa: Y015
+
+@_typing.final
+class RespondQueryTaskResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RespondQueryTaskResponse: _TypeAlias = RespondQueryTaskResponse  # noqa: Y015

@@ -30,7 +30,7 @@ class WorkflowServiceStub(object):
     google.rpc.ErrorInfo with domain "durable-rpc" and a stable `reason`:
     LEASE_LOST, WORKFLOW_ALREADY_STARTED, NOT_FOUND, INVALID_ARGUMENT, INVALID_PAYLOAD,
     DEFINITION_CHANGED, NAMESPACE_NOT_FOUND, WORKFLOW_NOT_RUNNING, UNAVAILABLE,
-    RESOURCE_EXHAUSTED, INTERNAL.
+    RESOURCE_EXHAUSTED, INTERNAL, QUERY_FAILED, QUERY_TIMEOUT.
 
     Used by clients: start, drive and inspect workflow runs.
     """
@@ -86,6 +86,11 @@ class WorkflowServiceStub(object):
                 request_serializer=durable__rpc_dot_v1_dot_service__pb2.ListWorkflowsRequest.SerializeToString,
                 response_deserializer=durable__rpc_dot_v1_dot_service__pb2.ListWorkflowsResponse.FromString,
                 _registered_method=True)
+        self.QueryWorkflow = channel.unary_unary(
+                '/durable_rpc.v1.WorkflowService/QueryWorkflow',
+                request_serializer=durable__rpc_dot_v1_dot_service__pb2.QueryWorkflowRequest.SerializeToString,
+                response_deserializer=durable__rpc_dot_v1_dot_service__pb2.QueryWorkflowResponse.FromString,
+                _registered_method=True)
 
 
 class WorkflowServiceServicer(object):
@@ -93,7 +98,7 @@ class WorkflowServiceServicer(object):
     google.rpc.ErrorInfo with domain "durable-rpc" and a stable `reason`:
     LEASE_LOST, WORKFLOW_ALREADY_STARTED, NOT_FOUND, INVALID_ARGUMENT, INVALID_PAYLOAD,
     DEFINITION_CHANGED, NAMESPACE_NOT_FOUND, WORKFLOW_NOT_RUNNING, UNAVAILABLE,
-    RESOURCE_EXHAUSTED, INTERNAL.
+    RESOURCE_EXHAUSTED, INTERNAL, QUERY_FAILED, QUERY_TIMEOUT.
 
     Used by clients: start, drive and inspect workflow runs.
     """
@@ -155,6 +160,16 @@ class WorkflowServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def QueryWorkflow(self, request, context):
+        """Asks a read-only query of a run (open or closed). Never appends history: the server
+        relays the query to a worker of the run's task queue, which replays the history and
+        calls the query handler. QUERY_FAILED when the handler failed or is unknown,
+        QUERY_TIMEOUT (DEADLINE_EXCEEDED) when no worker answered in time.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WorkflowServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -203,6 +218,11 @@ def add_WorkflowServiceServicer_to_server(servicer, server):
                     request_deserializer=durable__rpc_dot_v1_dot_service__pb2.ListWorkflowsRequest.FromString,
                     response_serializer=durable__rpc_dot_v1_dot_service__pb2.ListWorkflowsResponse.SerializeToString,
             ),
+            'QueryWorkflow': grpc.unary_unary_rpc_method_handler(
+                    servicer.QueryWorkflow,
+                    request_deserializer=durable__rpc_dot_v1_dot_service__pb2.QueryWorkflowRequest.FromString,
+                    response_serializer=durable__rpc_dot_v1_dot_service__pb2.QueryWorkflowResponse.SerializeToString,
+            ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
             'durable_rpc.v1.WorkflowService', rpc_method_handlers)
@@ -216,7 +236,7 @@ class WorkflowService(object):
     google.rpc.ErrorInfo with domain "durable-rpc" and a stable `reason`:
     LEASE_LOST, WORKFLOW_ALREADY_STARTED, NOT_FOUND, INVALID_ARGUMENT, INVALID_PAYLOAD,
     DEFINITION_CHANGED, NAMESPACE_NOT_FOUND, WORKFLOW_NOT_RUNNING, UNAVAILABLE,
-    RESOURCE_EXHAUSTED, INTERNAL.
+    RESOURCE_EXHAUSTED, INTERNAL, QUERY_FAILED, QUERY_TIMEOUT.
 
     Used by clients: start, drive and inspect workflow runs.
     """
@@ -464,6 +484,33 @@ class WorkflowService(object):
             metadata,
             _registered_method=True)
 
+    @staticmethod
+    def QueryWorkflow(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/durable_rpc.v1.WorkflowService/QueryWorkflow',
+            durable__rpc_dot_v1_dot_service__pb2.QueryWorkflowRequest.SerializeToString,
+            durable__rpc_dot_v1_dot_service__pb2.QueryWorkflowResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
 
 class WorkerServiceStub(object):
     """Used by workers: register, claim tasks under fenced leases, report outcomes.
@@ -529,6 +576,16 @@ class WorkerServiceStub(object):
                 '/durable_rpc.v1.WorkerService/CompleteTasks',
                 request_serializer=durable__rpc_dot_v1_dot_service__pb2.CompleteTasksRequest.SerializeToString,
                 response_deserializer=durable__rpc_dot_v1_dot_service__pb2.CompleteTasksResponse.FromString,
+                _registered_method=True)
+        self.PollQueryTask = channel.unary_unary(
+                '/durable_rpc.v1.WorkerService/PollQueryTask',
+                request_serializer=durable__rpc_dot_v1_dot_service__pb2.PollQueryTaskRequest.SerializeToString,
+                response_deserializer=durable__rpc_dot_v1_dot_service__pb2.PollQueryTaskResponse.FromString,
+                _registered_method=True)
+        self.RespondQueryTask = channel.unary_unary(
+                '/durable_rpc.v1.WorkerService/RespondQueryTask',
+                request_serializer=durable__rpc_dot_v1_dot_service__pb2.RespondQueryTaskRequest.SerializeToString,
+                response_deserializer=durable__rpc_dot_v1_dot_service__pb2.RespondQueryTaskResponse.FromString,
                 _registered_method=True)
 
 
@@ -608,6 +665,20 @@ class WorkerServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PollQueryTask(self, request, context):
+        """Long-polls for a query to answer; an empty response (query_id "") means none came.
+        Query tasks are not persisted and carry no lease: answer with RespondQueryTask.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RespondQueryTask(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WorkerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -665,6 +736,16 @@ def add_WorkerServiceServicer_to_server(servicer, server):
                     servicer.CompleteTasks,
                     request_deserializer=durable__rpc_dot_v1_dot_service__pb2.CompleteTasksRequest.FromString,
                     response_serializer=durable__rpc_dot_v1_dot_service__pb2.CompleteTasksResponse.SerializeToString,
+            ),
+            'PollQueryTask': grpc.unary_unary_rpc_method_handler(
+                    servicer.PollQueryTask,
+                    request_deserializer=durable__rpc_dot_v1_dot_service__pb2.PollQueryTaskRequest.FromString,
+                    response_serializer=durable__rpc_dot_v1_dot_service__pb2.PollQueryTaskResponse.SerializeToString,
+            ),
+            'RespondQueryTask': grpc.unary_unary_rpc_method_handler(
+                    servicer.RespondQueryTask,
+                    request_deserializer=durable__rpc_dot_v1_dot_service__pb2.RespondQueryTaskRequest.FromString,
+                    response_serializer=durable__rpc_dot_v1_dot_service__pb2.RespondQueryTaskResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -965,6 +1046,60 @@ class WorkerService(object):
             '/durable_rpc.v1.WorkerService/CompleteTasks',
             durable__rpc_dot_v1_dot_service__pb2.CompleteTasksRequest.SerializeToString,
             durable__rpc_dot_v1_dot_service__pb2.CompleteTasksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PollQueryTask(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/durable_rpc.v1.WorkerService/PollQueryTask',
+            durable__rpc_dot_v1_dot_service__pb2.PollQueryTaskRequest.SerializeToString,
+            durable__rpc_dot_v1_dot_service__pb2.PollQueryTaskResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RespondQueryTask(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/durable_rpc.v1.WorkerService/RespondQueryTask',
+            durable__rpc_dot_v1_dot_service__pb2.RespondQueryTaskRequest.SerializeToString,
+            durable__rpc_dot_v1_dot_service__pb2.RespondQueryTaskResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -31,7 +31,7 @@ class WorkflowServiceStub:
     google.rpc.ErrorInfo with domain "durable-rpc" and a stable `reason`:
     LEASE_LOST, WORKFLOW_ALREADY_STARTED, NOT_FOUND, INVALID_ARGUMENT, INVALID_PAYLOAD,
     DEFINITION_CHANGED, NAMESPACE_NOT_FOUND, WORKFLOW_NOT_RUNNING, UNAVAILABLE,
-    RESOURCE_EXHAUSTED, INTERNAL.
+    RESOURCE_EXHAUSTED, INTERNAL, QUERY_FAILED, QUERY_TIMEOUT.
 
     Used by clients: start, drive and inspect workflow runs.
     """
@@ -53,6 +53,12 @@ class WorkflowServiceStub:
     GetWorkflowResult: _grpc.UnaryUnaryMultiCallable[_service_pb2.GetWorkflowResultRequest, _service_pb2.GetWorkflowResultResponse]
     """Long-polls until the run is closed or `wait_timeout` passes."""
     ListWorkflows: _grpc.UnaryUnaryMultiCallable[_service_pb2.ListWorkflowsRequest, _service_pb2.ListWorkflowsResponse]
+    QueryWorkflow: _grpc.UnaryUnaryMultiCallable[_service_pb2.QueryWorkflowRequest, _service_pb2.QueryWorkflowResponse]
+    """Asks a read-only query of a run (open or closed). Never appends history: the server
+    relays the query to a worker of the run's task queue, which replays the history and
+    calls the query handler. QUERY_FAILED when the handler failed or is unknown,
+    QUERY_TIMEOUT (DEADLINE_EXCEEDED) when no worker answered in time.
+    """
 
 @_typing.type_check_only
 class WorkflowServiceAsyncStub(WorkflowServiceStub):
@@ -60,7 +66,7 @@ class WorkflowServiceAsyncStub(WorkflowServiceStub):
     google.rpc.ErrorInfo with domain "durable-rpc" and a stable `reason`:
     LEASE_LOST, WORKFLOW_ALREADY_STARTED, NOT_FOUND, INVALID_ARGUMENT, INVALID_PAYLOAD,
     DEFINITION_CHANGED, NAMESPACE_NOT_FOUND, WORKFLOW_NOT_RUNNING, UNAVAILABLE,
-    RESOURCE_EXHAUSTED, INTERNAL.
+    RESOURCE_EXHAUSTED, INTERNAL, QUERY_FAILED, QUERY_TIMEOUT.
 
     Used by clients: start, drive and inspect workflow runs.
     """
@@ -79,13 +85,19 @@ class WorkflowServiceAsyncStub(WorkflowServiceStub):
     GetWorkflowResult: _aio.UnaryUnaryMultiCallable[_service_pb2.GetWorkflowResultRequest, _service_pb2.GetWorkflowResultResponse]  # type: ignore[assignment]
     """Long-polls until the run is closed or `wait_timeout` passes."""
     ListWorkflows: _aio.UnaryUnaryMultiCallable[_service_pb2.ListWorkflowsRequest, _service_pb2.ListWorkflowsResponse]  # type: ignore[assignment]
+    QueryWorkflow: _aio.UnaryUnaryMultiCallable[_service_pb2.QueryWorkflowRequest, _service_pb2.QueryWorkflowResponse]  # type: ignore[assignment]
+    """Asks a read-only query of a run (open or closed). Never appends history: the server
+    relays the query to a worker of the run's task queue, which replays the history and
+    calls the query handler. QUERY_FAILED when the handler failed or is unknown,
+    QUERY_TIMEOUT (DEADLINE_EXCEEDED) when no worker answered in time.
+    """
 
 class WorkflowServiceServicer(metaclass=_abc_1.ABCMeta):
     """Errors: every failed call carries a google.rpc.Status whose details hold a
     google.rpc.ErrorInfo with domain "durable-rpc" and a stable `reason`:
     LEASE_LOST, WORKFLOW_ALREADY_STARTED, NOT_FOUND, INVALID_ARGUMENT, INVALID_PAYLOAD,
     DEFINITION_CHANGED, NAMESPACE_NOT_FOUND, WORKFLOW_NOT_RUNNING, UNAVAILABLE,
-    RESOURCE_EXHAUSTED, INTERNAL.
+    RESOURCE_EXHAUSTED, INTERNAL, QUERY_FAILED, QUERY_TIMEOUT.
 
     Used by clients: start, drive and inspect workflow runs.
     """
@@ -157,6 +169,18 @@ class WorkflowServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_service_pb2.ListWorkflowsResponse, _abc.Awaitable[_service_pb2.ListWorkflowsResponse]]: ...
 
+    @_abc_1.abstractmethod
+    def QueryWorkflow(
+        self,
+        request: _service_pb2.QueryWorkflowRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_service_pb2.QueryWorkflowResponse, _abc.Awaitable[_service_pb2.QueryWorkflowResponse]]:
+        """Asks a read-only query of a run (open or closed). Never appends history: the server
+        relays the query to a worker of the run's task queue, which replays the history and
+        calls the query handler. QUERY_FAILED when the handler failed or is unknown,
+        QUERY_TIMEOUT (DEADLINE_EXCEEDED) when no worker answered in time.
+        """
+
 def add_WorkflowServiceServicer_to_server(servicer: WorkflowServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 
 class WorkerServiceStub:
@@ -184,6 +208,11 @@ class WorkerServiceStub:
     on its own; one item's error does not affect the others. A worker uses it to
     coalesce the outcomes that pile up while an earlier call is in flight.
     """
+    PollQueryTask: _grpc.UnaryUnaryMultiCallable[_service_pb2.PollQueryTaskRequest, _service_pb2.PollQueryTaskResponse]
+    """Long-polls for a query to answer; an empty response (query_id "") means none came.
+    Query tasks are not persisted and carry no lease: answer with RespondQueryTask.
+    """
+    RespondQueryTask: _grpc.UnaryUnaryMultiCallable[_service_pb2.RespondQueryTaskRequest, _service_pb2.RespondQueryTaskResponse]
 
 @_typing.type_check_only
 class WorkerServiceAsyncStub(WorkerServiceStub):
@@ -208,6 +237,11 @@ class WorkerServiceAsyncStub(WorkerServiceStub):
     on its own; one item's error does not affect the others. A worker uses it to
     coalesce the outcomes that pile up while an earlier call is in flight.
     """
+    PollQueryTask: _aio.UnaryUnaryMultiCallable[_service_pb2.PollQueryTaskRequest, _service_pb2.PollQueryTaskResponse]  # type: ignore[assignment]
+    """Long-polls for a query to answer; an empty response (query_id "") means none came.
+    Query tasks are not persisted and carry no lease: answer with RespondQueryTask.
+    """
+    RespondQueryTask: _aio.UnaryUnaryMultiCallable[_service_pb2.RespondQueryTaskRequest, _service_pb2.RespondQueryTaskResponse]  # type: ignore[assignment]
 
 class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
     """Used by workers: register, claim tasks under fenced leases, report outcomes."""
@@ -295,5 +329,22 @@ class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
         on its own; one item's error does not affect the others. A worker uses it to
         coalesce the outcomes that pile up while an earlier call is in flight.
         """
+
+    @_abc_1.abstractmethod
+    def PollQueryTask(
+        self,
+        request: _service_pb2.PollQueryTaskRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_service_pb2.PollQueryTaskResponse, _abc.Awaitable[_service_pb2.PollQueryTaskResponse]]:
+        """Long-polls for a query to answer; an empty response (query_id "") means none came.
+        Query tasks are not persisted and carry no lease: answer with RespondQueryTask.
+        """
+
+    @_abc_1.abstractmethod
+    def RespondQueryTask(
+        self,
+        request: _service_pb2.RespondQueryTaskRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_service_pb2.RespondQueryTaskResponse, _abc.Awaitable[_service_pb2.RespondQueryTaskResponse]]: ...
 
 def add_WorkerServiceServicer_to_server(servicer: WorkerServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -6,6 +6,7 @@ isort:skip_file
 from collections import abc as _abc
 from durable_rpc.v1 import options_pb2 as _options_pb2
 from durable_rpc.v1 import payload_pb2 as _payload_pb2
+from durable_rpc.v1 import search_attributes_pb2 as _search_attributes_pb2
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import message as _message
@@ -38,6 +39,8 @@ class Command(_message.Message):
     COMPLETE_WORKFLOW_FIELD_NUMBER: _builtins.int
     FAIL_WORKFLOW_FIELD_NUMBER: _builtins.int
     CANCEL_WORKFLOW_FIELD_NUMBER: _builtins.int
+    RECORD_MARKER_FIELD_NUMBER: _builtins.int
+    UPSERT_SEARCH_ATTRIBUTES_FIELD_NUMBER: _builtins.int
     seq: _builtins.int
     @_builtins.property
     def schedule_activity(self) -> Global___ScheduleActivity: ...
@@ -51,6 +54,12 @@ class Command(_message.Message):
     def fail_workflow(self) -> Global___FailWorkflow: ...
     @_builtins.property
     def cancel_workflow(self) -> Global___CancelWorkflow: ...
+    @_builtins.property
+    def record_marker(self) -> Global___RecordMarker:
+        """Side effects and version markers (numbers 30-39)."""
+
+    @_builtins.property
+    def upsert_search_attributes(self) -> Global___UpsertSearchAttributes: ...
     def __init__(
         self,
         *,
@@ -61,12 +70,14 @@ class Command(_message.Message):
         complete_workflow: Global___CompleteWorkflow | None = ...,
         fail_workflow: Global___FailWorkflow | None = ...,
         cancel_workflow: Global___CancelWorkflow | None = ...,
+        record_marker: Global___RecordMarker | None = ...,
+        upsert_search_attributes: Global___UpsertSearchAttributes | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["cancel_timer", b"cancel_timer", "cancel_workflow", b"cancel_workflow", "complete_workflow", b"complete_workflow", "fail_workflow", b"fail_workflow", "kind", b"kind", "schedule_activity", b"schedule_activity", "start_timer", b"start_timer"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["cancel_timer", b"cancel_timer", "cancel_workflow", b"cancel_workflow", "complete_workflow", b"complete_workflow", "fail_workflow", b"fail_workflow", "kind", b"kind", "record_marker", b"record_marker", "schedule_activity", b"schedule_activity", "start_timer", b"start_timer", "upsert_search_attributes", b"upsert_search_attributes"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cancel_timer", b"cancel_timer", "cancel_workflow", b"cancel_workflow", "complete_workflow", b"complete_workflow", "fail_workflow", b"fail_workflow", "kind", b"kind", "schedule_activity", b"schedule_activity", "seq", b"seq", "start_timer", b"start_timer"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cancel_timer", b"cancel_timer", "cancel_workflow", b"cancel_workflow", "complete_workflow", b"complete_workflow", "fail_workflow", b"fail_workflow", "kind", b"kind", "record_marker", b"record_marker", "schedule_activity", b"schedule_activity", "seq", b"seq", "start_timer", b"start_timer", "upsert_search_attributes", b"upsert_search_attributes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["schedule_activity", "start_timer", "cancel_timer", "complete_workflow", "fail_workflow", "cancel_workflow"]  # noqa: Y015
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["schedule_activity", "start_timer", "cancel_timer", "complete_workflow", "fail_workflow", "cancel_workflow", "record_marker", "upsert_search_attributes"]  # noqa: Y015
     _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
 
@@ -204,6 +215,59 @@ class CancelWorkflow(_message.Message):
 Global___CancelWorkflow: _TypeAlias = CancelWorkflow  # noqa: Y015
 
 @_typing.final
+class RecordMarker(_message.Message):
+    """Records a marker (history event MarkerRecorded); no task is created.
+    kind "side_effect": Command.seq is a fresh workflow seq and `payload` the value.
+    kind "patch": `id` is the change id, Command.seq is 0 (patch markers take no seq).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KIND_FIELD_NUMBER: _builtins.int
+    ID_FIELD_NUMBER: _builtins.int
+    PAYLOAD_FIELD_NUMBER: _builtins.int
+    kind: _builtins.str
+    id: _builtins.str
+    @_builtins.property
+    def payload(self) -> _payload_pb2.Payload: ...
+    def __init__(
+        self,
+        *,
+        kind: _builtins.str = ...,
+        id: _builtins.str = ...,
+        payload: _payload_pb2.Payload | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["payload", b"payload"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "kind", b"kind", "payload", b"payload"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RecordMarker: _TypeAlias = RecordMarker  # noqa: Y015
+
+@_typing.final
+class UpsertSearchAttributes(_message.Message):
+    """Sets (adds or replaces) search attributes of the run; recorded as a command event."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SEARCH_ATTRIBUTES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def search_attributes(self) -> _search_attributes_pb2.SearchAttributes: ...
+    def __init__(
+        self,
+        *,
+        search_attributes: _search_attributes_pb2.SearchAttributes | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["search_attributes", b"search_attributes"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["search_attributes", b"search_attributes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UpsertSearchAttributes: _TypeAlias = UpsertSearchAttributes  # noqa: Y015
+
+@_typing.final
 class Activation(_message.Message):
     """The Rust replay machine's output to the Python workflow runtime: the jobs to apply
     before running the workflow's coroutines until all are blocked.
@@ -215,6 +279,7 @@ class Activation(_message.Message):
     TIMESTAMP_FIELD_NUMBER: _builtins.int
     IS_REPLAYING_FIELD_NUMBER: _builtins.int
     JOBS_FIELD_NUMBER: _builtins.int
+    MARKERS_FIELD_NUMBER: _builtins.int
     run_id: _builtins.str
     is_replaying: _builtins.bool
     """True while re-executing recorded history; side effects such as logging and
@@ -226,6 +291,14 @@ class Activation(_message.Message):
 
     @_builtins.property
     def jobs(self) -> _containers.RepeatedCompositeFieldContainer[Global___ActivationJob]: ...
+    @_builtins.property
+    def markers(self) -> _containers.RepeatedCompositeFieldContainer[Global___RecordedMarker]:
+        """For a replayed activation: the markers the replayed task recorded, in order.
+        side_effect() returns the recorded payload of its seq instead of calling its
+        function, and patched() / deprecate_patch() emit a patch marker during replay only
+        when the task recorded one for that change id.
+        """
+
     def __init__(
         self,
         *,
@@ -233,14 +306,46 @@ class Activation(_message.Message):
         timestamp: _timestamp_pb2.Timestamp | None = ...,
         is_replaying: _builtins.bool = ...,
         jobs: _abc.Iterable[Global___ActivationJob] | None = ...,
+        markers: _abc.Iterable[Global___RecordedMarker] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["timestamp", b"timestamp"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["is_replaying", b"is_replaying", "jobs", b"jobs", "run_id", b"run_id", "timestamp", b"timestamp"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["is_replaying", b"is_replaying", "jobs", b"jobs", "markers", b"markers", "run_id", b"run_id", "timestamp", b"timestamp"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Activation: _TypeAlias = Activation  # noqa: Y015
+
+@_typing.final
+class RecordedMarker(_message.Message):
+    """A marker recorded by the workflow task an activation replays."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SEQ_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    ID_FIELD_NUMBER: _builtins.int
+    PAYLOAD_FIELD_NUMBER: _builtins.int
+    seq: _builtins.int
+    kind: _builtins.str
+    id: _builtins.str
+    @_builtins.property
+    def payload(self) -> _payload_pb2.Payload: ...
+    def __init__(
+        self,
+        *,
+        seq: _builtins.int = ...,
+        kind: _builtins.str = ...,
+        id: _builtins.str = ...,
+        payload: _payload_pb2.Payload | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["payload", b"payload"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "kind", b"kind", "payload", b"payload", "seq", b"seq"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RecordedMarker: _TypeAlias = RecordedMarker  # noqa: Y015
 
 @_typing.final
 class ActivationJob(_message.Message):
@@ -293,12 +398,18 @@ class StartWorkflowJob(_message.Message):
     WORKFLOW_ID_FIELD_NUMBER: _builtins.int
     RUN_ID_FIELD_NUMBER: _builtins.int
     INPUT_FIELD_NUMBER: _builtins.int
+    MEMO_FIELD_NUMBER: _builtins.int
+    SEARCH_ATTRIBUTES_FIELD_NUMBER: _builtins.int
     workflow_type: _builtins.str
     workflow_version: _builtins.str
     workflow_id: _builtins.str
     run_id: _builtins.str
     @_builtins.property
     def input(self) -> _payload_pb2.Payload: ...
+    @_builtins.property
+    def memo(self) -> _search_attributes_pb2.Memo: ...
+    @_builtins.property
+    def search_attributes(self) -> _search_attributes_pb2.SearchAttributes: ...
     def __init__(
         self,
         *,
@@ -307,10 +418,12 @@ class StartWorkflowJob(_message.Message):
         workflow_id: _builtins.str = ...,
         run_id: _builtins.str = ...,
         input: _payload_pb2.Payload | None = ...,
+        memo: _search_attributes_pb2.Memo | None = ...,
+        search_attributes: _search_attributes_pb2.SearchAttributes | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["input", b"input"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["input", b"input", "memo", b"memo", "search_attributes", b"search_attributes"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["input", b"input", "run_id", b"run_id", "workflow_id", b"workflow_id", "workflow_type", b"workflow_type", "workflow_version", b"workflow_version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["input", b"input", "memo", b"memo", "run_id", b"run_id", "search_attributes", b"search_attributes", "workflow_id", b"workflow_id", "workflow_type", b"workflow_type", "workflow_version", b"workflow_version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -97,7 +97,9 @@ class CancellationToken:
 class SupervisorReport:
     """What one ``run`` did. ``claims`` = tasks received; ``completions`` and
     ``failures`` = outcomes accepted by the server; ``lease_losses`` = outcomes dropped
-    because another owner took over; ``errors`` = cycles that backed off."""
+    because another owner took over; ``errors`` = cycles that backed off.
+    ``queries`` = queries answered (or failed) by this worker: not tasks, so not in
+    ``claims``/``completions``/``failures``."""
 
     claims: int = 0
     completions: int = 0
@@ -106,6 +108,7 @@ class SupervisorReport:
     workflow_tasks: int = 0
     activity_tasks: int = 0
     errors: int = 0
+    queries: int = 0
 
     def count_eager(self, kind: TaskKind, outcome: TaskOutcome) -> None:
         """A task the server handed over with another task's completion."""
@@ -170,17 +173,20 @@ class WorkflowSupervisor:
 
     def _plan(self) -> list[list[TaskKind]]:
         """The task kinds each cycle polls. With both kinds, half the cycles poll each
-        (workflow tasks are short, activities long); a single cycle alternates."""
+        (workflow tasks are short, activities long); a single cycle alternates. A worker
+        with workflows also runs one "query" cycle, on top of ``max_concurrency``:
+        queries are rare, read-only and must not wait behind long activities."""
         kinds = list(self.worker.task_kinds)
         n = self.config.max_concurrency
+        query: list[list[TaskKind]] = [["query"]] if "workflow" in kinds else []
         if len(kinds) == 1:
-            return [kinds] * n
+            return [kinds] * n + query
         if n == 1:
-            return [kinds]
+            return [kinds, *query]
         workflow_cycles = max(1, n // 2)
         workflow: list[TaskKind] = ["workflow"]
         activity: list[TaskKind] = ["activity"]
-        return [workflow] * workflow_cycles + [activity] * (n - workflow_cycles)
+        return [workflow] * workflow_cycles + [activity] * (n - workflow_cycles) + query
 
     async def _pause(self, token: CancellationToken, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
@@ -222,6 +228,10 @@ class WorkflowSupervisor:
         task = await self._poll(kind, token)
         if task is None:
             return False
+        if kind == "query":
+            report.queries += 1
+            await self.worker.execute_query_task(task)
+            return True
         report.claims += 1
         # Claimed tasks are not interrupted by the token: their lease protocol finishes.
         if kind == "workflow":
@@ -239,11 +249,12 @@ class WorkflowSupervisor:
         Abandoning can lose a task the server claimed at that very instant; its lease
         then lapses and it is claimed again (the price of not waiting out a long poll).
         """
-        poll: asyncio.Future[Any] = asyncio.ensure_future(
-            self.worker.poll_workflow_task()
-            if kind == "workflow"
-            else self.worker.poll_activity_task()
-        )
+        polls = {
+            "workflow": self.worker.poll_workflow_task,
+            "activity": self.worker.poll_activity_task,
+            "query": self.worker.poll_query_task,
+        }
+        poll: asyncio.Future[Any] = asyncio.ensure_future(polls[kind]())
         stop = asyncio.ensure_future(token.wait())
         try:
             await asyncio.wait({poll, stop}, return_when=asyncio.FIRST_COMPLETED)

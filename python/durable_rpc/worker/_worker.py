@@ -8,13 +8,16 @@ import functools
 import logging
 import os
 import socket
+import sys
+import threading
 import time
+import traceback
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from datetime import timedelta
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from durable_rpc.activity._definition import ActivityDefinition, must_define
 from durable_rpc.activity._failure import failure_from_exception
@@ -25,7 +28,7 @@ from durable_rpc.worker._activity_task import AttemptOutcome, run_attempt
 from durable_rpc.worker._client import WorkerClient, call
 from durable_rpc.worker._lease_keeper import LeaseKeeper
 from durable_rpc.worker._outcomes import OutcomeSender
-from durable_rpc.worker._workflow_task import last_event_id, replay
+from durable_rpc.worker._workflow_task import answer_query, last_event_id, replay
 from durable_rpc.workflow._definition import WorkflowDefinition, definition_of
 
 if TYPE_CHECKING:
@@ -34,7 +37,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("durable_rpc.worker")
 
 TaskOutcome = Literal["completed", "failed", "lease_lost"]
-TaskKind = Literal["workflow", "activity"]
+TaskKind = Literal["workflow", "activity", "query"]
+_T = TypeVar("_T")
 
 # A completion that fails for a transient reason is retried this many times: completing
 # twice with the same lease is idempotent, so retrying is always safe.
@@ -266,6 +270,20 @@ class Worker:
         response = await call(self.client.worker_service.PollActivityTask, request)
         return response if response.task_id else None
 
+    async def poll_query_task(self) -> service_pb2.PollQueryTaskResponse | None:
+        """Long-poll for a query on this queue's runs of the registered workflows."""
+        request = service_pb2.PollQueryTaskRequest(
+            namespace=self.namespace,
+            task_queue=self.task_queue,
+            worker_id=self.worker_id,
+            workflows=[
+                service_pb2.WorkflowDefinition(name=d.name, version=d.version)
+                for d in self._workflows.values()
+            ],
+        )
+        response = await call(self.client.worker_service.PollQueryTask, request)
+        return response if response.query_id else None
+
     def activity_capacity(self) -> asyncio.Semaphore:
         """Held around poll *and* run: an attempt is only claimed when it can start."""
         return self._activity_slots
@@ -366,16 +384,18 @@ class Worker:
         self._eager_runs.add(run_task)
         run_task.add_done_callback(self._eager_runs.discard)
 
-    async def _decide(self, task: service_pb2.PollWorkflowTaskResponse) -> Sequence[Any]:
-        version = task.workflow_version or "1"
-        definition = self._workflows.get((task.workflow_type, version))
+    def _definition(self, workflow_type: str, version: str) -> WorkflowDefinition:
+        definition = self._workflows.get((workflow_type, version or "1"))
         if definition is None:
             raise DefinitionUnavailableError(
-                f"worker {self.worker_id} has no workflow {task.workflow_type!r} "
-                f"version {version!r}"
+                f"worker {self.worker_id} has no workflow {workflow_type!r} "
+                f"version {version or '1'!r}"
             )
+        return definition
+
+    async def _decide(self, task: service_pb2.PollWorkflowTaskResponse) -> Sequence[Any]:
+        definition = self._definition(task.workflow_type, task.workflow_version)
         seconds = self.workflow_task_deadline.total_seconds()
-        loop = asyncio.get_running_loop()
         decide = functools.partial(
             replay,
             definition,
@@ -384,15 +404,60 @@ class Worker:
             task_queue=self.task_queue,
             deadline=time.monotonic() + seconds,
         )
+        return await self._run_workflow_code(decide, "workflow task")
+
+    async def _run_workflow_code(self, fn: Callable[[], _T], what: str) -> _T:
+        """Run ``fn`` on the workflow pool under ``workflow_task_deadline``.
+
+        Workflow code that blocks (time.sleep, I/O, a lock) cannot be interrupted: at
+        the deadline the task fails with a TimeoutError whose message and stack trace
+        show where the workflow thread is stuck (its thread keeps running until the
+        call returns; the worker itself never hangs).
+        """
+        seconds = self.workflow_task_deadline.total_seconds()
+        loop = asyncio.get_running_loop()
+        thread: list[int] = []
+
+        def run() -> _T:
+            thread.append(threading.get_ident())
+            return fn()
+
         try:
             return await asyncio.wait_for(
-                loop.run_in_executor(self._workflow_executor, decide), seconds
+                loop.run_in_executor(self._workflow_executor, run), seconds
             )
         except TimeoutError:
-            raise TimeoutError(
-                f"workflow task did not finish within {seconds:g}s "
-                "(blocking call in workflow code?)"
-            ) from None
+            raise _blocked_error(what, seconds, thread[0] if thread else None) from None
+
+    # --- query tasks ----------------------------------------------------------------
+
+    async def execute_query_task(self, task: service_pb2.PollQueryTaskResponse) -> TaskOutcome:
+        """Answer a query by replaying the run with this code; never touches the run."""
+        request = service_pb2.RespondQueryTaskRequest(
+            namespace=self.namespace, query_id=task.query_id, worker_id=self.worker_id
+        )
+        outcome: TaskOutcome = "completed"
+        try:
+            definition = self._definition(task.workflow_type, task.workflow_version)
+            seconds = self.workflow_task_deadline.total_seconds()
+            answer = functools.partial(
+                answer_query,
+                definition,
+                task.history.SerializeToString(),
+                task.workflow_time.ToMilliseconds(),
+                task.query_name,
+                task.input.data if task.HasField("input") else b"",
+                task_queue=self.task_queue,
+                deadline=time.monotonic() + seconds,
+            )
+            result = await self._run_workflow_code(answer, f"query {task.query_name!r}")
+            request.result.data = result
+        except Exception as error:
+            log.info("query %r of %s failed: %s", task.query_name, task.workflow_id, error)
+            request.failure.CopyFrom(failure_from_exception(error))
+            outcome = "failed"
+        await call(self.client.worker_service.RespondQueryTask, request)
+        return outcome
 
     # --- activity tasks -------------------------------------------------------------
 
@@ -484,6 +549,32 @@ class Worker:
                     raise
                 await asyncio.sleep(_REPORT_BACKOFF_S * 2**attempt)
         raise AssertionError("unreachable")
+
+
+def _blocked_error(what: str, seconds: float, thread_id: int | None) -> TimeoutError:
+    """The error of workflow code that did not yield by the deadline, showing the
+    workflow thread's current stack (where the blocking call is)."""
+    frame = sys._current_frames().get(thread_id) if thread_id is not None else None
+    if frame is None:
+        where = " (it had not started: every workflow thread is busy with blocked code?)"
+        stack = ""
+    else:
+        frames = traceback.extract_stack(frame)
+        stack = "".join(traceback.format_list(frames))
+        innermost = frames[-1] if frames else None
+        where = (
+            f" at {innermost.filename}:{innermost.lineno} in {innermost.name} ({innermost.line})"
+            if innermost is not None
+            else ""
+        )
+    error = TimeoutError(
+        f"{what} did not finish within {seconds:g}s: the workflow thread is blocked{where}"
+        " (blocking call in workflow code? use workflow.sleep() and activities)"
+        + (f"\nWorkflow thread stack (most recent call last):\n{stack}" if stack else "")
+    )
+    # Reported as the failure's stack trace (failure_from_exception uses it).
+    error.stack_trace = stack  # type: ignore[attr-defined]
+    return error
 
 
 def _index_workflows(classes: Iterable[type]) -> dict[tuple[str, str], WorkflowDefinition]:

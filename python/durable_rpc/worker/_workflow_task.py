@@ -13,7 +13,7 @@ from durable_rpc import _core
 from durable_rpc.v1 import history_pb2, workflow_task_pb2
 from durable_rpc.workflow._definition import WorkflowDefinition
 from durable_rpc.workflow._errors import WorkflowTaskError
-from durable_rpc.workflow._runtime import WorkflowInstance
+from durable_rpc.workflow._runtime import QueryError, WorkflowInstance
 
 
 def last_event_id(history: history_pb2.History) -> int:
@@ -43,3 +43,33 @@ def replay(
         completion = instance.activate(workflow_task_pb2.Activation.FromString(raw))
         machine.complete_activation(completion.SerializeToString())
     return workflow_task_pb2.ActivationCompletion.FromString(machine.take_new_commands()).commands
+
+
+def answer_query(
+    definition: WorkflowDefinition,
+    history: bytes,
+    task_time_ms: int,
+    query_name: str,
+    query_input: bytes,
+    *,
+    task_queue: str,
+    deadline: float | None = None,
+) -> bytes:
+    """Replay ``history`` (every event, including those no workflow task processed yet)
+    and answer query ``query_name`` from the rebuilt instance: the encoded result.
+
+    The commands the replay produces are discarded: a query never changes the run.
+    Raises :class:`QueryError` when the handler cannot answer, and what :func:`replay`
+    raises when the history cannot be replayed with this code.
+    """
+    machine = _core.ReplayMachine(history, task_time_ms)
+    instance = WorkflowInstance(definition, task_queue=task_queue, deadline=deadline)
+    while (raw := machine.next_activation()) is not None:
+        if deadline is not None and time.monotonic() > deadline:
+            raise WorkflowTaskError("replay ran past the query deadline")
+        completion = instance.activate(workflow_task_pb2.Activation.FromString(raw))
+        machine.complete_activation(completion.SerializeToString())
+    return instance.query(query_name, query_input)
+
+
+__all__ = ["QueryError", "answer_query", "last_event_id", "replay"]

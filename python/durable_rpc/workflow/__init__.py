@@ -24,28 +24,36 @@ class Checkout:
 Workflow code runs on a deterministic event loop: asyncio.gather / wait / create_task /
 Event / Lock work; real timers and I/O raise. Use ``workflow.sleep``, ``workflow.now``,
 ``workflow.random`` and ``workflow.uuid4`` instead of their non-deterministic cousins,
-and activities for anything that touches the outside world.
+``workflow.side_effect`` for a small non-deterministic value recorded once, activities
+for anything that touches the outside world, and ``workflow.patched`` /
+``workflow.deprecate_patch`` to change code that open runs are still replaying.
 """
 
 from __future__ import annotations
 
 from durable_rpc.activity._errors import ApplicationError
 from durable_rpc.workflow._api import (
+    deprecate_patch,
     execute_activity,
     in_workflow,
     info,
     now,
+    patched,
     random,
     set_signal_handler,
+    side_effect,
     sleep,
+    upsert_search_attributes,
     uuid4,
     wait_condition,
 )
 from durable_rpc.workflow._definition import (
+    QueryDefinition,
     SignalDefinition,
     WorkflowDefinition,
     definition_of,
     defn,
+    query,
     run,
     signal,
 )
@@ -69,22 +77,28 @@ __all__ = [
     "RetryPolicy",
     "Saga",
     "SignalDefinition",
+    "QueryDefinition",
     "WorkflowDefinition",
     "WorkflowInfo",
     "WorkflowInstance",
     "WorkflowTaskError",
     "definition_of",
     "defn",
+    "deprecate_patch",
     "execute_activity",
     "in_workflow",
     "info",
     "logger",
     "now",
+    "patched",
+    "query",
     "random",
     "run",
     "set_signal_handler",
+    "side_effect",
     "signal",
     "sleep",
+    "upsert_search_attributes",
     "uuid4",
     "wait_condition",
 ]

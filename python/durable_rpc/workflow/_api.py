@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import random as _random
+import typing
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, TypeVar, overload
 
@@ -37,6 +38,13 @@ def info() -> WorkflowInfo:
     return current().current_info()
 
 
+def upsert_search_attributes(values: Mapping[str, Any]) -> None:
+    """Add or replace search attributes of this run (typed like at start: str keyword,
+    ``Text`` text, int, float double, bool, datetime). Recorded in history as a command,
+    so replay checks it; ``info().search_attributes`` shows the new values at once."""
+    current().upsert_search_attributes(values)
+
+
 def now() -> datetime:
     """The workflow clock (tz-aware UTC): the recorded time of the current workflow task,
     identical on every replay."""
@@ -51,6 +59,61 @@ def random() -> _random.Random:
 def uuid4() -> uuid.UUID:
     """A version-4 UUID drawn from :func:`random`, so it replays identically."""
     return uuid.UUID(int=current().random.getrandbits(128), version=4)
+
+
+def _return_hint(fn: Callable[..., Any]) -> Any:
+    try:
+        return typing.get_type_hints(fn).get("return", Any)
+    except Exception:
+        # Builtins, partials, unresolvable forward references: plain values.
+        return Any
+
+
+@overload
+def side_effect(fn: Callable[[], Any], *, result_type: type[_R]) -> _R: ...
+@overload
+def side_effect(fn: Callable[[], _R], *, result_type: None = None) -> _R: ...
+def side_effect(fn: Callable[[], Any], *, result_type: Any = None) -> Any:
+    """Call the synchronous ``fn`` once and record its value in history; on replay,
+    return the recorded value without calling ``fn``.
+
+    For small non-deterministic values (an id from a local generator, a config read);
+    anything slow, fallible or with effects belongs in an activity. The value goes
+    through the converter (typed by ``result_type`` or ``fn``'s return hint), and the
+    decoded value is returned on the first execution too, so both paths agree. If
+    ``fn`` raises, nothing is recorded and the workflow *task* fails (it is retried).
+    A side effect takes a seq like any other command.
+    """
+    hint = result_type if result_type is not None else _return_hint(fn)
+    return current().side_effect(fn, hint)
+
+
+def patched(change_id: str) -> bool:
+    """Version a change to workflow code: True when this run takes the new code path.
+
+    A run executing this call live records a patch marker for ``change_id`` and gets
+    True; replaying a history recorded before the change (no marker for ``change_id``)
+    gets False, so it keeps following the old branch. The first answer holds for the
+    rest of the run. Patch markers take no seq: adding a ``patched()`` call does not
+    shift the commands after it in old histories::
+
+        if workflow.patched("charge-v2"):
+            await workflow.execute_activity(charge_v2, ...)
+        else:
+            await workflow.execute_activity(charge, ...)
+
+    Once no open run can take the old branch, replace the call with
+    :func:`deprecate_patch` and delete the old branch.
+    """
+    return current().patch(change_id)
+
+
+def deprecate_patch(change_id: str) -> None:
+    """Mark ``change_id``'s patch as the only code path. New runs still record the
+    marker, so they replay on code that calls ``patched(change_id)``; histories with or
+    without the marker both replay. Once no history with ``patched()``-era runs matters,
+    delete the call (recorded markers the code no longer produces are skipped)."""
+    current().patch(change_id)
 
 
 async def sleep(delay: float | timedelta) -> None:

@@ -1,5 +1,5 @@
-"""``@workflow.defn`` / ``@workflow.run`` / ``@workflow.signal`` and the definitions
-they produce."""
+"""``@workflow.defn`` / ``@workflow.run`` / ``@workflow.signal`` / ``@workflow.query``
+and the definitions they produce."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import functools
 import hashlib
 import inspect
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar, overload
 
 from durable_rpc.converter import arg_and_result_hints
@@ -18,6 +18,7 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 _DEFN_ATTR = "__durable_workflow_definition__"
 _RUN_ATTR = "__durable_workflow_run__"
 _SIGNAL_ATTR = "__durable_workflow_signal__"
+_QUERY_ATTR = "__durable_workflow_query__"
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,14 @@ class SignalDefinition:
     name: str
     method: Callable[..., Any]
     arg_hints: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class QueryDefinition:
+    name: str
+    method: Callable[..., Any]
+    arg_hints: tuple[Any, ...]
+    result_hint: Any
 
 
 @dataclass(frozen=True)
@@ -39,6 +48,7 @@ class WorkflowDefinition:
     arg_hints: tuple[Any, ...]
     result_hint: Any
     signals: Mapping[str, SignalDefinition]
+    queries: Mapping[str, QueryDefinition] = field(default_factory=dict)
 
 
 def fingerprint(cls: type) -> str:
@@ -69,6 +79,19 @@ def _build(cls: _C, name: str | None, version: str) -> _C:
                 raise TypeError(f"{cls.__qualname__}: two handlers for signal {signal_name!r}")
             hints, _ = arg_and_result_hints(method)
             signals[signal_name] = SignalDefinition(signal_name, method, hints)
+    queries: dict[str, QueryDefinition] = {}
+    for attr in dir(cls):
+        method = getattr(cls, attr, None)
+        query_name = getattr(method, _QUERY_ATTR, None)
+        if method is not None and isinstance(query_name, str):
+            if query_name in queries:
+                raise TypeError(f"{cls.__qualname__}: two handlers for query {query_name!r}")
+            if inspect.iscoroutinefunction(method):
+                raise TypeError(
+                    f"{cls.__qualname__}.{attr}: @workflow.query must be a plain (sync) method"
+                )
+            hints, result = arg_and_result_hints(method)
+            queries[query_name] = QueryDefinition(query_name, method, hints, result)
     arg_hints, result_hint = arg_and_result_hints(run)
     definition = WorkflowDefinition(
         name=name or cls.__name__,
@@ -79,6 +102,7 @@ def _build(cls: _C, name: str | None, version: str) -> _C:
         arg_hints=arg_hints,
         result_hint=result_hint,
         signals=signals,
+        queries=queries,
     )
     setattr(cls, _DEFN_ATTR, definition)
     return cls
@@ -116,6 +140,27 @@ def signal(fn: _F | None = None, /, *, name: str | None = None) -> _F | Callable
 
     def mark(f: _F) -> _F:
         setattr(f, _SIGNAL_ATTR, name or f.__name__)
+        return f
+
+    return mark(fn) if fn is not None else mark
+
+
+@overload
+def query(fn: _F, /) -> _F: ...
+@overload
+def query(*, name: str | None = None) -> Callable[[_F], _F]: ...
+def query(fn: _F | None = None, /, *, name: str | None = None) -> _F | Callable[[_F], _F]:
+    """Mark a sync method as the handler of a read-only query (default: method name).
+
+    A worker answers a query by replaying the run and calling the handler on the
+    rebuilt instance; nothing is recorded. The handler must only read state: one that
+    awaits, schedules activities or starts timers fails the query (never the run).
+    """
+
+    def mark(f: _F) -> _F:
+        if inspect.iscoroutinefunction(f):
+            raise TypeError(f"{f.__qualname__}: @workflow.query must be a plain (sync) method")
+        setattr(f, _QUERY_ATTR, name or f.__name__)
         return f
 
     return mark(fn) if fn is not None else mark

@@ -15,19 +15,29 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import inspect
 import logging
 import random
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from durable_rpc import converter, payload
 from durable_rpc.activity._failure import application_error_from_failure, failure_from_exception
 from durable_rpc.converter import arg_and_result_hints
+from durable_rpc.search_attributes import from_proto as sa_from_proto
+from durable_rpc.search_attributes import memo_from_proto
+from durable_rpc.search_attributes import to_proto as sa_to_proto
 from durable_rpc.v1 import options_pb2, payload_pb2, workflow_task_pb2
+from durable_rpc.workflow import _sandbox
 from durable_rpc.workflow._definition import WorkflowDefinition
-from durable_rpc.workflow._errors import ActivityError, AmbiguousEffectError, WorkflowTaskError
+from durable_rpc.workflow._errors import (
+    ActivityError,
+    AmbiguousEffectError,
+    RestrictedOperationError,
+    WorkflowTaskError,
+)
 from durable_rpc.workflow._loop import WorkflowLoop, new_loop
 
 log = logging.getLogger("durable_rpc.workflow")
@@ -43,6 +53,9 @@ class WorkflowInfo:
     workflow_version: str
     task_queue: str
     is_replaying: bool
+    #: Set at start (memo) and at start or by upsert_search_attributes (search attributes).
+    memo: dict[str, Any] = field(default_factory=dict)
+    search_attributes: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -57,6 +70,18 @@ def payload_data(p: payload_pb2.Payload) -> bytes:
     if not p.data and p.HasField("external"):
         raise WorkflowTaskError("received an external payload reference without its data")
     return p.data
+
+
+#: Marker kinds (MarkerRecorded.kind / RecordMarker.kind).
+SIDE_EFFECT_MARKER = "side_effect"
+PATCH_MARKER = "patch"
+
+
+class _ReplayDivergedError(BaseException):
+    """Stops workflow code that, during replay, reached a side effect its history did
+    not record. A BaseException so ``except Exception`` in workflow code cannot swallow
+    it; the marker command was emitted first, so the replay machine reports the
+    divergence as a NondeterminismError (seq, expected, actual)."""
 
 
 class WorkflowInstance:
@@ -87,6 +112,14 @@ class WorkflowInstance:
         self._buffered_signals: dict[str, list[bytes]] = {}
         self._handler_error: BaseException | None = None
         self._finished = False
+        # Markers recorded by the task the current activation replays (empty when live).
+        self._recorded_side_effects: dict[int, bytes] = {}
+        self._recorded_patches: set[str] = set()
+        # patched() decisions of this run, by change id: one marker and one answer each.
+        self._patches: dict[str, bool] = {}
+        # Set while a query handler runs: producing a command then fails the query.
+        self._querying: str | None = None
+        _sandbox.install()
 
     # --- activation -----------------------------------------------------------------
 
@@ -99,10 +132,17 @@ class WorkflowInstance:
             # The run already produced its terminal command; nothing more can happen.
             return workflow_task_pb2.ActivationCompletion()
         self.is_replaying = activation.is_replaying
+        self._recorded_side_effects = {}
+        self._recorded_patches = set()
+        for marker in activation.markers:
+            if marker.kind == SIDE_EFFECT_MARKER:
+                self._recorded_side_effects[marker.seq] = payload_data(marker.payload)
+            elif marker.kind == PATCH_MARKER:
+                self._recorded_patches.add(marker.id)
         if activation.HasField("timestamp"):
             self.now = activation.timestamp.ToDatetime(tzinfo=UTC)
             self.loop.set_time(activation.timestamp.ToNanoseconds() / 1e9)
-        with self.loop.running():
+        with self.loop.running(), _sandbox.restricted():
             start: workflow_task_pb2.StartWorkflowJob | None = None
             cancel_reason: str | None = None
             for job in activation.jobs:
@@ -151,6 +191,8 @@ class WorkflowInstance:
             workflow_version=start.workflow_version or self.definition.version,
             task_queue=self.task_queue,
             is_replaying=self.is_replaying,
+            memo=memo_from_proto(start.memo),
+            search_attributes=sa_from_proto(start.search_attributes),
         )
         seed = hashlib.sha256(start.run_id.encode()).digest()
         self.random = random.Random(int.from_bytes(seed[:16], "big"))
@@ -287,11 +329,13 @@ class WorkflowInstance:
     # --- commands (called by the workflow API) ---------------------------------------
 
     def _take_seq(self) -> int:
+        self._refuse_in_query()
         seq = self._next_seq
         self._next_seq += 1
         return seq
 
     def _emit(self, command: workflow_task_pb2.Command) -> None:
+        self._refuse_in_query()
         if self._finished:
             return
         self._commands.append(command)
@@ -321,6 +365,19 @@ class WorkflowInstance:
         )
         return seq, future
 
+    def upsert_search_attributes(self, values: Mapping[str, Any]) -> None:
+        """Record an UpsertSearchAttributes command; info() sees the values at once."""
+        attrs = sa_to_proto(values)
+        if self.info is not None:
+            self.info.search_attributes.update(sa_from_proto(attrs))
+        self._emit(
+            workflow_task_pb2.Command(
+                upsert_search_attributes=workflow_task_pb2.UpsertSearchAttributes(
+                    search_attributes=attrs
+                )
+            )
+        )
+
     def abandon_activity(self, seq: int) -> None:
         """The awaiting code was cancelled; there is no command to cancel an activity,
         so its eventual resolution is dropped."""
@@ -348,7 +405,68 @@ class WorkflowInstance:
             )
         )
 
+    def side_effect(self, fn: Callable[[], Any], result_hint: Any) -> Any:
+        """Run ``fn`` once and record its value (a marker taking the next seq); during
+        replay return the recorded value without calling ``fn``.
+
+        ``fn`` raising, returning an awaitable or returning something the converter
+        cannot encode fails the workflow *task* (the run stays open and the task is
+        retried): recording nothing while the code carries on would make the next replay
+        diverge."""
+        seq = self._take_seq()
+        if self.is_replaying:
+            data = self._recorded_side_effects.get(seq)
+            if data is None:
+                # The replayed task recorded no side effect at this seq: the code
+                # changed. Never call fn for a replay that cannot match; emit the marker
+                # so the replay machine names the divergence, and stop this coroutine.
+                self._emit(_marker_command(seq, SIDE_EFFECT_MARKER, "", None))
+                raise _ReplayDivergedError(f"side effect seq {seq} is not in the history")
+            # Matched against the recorded marker (kind, seq, id) by the replay machine.
+            self._emit(_marker_command(seq, SIDE_EFFECT_MARKER, "", data))
+        else:
+            try:
+                # fn may do what workflow code may not (read the clock, draw a uuid):
+                # its value is recorded and never recomputed.
+                with _sandbox.unrestricted():
+                    value = fn()
+                if inspect.isawaitable(value):
+                    if inspect.iscoroutine(value):
+                        value.close()
+                    raise TypeError("side_effect takes a synchronous function")
+                data = converter.encode(value)
+            except Exception as exc:
+                error = WorkflowTaskError(
+                    f"side_effect function {getattr(fn, '__qualname__', fn)!r} (seq {seq}) "
+                    f"failed: {exc!r}; nothing was recorded, the workflow task fails"
+                )
+                self.loop.violation = self.loop.violation or error
+                raise error from exc
+            self._emit(_marker_command(seq, SIDE_EFFECT_MARKER, "", data))
+        # Decoded on first execution too, so both return exactly the same value.
+        return converter.decode(data, result_hint)
+
+    def patch(self, change_id: str) -> bool:
+        """Whether the run takes the patched branch of ``change_id``.
+
+        Live code records one patch marker per change id and takes the new branch.
+        During replay the answer is whether the replayed task recorded the marker
+        (an old history without it takes the old branch and emits nothing). The first
+        answer holds for the rest of the run. Patch markers take no seq, so adding a
+        patched() call never shifts the seqs of later commands."""
+        if not change_id:
+            raise ValueError("change_id must not be empty")
+        decided = self._patches.get(change_id)
+        if decided is not None:
+            return decided
+        use_patch = not self.is_replaying or change_id in self._recorded_patches
+        self._patches[change_id] = use_patch
+        if use_patch:
+            self._emit(_marker_command(0, PATCH_MARKER, change_id, None))
+        return use_patch
+
     def wait_condition(self, predicate: Callable[[], bool]) -> asyncio.Future[None]:
+        self._refuse_in_query()
         future: asyncio.Future[None] = self.loop.create_future()
         self._conditions.append((predicate, future))
         return future
@@ -420,12 +538,75 @@ class WorkflowInstance:
         self._emit(command)
         self._finished = True
 
+    # --- queries --------------------------------------------------------------------
+
+    def _refuse_in_query(self) -> None:
+        if self._querying is not None:
+            raise RestrictedOperationError(
+                f"query {self._querying!r} tried to change the workflow (schedule an "
+                "activity, start a timer, wait...): query handlers must only read state"
+            )
+
+    def query(self, name: str, input_data: bytes) -> bytes:
+        """Call query ``name`` on the replayed instance; its encoded result.
+
+        Raises :class:`QueryError` for anything that makes the query unanswerable (an
+        unknown name, a handler that raised, awaited or tried to change the run). The
+        instance is meant to be discarded afterwards: a query never produces commands.
+        """
+        definition = self.definition.queries.get(name)
+        if definition is None:
+            known = ", ".join(sorted(self.definition.queries)) or "none"
+            raise QueryError(
+                f"workflow {self.definition.name!r} has no query {name!r} (known: {known})",
+                "QueryNotFound",
+            )
+        if self.info is None or self._obj is None:
+            raise QueryError("the workflow has not started yet: nothing to query", "QueryError")
+        if isinstance(self._obj, Exception):
+            raise QueryError(f"the workflow constructor failed: {self._obj!r}", "QueryError")
+        handler = definition.method.__get__(self._obj)
+        self._querying = name
+        try:
+            with self.loop.running(), _sandbox.restricted():
+                args = converter.decode_args(input_data, definition.arg_hints)
+                result = handler(*args)
+                if asyncio.iscoroutine(result):
+                    result.close()
+                    raise RestrictedOperationError(f"query {name!r} returned a coroutine")
+                if self.loop.violation is not None:
+                    raise self.loop.violation
+            return converter.encode(result)
+        except QueryError:
+            raise
+        except Exception as exc:
+            raise QueryError(str(exc) or repr(exc), type(exc).__name__) from exc
+        finally:
+            self._querying = None
+
     def current_info(self) -> WorkflowInfo:
         if self.info is None:
             raise RuntimeError("the workflow has not started")
         if self.info.is_replaying == self.is_replaying:
             return self.info
         return WorkflowInfo(**{**self.info.__dict__, "is_replaying": self.is_replaying})
+
+
+class QueryError(Exception):
+    """A query could not be answered; ``failure_type`` is reported to the caller."""
+
+    def __init__(self, message: str, failure_type: str) -> None:
+        super().__init__(message)
+        self.failure_type = failure_type
+
+
+def _marker_command(
+    seq: int, kind: str, marker_id: str, data: bytes | None
+) -> workflow_task_pb2.Command:
+    marker = workflow_task_pb2.RecordMarker(kind=kind, id=marker_id)
+    if data is not None:
+        marker.payload.data = data
+    return workflow_task_pb2.Command(seq=seq, record_marker=marker)
 
 
 def _handler_hints(handler: Callable[..., Any]) -> tuple[tuple[Any, ...], Any]:

@@ -7,7 +7,13 @@ use prost_types::Duration;
 
 use crate::proto::command::Kind;
 use crate::proto::history_event::Attributes;
-use crate::proto::Command;
+use crate::proto::search_attribute_value::Value;
+use crate::proto::{Command, SearchAttributes};
+
+/// Marker kind of `workflow.side_effect()` values.
+pub(crate) const SIDE_EFFECT: &str = "side_effect";
+/// Marker kind of `workflow.patched()` / `workflow.deprecate_patch()` change ids.
+pub(crate) const PATCH: &str = "patch";
 
 /// A command event's identity: what a produced command must match.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,9 +33,26 @@ pub(crate) enum Recorded {
     WorkflowCompleted,
     WorkflowFailed,
     WorkflowCancelled,
+    /// A side-effect (`seq` > 0, empty `id`) or patch (`seq` 0, change `id`) marker.
+    /// The recorded payload is not part of the identity: replay returns it.
+    Marker {
+        seq: i64,
+        kind: String,
+        id: String,
+    },
+    /// `fields` is the canonical text of the upserted attributes (sorted by name).
+    SearchAttributesUpserted {
+        fields: String,
+    },
 }
 
 impl Recorded {
+    /// Whether this is a patch marker: one the code may no longer reach (a deprecated
+    /// patch whose call was deleted), so replay skips it when unmatched.
+    pub(crate) fn is_patch(&self) -> bool {
+        matches!(self, Recorded::Marker { kind, .. } if kind == PATCH)
+    }
+
     /// The command-event identity of `attrs`, or `None` when it is not a command event.
     pub(crate) fn from_attributes(attrs: &Attributes) -> Option<Recorded> {
         Some(match attrs {
@@ -45,6 +68,14 @@ impl Recorded {
             Attributes::WorkflowCompleted(_) => Recorded::WorkflowCompleted,
             Attributes::WorkflowFailed(_) => Recorded::WorkflowFailed,
             Attributes::WorkflowCancelled(_) => Recorded::WorkflowCancelled,
+            Attributes::MarkerRecorded(m) => Recorded::Marker {
+                seq: m.seq,
+                kind: m.kind.clone(),
+                id: m.id.clone(),
+            },
+            Attributes::SearchAttributesUpserted(u) => Recorded::SearchAttributesUpserted {
+                fields: search_attributes_text(u.search_attributes.as_ref()),
+            },
             _ => return None,
         })
     }
@@ -66,6 +97,14 @@ impl Recorded {
             Kind::CompleteWorkflow(_) => Recorded::WorkflowCompleted,
             Kind::FailWorkflow(_) => Recorded::WorkflowFailed,
             Kind::CancelWorkflow(_) => Recorded::WorkflowCancelled,
+            Kind::RecordMarker(m) => Recorded::Marker {
+                seq: command.seq,
+                kind: m.kind.clone(),
+                id: m.id.clone(),
+            },
+            Kind::UpsertSearchAttributes(u) => Recorded::SearchAttributesUpserted {
+                fields: search_attributes_text(u.search_attributes.as_ref()),
+            },
         })
     }
 
@@ -76,6 +115,7 @@ impl Recorded {
                 Some(*seq)
             }
             Recorded::TimerCancelled { timer_seq } => Some(*timer_seq),
+            Recorded::Marker { seq, .. } if *seq != 0 => Some(*seq),
             _ => None,
         }
     }
@@ -103,6 +143,14 @@ impl fmt::Display for Recorded {
             Recorded::WorkflowCompleted => f.write_str("CompleteWorkflow"),
             Recorded::WorkflowFailed => f.write_str("FailWorkflow"),
             Recorded::WorkflowCancelled => f.write_str("CancelWorkflow"),
+            Recorded::Marker { seq, kind, id } => match kind.as_str() {
+                PATCH if *seq == 0 => write!(f, "Patch(id={id:?})"),
+                SIDE_EFFECT if id.is_empty() => write!(f, "SideEffect(seq={seq})"),
+                _ => write!(f, "RecordMarker(seq={seq}, kind={kind:?}, id={id:?})"),
+            },
+            Recorded::SearchAttributesUpserted { fields } => {
+                write!(f, "UpsertSearchAttributes({fields})")
+            }
         }
     }
 }
@@ -124,7 +172,36 @@ pub(crate) fn event_kind(attrs: &Attributes) -> &'static str {
         Attributes::WorkflowFailed(_) => "workflow_failed",
         Attributes::WorkflowCancelled(_) => "workflow_cancelled",
         Attributes::WorkflowTerminated(_) => "workflow_terminated",
+        Attributes::MarkerRecorded(_) => "marker_recorded",
+        Attributes::SearchAttributesUpserted(_) => "search_attributes_upserted",
+        Attributes::WorkflowTimedOut(_) => "workflow_timed_out",
     }
+}
+
+/// Canonical text of search attributes: `name=type:value` sorted by name, so equal
+/// upserts compare equal whatever the map order on the wire.
+pub(crate) fn search_attributes_text(attrs: Option<&SearchAttributes>) -> String {
+    let Some(attrs) = attrs else {
+        return String::new();
+    };
+    let mut names: Vec<&String> = attrs.indexed_fields.keys().collect();
+    names.sort();
+    let parts: Vec<String> = names
+        .into_iter()
+        .map(|name| {
+            let v = &attrs.indexed_fields[name];
+            let value = match v.value.as_ref() {
+                None => "unset".to_owned(),
+                Some(Value::StringValue(s)) => format!("{s:?}"),
+                Some(Value::IntValue(i)) => i.to_string(),
+                Some(Value::DoubleValue(d)) => format!("{:?}", d.to_bits()),
+                Some(Value::BoolValue(b)) => b.to_string(),
+                Some(Value::DatetimeValue(t)) => format!("{}.{:09}", t.seconds, t.nanos),
+            };
+            format!("{name:?}={}:{value}", v.r#type)
+        })
+        .collect();
+    parts.join(", ")
 }
 
 /// A duration as total nanoseconds; unset is zero. i128 cannot overflow here.

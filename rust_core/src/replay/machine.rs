@@ -11,7 +11,7 @@ use crate::proto::history_event::Attributes;
 use crate::proto::resolve_activity_job::Outcome;
 use crate::proto::{
     Activation, ActivationCompletion, ActivationJob, CancelWorkflowJob, Command, FireTimerJob,
-    History, ResolveActivityJob, SignalWorkflowJob, StartWorkflowJob,
+    History, RecordedMarker, ResolveActivityJob, SignalWorkflowJob, StartWorkflowJob,
 };
 
 /// Written in descriptions when one side of a comparison has nothing.
@@ -24,6 +24,8 @@ struct Task {
     workflow_time: Option<Timestamp>,
     /// The task's command events, as a range of `ReplayMachine::recorded`.
     commands: Range<usize>,
+    /// The task's marker events, as a range of `ReplayMachine::markers`.
+    markers: Range<usize>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,6 +55,9 @@ pub struct ReplayMachine {
     task_time: Timestamp,
     tasks: Vec<Task>,
     recorded: Vec<Recorded>,
+    /// Recorded markers (side-effect values, patch ids) in event order; a replayed
+    /// activation carries its task's, taken out when it is handed out.
+    markers: Vec<RecordedMarker>,
     /// Input events as ready-made jobs, in event order; delivered ones are taken out.
     inputs: Vec<ActivationJob>,
     next_input: usize,
@@ -69,6 +74,7 @@ impl ReplayMachine {
         let mut run_id = String::new();
         let mut tasks: Vec<Task> = Vec::new();
         let mut recorded: Vec<Recorded> = Vec::new();
+        let mut markers: Vec<RecordedMarker> = Vec::new();
         let mut inputs: Vec<ActivationJob> = Vec::new();
         // True right after a marker and while its command events continue.
         let mut in_command_group = false;
@@ -109,8 +115,17 @@ impl ReplayMachine {
                     )));
                 }
                 recorded.push(command);
+                if let Attributes::MarkerRecorded(marker) = attrs {
+                    markers.push(RecordedMarker {
+                        seq: marker.seq,
+                        kind: marker.kind,
+                        id: marker.id,
+                        payload: marker.payload,
+                    });
+                }
                 if let Some(task) = tasks.last_mut() {
                     task.commands.end = recorded.len();
+                    task.markers.end = markers.len();
                 }
                 continue;
             }
@@ -144,6 +159,7 @@ impl ReplayMachine {
                         last_seen,
                         workflow_time: marker.workflow_time.or(event.event_time),
                         commands: recorded.len()..recorded.len(),
+                        markers: markers.len()..markers.len(),
                     });
                     in_command_group = true;
                     continue;
@@ -161,6 +177,8 @@ impl ReplayMachine {
                         workflow_id: started.workflow_id,
                         run_id: started.run_id,
                         input: started.input,
+                        memo: started.memo,
+                        search_attributes: started.search_attributes,
                     })
                 }
                 Attributes::ActivityCompleted(done) => Job::ResolveActivity(ResolveActivityJob {
@@ -184,14 +202,16 @@ impl ReplayMachine {
                     reason: cancel.reason,
                 }),
                 // Terminal, delivers nothing.
-                Attributes::WorkflowTerminated(_) => continue,
+                Attributes::WorkflowTerminated(_) | Attributes::WorkflowTimedOut(_) => continue,
                 // Command events were handled above.
                 Attributes::ActivityScheduled(_)
                 | Attributes::TimerStarted(_)
                 | Attributes::TimerCancelled(_)
                 | Attributes::WorkflowCompleted(_)
                 | Attributes::WorkflowFailed(_)
-                | Attributes::WorkflowCancelled(_) => continue,
+                | Attributes::WorkflowCancelled(_)
+                | Attributes::MarkerRecorded(_)
+                | Attributes::SearchAttributesUpserted(_) => continue,
             };
             inputs.push(ActivationJob {
                 event_id: id,
@@ -204,6 +224,7 @@ impl ReplayMachine {
             task_time,
             tasks,
             recorded,
+            markers,
             inputs,
             next_input: 0,
             next_task: 0,
@@ -236,11 +257,17 @@ impl ReplayMachine {
 
         if let Some(task) = self.tasks.get(self.next_task) {
             let (last_seen, timestamp) = (task.last_seen, task.workflow_time);
+            let markers: Vec<RecordedMarker> = self.markers[task.markers.clone()]
+                .iter_mut()
+                .map(std::mem::take)
+                .collect();
             let jobs = self.take_inputs_through(last_seen);
             self.state = State::Replaying(self.next_task);
             self.next_task += 1;
             self.last_replaying = true;
-            return Ok(Some(self.activation(timestamp, true, jobs)));
+            let mut activation = self.activation(timestamp, true, jobs);
+            activation.markers = markers;
+            return Ok(Some(activation));
         }
 
         if self.next_input < self.inputs.len() {
@@ -323,18 +350,30 @@ impl ReplayMachine {
             timestamp,
             is_replaying,
             jobs,
+            ..Activation::default()
         }
     }
 }
 
 /// Matches produced commands against recorded command events, one-to-one in order.
+///
+/// A recorded patch marker the code does not produce at that point is skipped: code
+/// whose `deprecate_patch()` call was deleted must still replay histories recorded
+/// with it. The runtime emits a patch marker during replay only when the task recorded
+/// one, so a produced patch marker is never skipped.
 fn match_commands(recorded: &[Recorded], produced: &[Command]) -> Result<(), NondeterminismError> {
-    let count = recorded.len().max(produced.len());
-    for i in 0..count {
-        let expected = recorded.get(i);
-        let command = produced.get(i);
+    let (mut r, mut p) = (0, 0);
+    while r < recorded.len() || p < produced.len() {
+        let expected = recorded.get(r);
+        let command = produced.get(p);
         let actual = command.and_then(Recorded::from_command);
         if expected == actual.as_ref() {
+            r += 1;
+            p += 1;
+            continue;
+        }
+        if expected.is_some_and(Recorded::is_patch) {
+            r += 1;
             continue;
         }
         let seq = expected

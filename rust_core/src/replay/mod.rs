@@ -9,15 +9,22 @@
 //! *Input events* (`workflow_started`, `activity_completed`, `activity_failed`,
 //! `timer_fired`, `signal_received`, `cancel_requested`) become activation jobs.
 //! *Command events* (`activity_scheduled`, `timer_started`, `timer_cancelled`,
-//! `workflow_completed`, `workflow_failed`, `workflow_cancelled`) follow a
+//! `workflow_completed`, `workflow_failed`, `workflow_cancelled`,
+//! `search_attributes_upserted`, `marker_recorded`) follow a
 //! `workflow_task_completed` marker contiguously, in the order of the commands the
-//! worker sent. `workflow_terminated` is terminal and yields no job.
+//! worker sent. `workflow_terminated` and `workflow_timed_out` are terminal and yield no
+//! job.
 //!
 //! Each marker `M` replays as one activation holding the undelivered input events with
 //! `event_id <= M.last_seen_event_id`; input events that arrived while that task ran
 //! (between `last_seen` and `M`) go to a later activation. After the last marker, any
 //! undelivered input events form one final, non-replayed activation whose commands are
 //! all new.
+//!
+//! A replayed activation also carries the `marker_recorded` events of its task
+//! (`Activation.markers`): side-effect values the runtime returns instead of calling
+//! the function again, and the patch ids the task recorded. Recorded patch markers the
+//! code no longer produces are skipped when matching (a deleted `deprecate_patch`).
 
 mod describe;
 mod error;
@@ -25,6 +32,10 @@ mod machine;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_markers;
+#[cfg(test)]
+mod tests_search;
 
 pub use error::{MalformedHistory, NondeterminismError, ReplayError, UsageError};
 pub use machine::ReplayMachine;
