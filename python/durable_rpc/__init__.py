@@ -18,6 +18,8 @@ from durable_rpc.client import (
     WorkflowOutcomeError,
     WorkflowTerminatedError,
     WorkflowTimedOutError,
+    WorkflowUpdateFailedError,
+    WorkflowUpdateHandle,
 )
 from durable_rpc.converter import ConversionError
 from durable_rpc.errors import (
@@ -33,6 +35,8 @@ from durable_rpc.errors import (
     QueryTimeoutError,
     ResourceExhaustedError,
     StoreUnavailableError,
+    UpdateRejectedError,
+    UpdateTimeoutError,
     WorkflowAlreadyStartedError,
     WorkflowNotRunningError,
 )
@@ -88,4 +92,8 @@ __all__ = [
     "WorkflowTimedOutError",
     "activity",
     "workflow",
+    "UpdateRejectedError",
+    "UpdateTimeoutError",
+    "WorkflowUpdateFailedError",
+    "WorkflowUpdateHandle",
 ]

@@ -121,6 +121,10 @@ class ReplayMachine:
         """``history``: ``durable_rpc.v1.History`` protobuf bytes; ``task_time_ms``: the
         current task's time (Unix ms). Raises :class:`MalformedHistoryError`."""
 
+    def add_pending_update(self, job: bytes) -> None:
+        """Adds an update request not in history yet (``DoUpdateJob`` protobuf bytes),
+        delivered after the input jobs of the final, non-replayed activation."""
+
     def next_activation(self) -> bytes | None:
         """The next ``durable_rpc.v1.Activation`` (protobuf bytes), or None when replay is
         over. Raises RuntimeError while an activation is outstanding or after a

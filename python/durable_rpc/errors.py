@@ -100,6 +100,20 @@ class QueryTimeoutError(DurableRpcError):
     reason = "QUERY_TIMEOUT"
 
 
+class UpdateRejectedError(DurableRpcError):
+    """The workflow's update validator rejected the update (or the run has no such
+    update): nothing was recorded, the handler did not run."""
+
+    reason = "UPDATE_REJECTED"
+
+
+class UpdateTimeoutError(DurableRpcError):
+    """The update did not reach the stage waited for in time (no worker took it yet, or
+    its handler is still running). Retrying with the same update_id is safe."""
+
+    reason = "UPDATE_TIMEOUT"
+
+
 STATUS_BY_REASON: dict[str, grpc.StatusCode] = {
     LeaseLostError.reason: grpc.StatusCode.FAILED_PRECONDITION,
     WorkflowAlreadyStartedError.reason: grpc.StatusCode.ALREADY_EXISTS,
@@ -114,6 +128,8 @@ STATUS_BY_REASON: dict[str, grpc.StatusCode] = {
     InternalError.reason: grpc.StatusCode.INTERNAL,
     QueryFailedError.reason: grpc.StatusCode.FAILED_PRECONDITION,
     QueryTimeoutError.reason: grpc.StatusCode.DEADLINE_EXCEEDED,
+    UpdateRejectedError.reason: grpc.StatusCode.FAILED_PRECONDITION,
+    UpdateTimeoutError.reason: grpc.StatusCode.DEADLINE_EXCEEDED,
 }
 
 ERROR_BY_REASON: dict[str, type[DurableRpcError]] = {
@@ -132,5 +148,7 @@ ERROR_BY_REASON: dict[str, type[DurableRpcError]] = {
         InternalError,
         QueryFailedError,
         QueryTimeoutError,
+        UpdateRejectedError,
+        UpdateTimeoutError,
     )
 }

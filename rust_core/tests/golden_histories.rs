@@ -103,6 +103,7 @@ fn describe_jobs(activation: &Activation) -> Vec<String> {
             Job::FireTimer(t) => format!("timer {}", t.seq),
             Job::SignalWorkflow(s) => format!("signal {}", s.signal_name),
             Job::CancelWorkflow(_) => "cancel".to_owned(),
+            Job::DoUpdate(u) => format!("update:{}", u.update_id),
         })
         .collect()
 }

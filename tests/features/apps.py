@@ -362,6 +362,99 @@ class Counter:
         return len(self.items)
 
 
+# --- continue-as-new ----------------------------------------------------------------------
+
+
+@workflow.defn(name="Looper")
+class Looper:
+    """Runs one leg per run: sleeps, upserts the leg number, then continues as new until
+    ``legs`` runs have passed; the last run returns what it saw of the chain."""
+
+    @workflow.run
+    async def run(self, leg: int, legs: int, seen: list[str]) -> dict[str, object]:
+        info = workflow.info()
+        seen = [*seen, info.continued_from_run_id]
+        await workflow.sleep(0.05)
+        workflow.upsert_search_attributes({"Amount": leg})
+        if leg < legs:
+            workflow.continue_as_new(leg + 1, legs, seen)
+        return {
+            "leg": leg,
+            "from": seen,
+            "memo": info.memo,
+            "attrs": {k: str(v) for k, v in sorted(workflow.info().search_attributes.items())},
+        }
+
+
+# --- updates ------------------------------------------------------------------------------
+
+
+@activity.defn
+async def slow_charge(amount: int) -> str:
+    """Blocks (until --release) so a test can kill the worker mid-update."""
+    record(f"charge-start:{amount}")
+    if not RELEASED:
+        await _release.wait()
+    record(f"charge-done:{amount}")
+    return f"charged:{amount}"
+
+
+@dataclass
+class Receipt:
+    balance: int
+    note: str
+
+
+@workflow.defn(name="Ledger")
+class Ledger:
+    """A balance changed by updates; runs until the ``close`` signal."""
+
+    def __init__(self) -> None:
+        self.balance = 0
+        self.deposits = 0
+        self.closed = False
+
+    @workflow.update
+    def deposit(self, amount: int, note: str) -> Receipt:
+        self.balance += amount
+        self.deposits += 1
+        return Receipt(self.balance, note)
+
+    @deposit.validator
+    def check_deposit(self, amount: int, note: str) -> None:
+        if amount <= 0:
+            raise ValueError(f"amount must be positive, got {amount}")
+
+    @workflow.update
+    async def charge(self, amount: int) -> Receipt:
+        note = await workflow.execute_activity(
+            slow_charge,
+            amount,
+            start_to_close_timeout=timedelta(seconds=2),
+            retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=50)),
+        )
+        self.balance -= amount
+        return Receipt(self.balance, note)
+
+    @workflow.update
+    async def refuse(self) -> int:
+        await workflow.sleep(0.01)
+        raise activity.ApplicationError("refused on purpose", type="Refused")
+
+    @workflow.query
+    def count(self) -> int:
+        return self.deposits
+
+    @workflow.signal
+    def close(self) -> None:
+        self.closed = True
+
+    @workflow.run
+    async def run(self) -> int:
+        await workflow.wait_condition(lambda: self.closed)
+        return self.balance
+
+
 WORKFLOWS = [
     Counter,
     Cart,
@@ -373,6 +466,8 @@ WORKFLOWS = [
     Retries,
     Deadlines,
     Tagged,
+    Looper,
+    Ledger,
 ]
 ACTIVITIES = [
     book,
@@ -383,6 +478,7 @@ ACTIVITIES = [
     wait_for_cancel,
     cleanup,
     flaky,
+    slow_charge,
 ]
 
 

@@ -9,8 +9,14 @@ from durable_rpc.client._errors import (
     WorkflowOutcomeError,
     WorkflowTerminatedError,
     WorkflowTimedOutError,
+    WorkflowUpdateFailedError,
 )
-from durable_rpc.client._handle import WorkflowDescription, WorkflowHandle, WorkflowInfo
+from durable_rpc.client._handle import (
+    WorkflowDescription,
+    WorkflowHandle,
+    WorkflowInfo,
+    WorkflowUpdateHandle,
+)
 
 __all__ = [
     "Client",
@@ -22,5 +28,7 @@ __all__ = [
     "WorkflowOutcomeError",
     "WorkflowTerminatedError",
     "WorkflowTimedOutError",
+    "WorkflowUpdateFailedError",
+    "WorkflowUpdateHandle",
     "default_address",
 ]

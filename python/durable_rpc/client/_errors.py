@@ -36,3 +36,19 @@ class WorkflowTerminatedError(WorkflowOutcomeError):
 
 class WorkflowTimedOutError(WorkflowOutcomeError):
     """The run exceeded its execution or run timeout."""
+
+
+class WorkflowUpdateFailedError(Exception):
+    """The update's handler raised; ``failure`` is what it raised (type, message, stack).
+    The run itself goes on."""
+
+    def __init__(self, workflow_id: str, update_id: str, failure: payload_pb2.Failure) -> None:
+        super().__init__(
+            f"update {update_id} of workflow {workflow_id} failed: "
+            f"{failure.type}: {failure.message}"
+        )
+        self.workflow_id = workflow_id
+        self.update_id = update_id
+        self.failure = failure
+        self.failure_type = failure.type
+        self.failure_message = failure.message

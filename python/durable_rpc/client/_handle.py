@@ -6,7 +6,7 @@ import dataclasses
 import datetime as dt
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from google.protobuf import duration_pb2
 
@@ -16,8 +16,10 @@ from durable_rpc.client._errors import (
     WorkflowFailureError,
     WorkflowTerminatedError,
     WorkflowTimedOutError,
+    WorkflowUpdateFailedError,
 )
-from durable_rpc.client._refs import query_ref, signal_name
+from durable_rpc.client._refs import query_ref, signal_name, update_ref
+from durable_rpc.errors import UpdateTimeoutError
 from durable_rpc.search_attributes import from_proto as sa_from_proto
 from durable_rpc.search_attributes import memo_from_proto
 from durable_rpc.v1 import history_pb2, payload_pb2, service_pb2
@@ -88,18 +90,24 @@ class WorkflowHandle:
     def __repr__(self) -> str:
         return f"WorkflowHandle(workflow_id={self.workflow_id!r}, run_id={self.run_id!r})"
 
-    async def result(self, *, timeout: float | None = None) -> Any:
-        """Wait for the run to close; its typed result, or the matching outcome error."""
+    async def result(self, *, timeout: float | None = None, follow_runs: bool = True) -> Any:
+        """Wait for the run to close; its typed result, or the matching outcome error.
+
+        A run that continued as new is followed to its successor, and so on: the result
+        is the last run's (``follow_runs=False`` stops at this handle's run and returns
+        None for a run that continued as new).
+        """
         import asyncio
 
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
+        current_run = self.run_id
         while True:
             wait = RESULT_POLL_S if deadline is None else max(0.0, deadline - loop.time())
             request = service_pb2.GetWorkflowResultRequest(
                 namespace=self.client.namespace,
                 workflow_id=self.workflow_id,
-                run_id=self.run_id or "",
+                run_id=current_run or "",
                 wait_timeout=duration_pb2.Duration(seconds=int(wait), nanos=int((wait % 1) * 1e9)),
             )
             response = await self.client.call(
@@ -118,6 +126,11 @@ class WorkflowHandle:
                 raise WorkflowTerminatedError(self.workflow_id, run_id, "workflow was terminated")
             if status == "timed_out":
                 raise WorkflowTimedOutError(self.workflow_id, run_id, "workflow timed out")
+            if status == "continued_as_new":
+                if not follow_runs:
+                    return None
+                current_run = response.next_run_id
+                continue
             if deadline is not None and loop.time() >= deadline:
                 raise TimeoutError(f"workflow {self.workflow_id} still running after {timeout}s")
 
@@ -166,6 +179,62 @@ class WorkflowHandle:
         )
         data = response.result.data if response.HasField("result") else b""
         return converter.decode(data, result_type if result_type is not None else hint)
+
+    async def execute_update(
+        self,
+        update: Callable[..., Any] | str,
+        *args: Any,
+        update_id: str | None = None,
+        result_type: Any = None,
+        timeout: float | None = None,
+    ) -> Any:
+        """Send an update (``Wf.method`` or its name) and wait for its handler to finish.
+
+        Returns the handler's result, converted to its return annotation (or
+        ``result_type``). Raises UpdateRejectedError when the validator rejected it
+        (nothing recorded), WorkflowUpdateFailedError when the handler raised, and
+        UpdateTimeoutError when ``timeout`` (seconds) passed first; without a timeout it
+        waits as long as it takes. A repeated ``update_id`` gets the same outcome and
+        never runs the handler twice.
+        """
+        handle = await self.start_update(
+            update,
+            *args,
+            wait_for="completed",
+            update_id=update_id,
+            result_type=result_type,
+            timeout=timeout,
+        )
+        return await handle.result(timeout=timeout)
+
+    async def start_update(
+        self,
+        update: Callable[..., Any] | str,
+        *args: Any,
+        wait_for: Literal["accepted", "completed"] = "accepted",
+        update_id: str | None = None,
+        result_type: Any = None,
+        timeout: float | None = None,
+    ) -> WorkflowUpdateHandle:
+        """Send an update and wait until it reaches ``wait_for``; a handle whose
+        ``result()`` waits for (or returns) its outcome. Raises like execute_update."""
+        if wait_for not in ("accepted", "completed"):
+            raise ValueError("wait_for must be 'accepted' or 'completed'")
+        name, hint = update_ref(update)
+        handle = WorkflowUpdateHandle(
+            self,
+            update_id or uuid.uuid4().hex,
+            name,
+            converter.encode_args(args),
+            result_type if result_type is not None else hint,
+        )
+        stage = (
+            service_pb2.UPDATE_STAGE_ACCEPTED
+            if wait_for == "accepted"
+            else service_pb2.UPDATE_STAGE_COMPLETED
+        )
+        await handle._wait(stage, timeout)
+        return handle
 
     async def cancel(self, reason: str = "") -> None:
         """Ask the workflow to cancel; its code sees CancelledError at its await points."""
@@ -232,3 +301,62 @@ class WorkflowHandle:
             token = response.next_page_token
             if not token:
                 return events
+
+
+# One UpdateWorkflow call waits at most this long on the server (its maximum is 60 s).
+UPDATE_POLL_S = 50.0
+
+
+class WorkflowUpdateHandle:
+    """An update sent to a run: its id and, through :meth:`result`, its outcome."""
+
+    def __init__(
+        self, handle: WorkflowHandle, update_id: str, name: str, input_data: bytes, hint: Any
+    ) -> None:
+        self.workflow_handle = handle
+        self.update_id = update_id
+        self.name = name
+        self._input = input_data
+        self._hint = hint
+        self._outcome: service_pb2.UpdateWorkflowResponse | None = None
+
+    async def _wait(self, stage: int, timeout: float | None) -> service_pb2.UpdateWorkflowResponse:
+        """Ask (again: deduplicated by update id) until ``stage`` is reached. Without a
+        timeout, bounded server waits are repeated as long as it takes."""
+        handle = self.workflow_handle
+        while True:
+            wait = UPDATE_POLL_S if timeout is None else timeout
+            request = service_pb2.UpdateWorkflowRequest(
+                namespace=handle.client.namespace,
+                workflow_id=handle.workflow_id,
+                run_id=handle.run_id or "",
+                update_name=self.name,
+                input=payload_pb2.Payload(data=self._input),
+                update_id=self.update_id,
+                wait_for=stage,  # type: ignore[arg-type]
+            )
+            request.timeout.FromMilliseconds(int(wait * 1000))
+            try:
+                response: service_pb2.UpdateWorkflowResponse = await handle.client.call(
+                    handle.client.workflow_service.UpdateWorkflow, request, timeout=wait + 30
+                )
+            except UpdateTimeoutError:
+                if timeout is not None:
+                    raise
+                continue
+            if response.stage == service_pb2.UPDATE_STAGE_COMPLETED:
+                self._outcome = response
+            return response
+
+    async def result(self, *, timeout: float | None = None) -> Any:
+        """The handler's result (typed by its return annotation); raises
+        WorkflowUpdateFailedError when it raised."""
+        outcome = self._outcome
+        if outcome is None:
+            outcome = await self._wait(service_pb2.UPDATE_STAGE_COMPLETED, timeout)
+        if outcome.WhichOneof("outcome") == "failure":
+            raise WorkflowUpdateFailedError(
+                self.workflow_handle.workflow_id, self.update_id, outcome.failure
+            )
+        data = outcome.result.data if outcome.HasField("result") else b""
+        return converter.decode(data, self._hint)

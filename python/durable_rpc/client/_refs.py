@@ -11,6 +11,7 @@ from typing import Any
 DEFINITION_ATTR = "__durable_workflow_definition__"
 SIGNAL_ATTR = "__durable_workflow_signal__"
 QUERY_ATTR = "__durable_workflow_query__"
+UPDATE_ATTR = "__durable_workflow_update__"
 
 
 def workflow_ref(target: Callable[..., Any] | str) -> tuple[str, str, Any]:
@@ -42,6 +43,16 @@ def query_ref(target: Callable[..., Any] | str) -> tuple[str, Any]:
     name = getattr(target, QUERY_ATTR, None)
     if not isinstance(name, str):
         raise TypeError(f"{target!r} is not a @workflow.query method")
+    return name, _return_hint(target)
+
+
+def update_ref(target: Callable[..., Any] | str) -> tuple[str, Any]:
+    """(update name, result type hint) for a @workflow.update method or a plain name."""
+    if isinstance(target, str):
+        return target, Any
+    name = getattr(target, UPDATE_ATTR, None)
+    if not isinstance(name, str):
+        raise TypeError(f"{target!r} is not a @workflow.update method")
     return name, _return_hint(target)
 
 

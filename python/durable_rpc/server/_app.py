@@ -17,6 +17,7 @@ from durable_rpc.server._due import DueLoop
 from durable_rpc.server._interceptor import ErrorInterceptor
 from durable_rpc.server._notify import Notifier
 from durable_rpc.server._queries import QueryRouter
+from durable_rpc.server._updates import UpdateRegistry
 from durable_rpc.server._worker_service import WorkerService
 from durable_rpc.server._workflow_service import WorkflowService
 from durable_rpc.store import Store, open_store
@@ -78,8 +79,10 @@ class Server:
         )
         # Queries are relayed in this process's memory, between its two services.
         queries = QueryRouter()
+        # Pending update requests too (until a workflow accepts them: docs/engine.md).
+        updates = UpdateRegistry()
         service_pb2_grpc.add_WorkflowServiceServicer_to_server(
-            WorkflowService(self.store, notifier, queries), server
+            WorkflowService(self.store, notifier, queries, updates), server
         )
         service_pb2_grpc.add_WorkerServiceServicer_to_server(
             WorkerService(
@@ -89,6 +92,7 @@ class Server:
                 workflow_task_lease_ms=self.config.workflow_task_lease_ms,
                 shutting_down=self._shutting_down,
                 queries=queries,
+                updates=updates,
             ),
             server,
         )

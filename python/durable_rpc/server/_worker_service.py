@@ -21,6 +21,7 @@ from durable_rpc.payload import PayloadError
 from durable_rpc.server import _convert, _validate
 from durable_rpc.server._notify import Notifier, wait
 from durable_rpc.server._queries import PendingQuery, QueryRouter
+from durable_rpc.server._updates import UpdateRegistry
 from durable_rpc.store import (
     ClaimedActivityTask,
     ClaimedWorkflowTask,
@@ -98,8 +99,10 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
         workflow_task_lease_ms: int,
         shutting_down: asyncio.Event,
         queries: QueryRouter | None = None,
+        updates: UpdateRegistry | None = None,
     ) -> None:
         self._queries = queries or QueryRouter()
+        self._updates = updates or UpdateRegistry()
         self._store = store
         self._notifier = notifier
         self._poll_timeout_s = poll_timeout_s
@@ -197,7 +200,9 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
         )
         if task is None:
             return service_pb2.PollWorkflowTaskResponse()
-        return _workflow_task_message(task)
+        message = _workflow_task_message(task)
+        message.pending_updates.extend(self._updates.pending(ns, task.run_id))
+        return message
 
     async def CompleteWorkflowTask(
         self, request: service_pb2.CompleteWorkflowTaskRequest, context: grpc.aio.ServicerContext
@@ -211,6 +216,10 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
                     _validate.payload_bytes(f"{field.name}.result", value.result, has=True)
                 if field.name == "record_marker" and value.HasField("payload"):
                     _validate.payload_bytes(f"{field.name}.payload", value.payload, has=True)
+        for rejected in request.rejected_updates:
+            _validate.name("rejected_updates.update_id", rejected.update_id)
+            _failure_bytes(rejected.failure)
+        ns = _validate.namespace(request.namespace)
         eager = None
         if request.max_eager_activities > 0:
             eager = EagerActivities(
@@ -221,13 +230,22 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
                 limit=min(request.max_eager_activities, MAX_EAGER_ACTIVITIES),
             )
         claimed = await self._store.complete_workflow_task(
-            _validate.namespace(request.namespace),
+            ns,
             _lease(request.lease),
             request.last_seen_event_id,
             list(request.commands),
             request.build_id,
             eager,
         )
+        # Recorded (or, for rejections, deliberately not): wake the callers waiting.
+        for command in request.commands:
+            kind = command.WhichOneof("kind")
+            if kind == "accept_update":
+                self._updates.accepted(ns, command.accept_update.update_id)
+            elif kind == "complete_update":
+                self._updates.accepted(ns, command.complete_update.update_id)
+        for rejected in request.rejected_updates:
+            self._updates.rejected(ns, rejected.update_id, rejected.failure)
         return service_pb2.CompleteWorkflowTaskResponse(
             eager_activities=[_activity_task_message(task) for task in claimed]
         )
@@ -282,15 +300,18 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
                 ),
                 lease_ms=self._workflow_task_lease_ms,
             )
+        ns = _validate.namespace(request.namespace)
         task = await self._store.complete_activity_task(
-            _validate.namespace(request.namespace),
+            ns,
             _lease(request.lease),
             _validate.payload_bytes("result", request.result, has=request.HasField("result")),
             eager,
         )
         if task is None:
             return service_pb2.CompleteActivityTaskResponse()
-        return service_pb2.CompleteActivityTaskResponse(workflow_task=_workflow_task_message(task))
+        message = _workflow_task_message(task)
+        message.pending_updates.extend(self._updates.pending(ns, task.run_id))
+        return service_pb2.CompleteActivityTaskResponse(workflow_task=message)
 
     async def FailActivityTask(
         self, request: service_pb2.FailActivityTaskRequest, context: grpc.aio.ServicerContext

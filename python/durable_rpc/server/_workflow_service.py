@@ -8,14 +8,28 @@ from typing import Any
 
 import grpc
 
-from durable_rpc.errors import InvalidArgumentError, QueryFailedError, QueryTimeoutError
+from durable_rpc.errors import (
+    InvalidArgumentError,
+    QueryFailedError,
+    QueryTimeoutError,
+    UpdateRejectedError,
+    UpdateTimeoutError,
+    WorkflowNotRunningError,
+)
 from durable_rpc.server import _convert, _validate
 from durable_rpc.server._notify import Notifier
 from durable_rpc.server._notify import wait as wait_for_wakeup
 from durable_rpc.server._queries import QueryRouter
+from durable_rpc.server._updates import UpdateRegistry
 from durable_rpc.store import RunInfo, StartOptions, Store
 from durable_rpc.telemetry import current_trace_context
-from durable_rpc.v1 import search_attributes_pb2, service_pb2, service_pb2_grpc
+from durable_rpc.v1 import (
+    history_pb2,
+    payload_pb2,
+    search_attributes_pb2,
+    service_pb2,
+    service_pb2_grpc,
+)
 
 DEFAULT_RESULT_WAIT_S = 30.0
 MAX_RESULT_WAIT_S = 60.0
@@ -25,6 +39,12 @@ DEFAULT_LIST_PAGE = 100
 MAX_LIST_PAGE = 1000
 DEFAULT_QUERY_TIMEOUT_S = 10.0
 MAX_QUERY_TIMEOUT_S = 60.0
+DEFAULT_UPDATE_WAIT_S = 30.0
+MAX_UPDATE_WAIT_S = 60.0
+# While an update waits for acceptance or completion, its state is re-read at least this
+# often (a wake-up from a worker's completion is usually faster); a waiting request also
+# re-queues a workflow task for its run then (a no-op when one is queued or leased).
+UPDATE_RECHECK_S = 0.5
 
 
 def _info(run: RunInfo) -> service_pb2.WorkflowInfo:
@@ -83,11 +103,16 @@ def _parse_page_token(token: bytes) -> int:
 
 class WorkflowService(service_pb2_grpc.WorkflowServiceServicer):
     def __init__(
-        self, store: Store, notifier: Notifier, queries: QueryRouter | None = None
+        self,
+        store: Store,
+        notifier: Notifier,
+        queries: QueryRouter | None = None,
+        updates: UpdateRegistry | None = None,
     ) -> None:
         self._store = store
         self._notifier = notifier
         self._queries = queries or QueryRouter()
+        self._updates = updates or UpdateRegistry()
 
     async def StartWorkflow(
         self, request: service_pb2.StartWorkflowRequest, context: grpc.aio.ServicerContext
@@ -241,6 +266,7 @@ class WorkflowService(service_pb2_grpc.WorkflowServiceServicer):
             status=_convert.STATUS[outcome.status],
             result=_convert.payload(outcome.result),
             failure=_convert.failure(outcome.failure),
+            next_run_id=outcome.next_run_id or "",
         )
 
     async def ListWorkflows(
@@ -322,3 +348,99 @@ class WorkflowService(service_pb2_grpc.WorkflowServiceServicer):
                 f"{failure.type}: {failure.message}"
             )
         return service_pb2.QueryWorkflowResponse(run_id=run.run_id, result=answer.result)
+
+    async def UpdateWorkflow(
+        self, request: service_pb2.UpdateWorkflowRequest, context: grpc.aio.ServicerContext
+    ) -> service_pb2.UpdateWorkflowResponse:
+        ns = _validate.namespace(request.namespace)
+        workflow_id = _validate.name("workflow_id", request.workflow_id)
+        update_name = _validate.name("update_name", request.update_name)
+        input_data = _validate.payload_bytes("input", request.input, has=request.HasField("input"))
+        update_id = _validate.name("update_id", request.update_id or uuid.uuid4().hex)
+        stage = request.wait_for or service_pb2.UPDATE_STAGE_COMPLETED
+        timeout = DEFAULT_UPDATE_WAIT_S
+        if request.HasField("timeout"):
+            timeout = request.timeout.ToMilliseconds() / 1000
+            if not 0 < timeout <= MAX_UPDATE_WAIT_S:
+                raise InvalidArgumentError(f"timeout must be in (0, {MAX_UPDATE_WAIT_S:g}s]")
+        run_id = (await self._store.describe(ns, workflow_id, request.run_id or None)).info.run_id
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        requested = False
+        while True:
+            # Registered before reading, so a change in between is not missed.
+            changed = self._updates.waiter(ns, update_id)
+            try:
+                # History is the truth for accepted and completed updates (it survives
+                # restarts); rejections and pending requests live in this process.
+                status, accepted, completed = await self._update_state(
+                    ns, workflow_id, run_id, update_id
+                )
+                response = service_pb2.UpdateWorkflowResponse(run_id=run_id, update_id=update_id)
+                if completed is not None:
+                    response.stage = service_pb2.UPDATE_STAGE_COMPLETED
+                    if completed.HasField("failure"):
+                        response.failure.CopyFrom(completed.failure)
+                    else:
+                        response.result.CopyFrom(completed.result)
+                    return response
+                if accepted and stage == service_pb2.UPDATE_STAGE_ACCEPTED:
+                    response.stage = service_pb2.UPDATE_STAGE_ACCEPTED
+                    return response
+                rejection = self._updates.rejection(ns, run_id, update_id)
+                if rejection is not None and not accepted:
+                    raise UpdateRejectedError(
+                        f"update {update_name!r} ({update_id}) of workflow {workflow_id} was "
+                        f"rejected: {rejection.type}: {rejection.message}"
+                    )
+                if status != "running":
+                    self._updates.forget(ns, run_id, update_id)
+                    what = "completed" if accepted else "accepted"
+                    raise WorkflowNotRunningError(
+                        f"run {run_id} is {status}: update {update_id} was never {what}"
+                    )
+                if not accepted:
+                    if not requested:
+                        self._updates.request(
+                            ns,
+                            run_id,
+                            update_id,
+                            update_name,
+                            payload_pb2.Payload.FromString(input_data),
+                        )
+                        requested = True
+                    # Make sure a workflow task will deliver it (no-op when one is queued
+                    # or running; a running one's completion is followed by this re-check).
+                    await self._store.request_workflow_task(ns, run_id)
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    what = "completed" if accepted else "accepted"
+                    raise UpdateTimeoutError(
+                        f"update {update_name!r} ({update_id}) of workflow {workflow_id} was "
+                        f"not {what} within {timeout:g}s (is a worker polling task queue "
+                        "of the run? retry with the same update_id)"
+                    )
+                await wait_for_wakeup(changed, min(remaining, UPDATE_RECHECK_S))
+            finally:
+                changed.cancel()
+
+    async def _update_state(
+        self, namespace: str, workflow_id: str, run_id: str, update_id: str
+    ) -> tuple[str, bool, history_pb2.UpdateCompleted | None]:
+        """(run status, accepted, completion) of ``update_id`` as recorded in history."""
+        status = (await self._store.describe(namespace, workflow_id, run_id)).info.status
+        accepted = False
+        read = 0
+        while True:
+            page = await self._store.get_history(
+                namespace, workflow_id, run_id, read, MAX_HISTORY_PAGE
+            )
+            read += len(page.events)
+            for event in _convert.history(page.events).events:
+                kind = event.WhichOneof("attributes")
+                if kind == "update_accepted" and event.update_accepted.update_id == update_id:
+                    accepted = True
+                elif kind == "update_completed" and event.update_completed.update_id == update_id:
+                    return status, True, event.update_completed
+            if not page.has_more:
+                return status, accepted, None

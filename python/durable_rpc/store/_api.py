@@ -168,6 +168,8 @@ class RunOutcome:
     status: str
     result: bytes | None
     failure: bytes | None
+    #: Status continued_as_new: the run that continues this one.
+    next_run_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -416,6 +418,12 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def fail_workflow_task(self, namespace: str, lease: LeaseRef, failure: bytes) -> None: ...
+
+    @abc.abstractmethod
+    async def request_workflow_task(self, namespace: str, run_id: str) -> bool:
+        """Queue a workflow task for a running run unless it has one queued, leased or
+        waiting (an update request waits outside history for the next task). False when
+        the run is not running."""
 
     # activity tasks
     @abc.abstractmethod

@@ -29,7 +29,7 @@ PATCH_MARKER = "patch"
 
 #: Commands that close the run; must be the last command of a task.
 TERMINAL_COMMANDS: frozenset[str] = frozenset(
-    {"complete_workflow", "fail_workflow", "cancel_workflow"}
+    {"complete_workflow", "fail_workflow", "cancel_workflow", "continue_as_new"}
 )
 
 DEFAULT_RETRY_INITIAL_MS = 1_000
@@ -207,6 +207,14 @@ def validate_commands(commands: Sequence[workflow_task_pb2.Command]) -> CommandP
             continue
         if kind == "upsert_search_attributes":
             # Carries no seq; its values are validated when applied (_search).
+            continue
+        if kind in ("accept_update", "complete_update"):
+            # Updates take no seq; they are identified by their update id.
+            update = getattr(command, kind)
+            if not update.update_id:
+                raise InvalidArgumentError(f"command #{index} ({kind}): update_id is empty")
+            if kind == "complete_update" and update.WhichOneof("outcome") is None:
+                raise InvalidArgumentError(f"command #{index}: complete_update needs an outcome")
             continue
         if kind == "record_marker" and command.record_marker.kind == PATCH_MARKER:
             # Patch markers take no seq (adding one never shifts later seqs).

@@ -62,6 +62,7 @@ from durable_rpc.store._logic import (
 )
 from durable_rpc.store._runs import (
     check_start_options,
+    continue_as_new,
     create_run,
     deliver_signal,
     earlier_start,
@@ -89,6 +90,7 @@ from durable_rpc.store._shared import (
     require,
     require_namespace,
     run_info,
+    saw_new_input,
     version_or_default,
 )
 from durable_rpc.store._tx import Row, Tx
@@ -446,11 +448,22 @@ class SqlStore(Store):
     async def get_outcome(self, namespace: str, workflow_id: str, run_id: str | None) -> RunOutcome:
         def op(tx: Tx) -> RunOutcome:
             run = find_run(tx, namespace, workflow_id, run_id)
+            next_run_id = None
+            if run["status"] == "continued_as_new":
+                row = tx.one(
+                    "SELECT data FROM history WHERE namespace = ? AND run_id = ? "
+                    "AND kind = 'workflow_continued_as_new'",
+                    (namespace, run["run_id"]),
+                )
+                if row is not None:
+                    event = history_pb2.HistoryEvent.FromString(bytes(row["data"]))
+                    next_run_id = event.workflow_continued_as_new.new_run_id
             return RunOutcome(
                 run_id=run["run_id"],
                 status=run["status"],
                 result=blob(run["result"]),
                 failure=blob(run["failure"]),
+                next_run_id=next_run_id,
             )
 
         return await self._read(op)
@@ -791,7 +804,10 @@ class SqlStore(Store):
                 build_id=build_id,
             )
             marker.workflow_time.FromMilliseconds(task["claimed_at_ms"])
-            append_event(tx, namespace, run_id, now, "workflow_task_completed", marker)
+            # A task that saw no new input and decided nothing (e.g. it only rejected
+            # updates) records nothing: rejected updates leave no trace in history.
+            if commands or saw_new_input(tx, namespace, run_id, last_seen_event_id):
+                append_event(tx, namespace, run_id, now, "workflow_task_completed", marker)
             closed = False
             for command in commands:
                 closed = self._apply_command(tx, namespace, run, command, now) or closed
@@ -966,6 +982,30 @@ class SqlStore(Store):
             )
             write_search_attributes(tx, namespace, run_id, rows)
             return False
+        if kind == "accept_update":
+            accepted = command.accept_update
+            append_event(
+                tx,
+                namespace,
+                run_id,
+                now,
+                "update_accepted",
+                history_pb2.UpdateAccepted(
+                    update_id=accepted.update_id,
+                    update_name=accepted.update_name,
+                    input=accepted.input,
+                ),
+            )
+            return False
+        if kind == "complete_update":
+            done = command.complete_update
+            completed = history_pb2.UpdateCompleted(update_id=done.update_id)
+            if done.HasField("failure"):
+                completed.failure.CopyFrom(done.failure)
+            else:
+                completed.result.CopyFrom(done.result)
+            append_event(tx, namespace, run_id, now, "update_completed", completed)
+            return False
         if kind == "complete_workflow":
             result = command.complete_workflow.result
             append_event(
@@ -1002,7 +1042,24 @@ class SqlStore(Store):
             cancelled = failure_bytes("workflow cancelled", "CancelledError")
             close_run(tx, namespace, run_id, "cancelled", now, failure=cancelled)
             return True
+        if kind == "continue_as_new":
+            continue_as_new(tx, namespace, run, command.continue_as_new.input, now)
+            return True
         raise InvalidArgumentError(f"unsupported command kind {kind!r}")
+
+    async def request_workflow_task(self, namespace: str, run_id: str) -> bool:
+        def op(tx: Tx) -> bool:
+            require_namespace(tx, namespace)
+            run = tx.one(
+                "SELECT status, task_queue FROM runs WHERE namespace = ? AND run_id = ?",
+                (namespace, run_id),
+            )
+            if run is None or run["status"] != "running":
+                return False
+            ensure_workflow_task(tx, namespace, run_id, run["task_queue"], tx.now_ms())
+            return True
+
+        return await self._write(op)
 
     async def fail_workflow_task(self, namespace: str, lease: LeaseRef, failure: bytes) -> None:
         parse_failure(failure)

@@ -15,9 +15,10 @@ from durable_rpc.store._search import (
     SearchRow,
     parse_memo,
     parse_search_attributes,
+    read_search_attributes,
     write_search_attributes,
 )
-from durable_rpc.store._shared import append_event, ensure_workflow_task
+from durable_rpc.store._shared import append_event, close_run, ensure_workflow_task
 from durable_rpc.store._tx import Row, Tx
 from durable_rpc.v1 import history_pb2, payload_pb2, search_attributes_pb2
 
@@ -82,15 +83,19 @@ def create_run(
     request_id: str,
     trace_context: Mapping[str, str] | None,
     start: CheckedStart | None = None,
+    run_id: str | None = None,
+    continued_from_run_id: str = "",
 ) -> tuple[str, int]:
     """Insert a running run with its WorkflowStarted event and first workflow task;
-    returns (run_id, now). The caller checked that no run of the id is open."""
+    returns (run_id, now). The caller checked that no run of the id is open.
+    ``run_id`` (default: a fresh UUID) and ``continued_from_run_id`` are given by
+    continue-as-new."""
     now = tx.now_ms()
     fingerprint = tx.value(
         "SELECT fingerprint FROM definitions WHERE namespace = ? AND name = ? AND version = ?",
         (namespace, workflow_type, version),
     )
-    run_id = str(uuid.uuid4())
+    run_id = run_id or str(uuid.uuid4())
     tx.run(
         "INSERT INTO runs (namespace, run_id, workflow_id, workflow_type, "
         "workflow_version, task_queue, status, start_time_ms, history_length, "
@@ -169,6 +174,7 @@ def create_run(
             definition_fingerprint=fingerprint or "",
             request_id=request_id,
             trace_context=trace_context or {},
+            continued_from_run_id=continued_from_run_id,
             **started_extra,  # type: ignore[arg-type]
         ),
     )
@@ -215,3 +221,63 @@ def deliver_signal(
         history_pb2.SignalReceived(signal_name=signal_name, input=payload, request_id=request_id),
     )
     ensure_workflow_task(tx, namespace, run_id, task_queue, now)
+
+
+def continue_as_new(
+    tx: Tx, namespace: str, run: Row, payload: payload_pb2.Payload, now: int
+) -> str:
+    """Closes ``run`` as continued_as_new and starts its successor in the same
+    transaction; returns the new run id.
+
+    The new run keeps the workflow id, type, version, task queue, memo, trace context
+    and the run's current search attributes (upserts included), and starts a fresh
+    history. The run timeout applies afresh to each run; the execution timeout spans
+    the chain (the new run gets what is left of it).
+    """
+    old_run_id: str = run["run_id"]
+    first = tx.one(
+        "SELECT data FROM history WHERE namespace = ? AND run_id = ? AND event_id = 1",
+        (namespace, old_run_id),
+    )
+    started = history_pb2.WorkflowStarted()
+    if first is not None:
+        started = history_pb2.HistoryEvent.FromString(bytes(first["data"])).workflow_started
+    attrs = read_search_attributes(tx, namespace, [old_run_id]).get(old_run_id)
+    execution_ms: int | None = None
+    if started.HasField("execution_timeout"):
+        spent = now - int(run["start_time_ms"])
+        execution_ms = max(1, started.execution_timeout.ToMilliseconds() - spent)
+    run_ms = started.run_timeout.ToMilliseconds() if started.HasField("run_timeout") else None
+    memo = started.memo.SerializeToString() if started.HasField("memo") else None
+    checked = CheckedStart(
+        memo=memo or None,
+        search_rows=parse_search_attributes(attrs),
+        search_attributes=attrs,
+        execution_timeout_ms=execution_ms,
+        run_timeout_ms=run_ms or None,
+    )
+    new_run_id = str(uuid.uuid4())
+    append_event(
+        tx,
+        namespace,
+        old_run_id,
+        now,
+        "workflow_continued_as_new",
+        history_pb2.WorkflowContinuedAsNew(new_run_id=new_run_id, input=payload),
+    )
+    close_run(tx, namespace, old_run_id, "continued_as_new", now)
+    create_run(
+        tx,
+        namespace,
+        run["workflow_id"],
+        run["workflow_type"],
+        run["workflow_version"],
+        run["task_queue"],
+        payload,
+        "",
+        dict(started.trace_context),
+        checked,
+        run_id=new_run_id,
+        continued_from_run_id=old_run_id,
+    )
+    return new_run_id

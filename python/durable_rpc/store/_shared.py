@@ -16,6 +16,7 @@ from durable_rpc.errors import (
 from durable_rpc.store._api import LeaseRef, RunInfo
 from durable_rpc.store._logic import INPUT_EVENT_KINDS, lease_lost_message, make_event
 from durable_rpc.store._tx import Row, Tx
+from durable_rpc.v1 import history_pb2
 
 ACTIVE = "('queued', 'leased', 'waiting')"
 INPUT_KINDS_SQL = "(" + ", ".join(f"'{kind}'" for kind in INPUT_EVENT_KINDS) + ")"
@@ -101,6 +102,27 @@ def append_event(
         (namespace, run_id, event_id, kind, now, make_event(event_id, now, kind, attributes)),
     )
     return event_id
+
+
+def saw_new_input(tx: Tx, namespace: str, run_id: str, last_seen_event_id: int) -> bool:
+    """Whether a workflow task that saw history up to ``last_seen_event_id`` saw an input
+    event the previous WorkflowTaskCompleted marker had not (so its marker is needed to
+    replay the activation boundary)."""
+    previous = tx.one(
+        "SELECT data FROM history WHERE namespace = ? AND run_id = ? "
+        "AND kind = 'workflow_task_completed' ORDER BY event_id DESC LIMIT 1",
+        (namespace, run_id),
+    )
+    seen = 0
+    if previous is not None:
+        event = history_pb2.HistoryEvent.FromString(bytes(previous["data"]))
+        seen = event.workflow_task_completed.last_seen_event_id
+    row = tx.one(
+        "SELECT event_id FROM history WHERE namespace = ? AND run_id = ? "
+        f"AND event_id > ? AND event_id <= ? AND kind IN {INPUT_KINDS_SQL} LIMIT 1",
+        (namespace, run_id, seen, last_seen_event_id),
+    )
+    return row is not None
 
 
 def ensure_workflow_task(tx: Tx, namespace: str, run_id: str, task_queue: str, now: int) -> None:

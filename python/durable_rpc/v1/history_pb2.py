@@ -29,7 +29,7 @@ from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1c\x64urable_rpc/v1/history.proto\x12\x0e\x64urable_rpc.v1\x1a\x1c\x64urable_rpc/v1/options.proto\x1a\x1c\x64urable_rpc/v1/payload.proto\x1a&durable_rpc/v1/search_attributes.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"7\n\x07History\x12,\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x1c.durable_rpc.v1.HistoryEvent\"\x8a\t\n\x0cHistoryEvent\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\x03\x12.\n\nevent_time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12;\n\x10workflow_started\x18\n \x01(\x0b\x32\x1f.durable_rpc.v1.WorkflowStartedH\x00\x12H\n\x17workflow_task_completed\x18\x0b \x01(\x0b\x32%.durable_rpc.v1.WorkflowTaskCompletedH\x00\x12?\n\x12\x61\x63tivity_scheduled\x18\x0c \x01(\x0b\x32!.durable_rpc.v1.ActivityScheduledH\x00\x12?\n\x12\x61\x63tivity_completed\x18\r \x01(\x0b\x32!.durable_rpc.v1.ActivityCompletedH\x00\x12\x39\n\x0f\x61\x63tivity_failed\x18\x0e \x01(\x0b\x32\x1e.durable_rpc.v1.ActivityFailedH\x00\x12\x35\n\rtimer_started\x18\x0f \x01(\x0b\x32\x1c.durable_rpc.v1.TimerStartedH\x00\x12\x31\n\x0btimer_fired\x18\x10 \x01(\x0b\x32\x1a.durable_rpc.v1.TimerFiredH\x00\x12\x39\n\x0ftimer_cancelled\x18\x11 \x01(\x0b\x32\x1e.durable_rpc.v1.TimerCancelledH\x00\x12\x39\n\x0fsignal_received\x18\x12 \x01(\x0b\x32\x1e.durable_rpc.v1.SignalReceivedH\x00\x12;\n\x10\x63\x61ncel_requested\x18\x13 \x01(\x0b\x32\x1f.durable_rpc.v1.CancelRequestedH\x00\x12?\n\x12workflow_completed\x18\x14 \x01(\x0b\x32!.durable_rpc.v1.WorkflowCompletedH\x00\x12\x39\n\x0fworkflow_failed\x18\x15 \x01(\x0b\x32\x1e.durable_rpc.v1.WorkflowFailedH\x00\x12?\n\x12workflow_cancelled\x18\x16 \x01(\x0b\x32!.durable_rpc.v1.WorkflowCancelledH\x00\x12\x41\n\x13workflow_terminated\x18\x17 \x01(\x0b\x32\".durable_rpc.v1.WorkflowTerminatedH\x00\x12\x39\n\x0fmarker_recorded\x18\x1e \x01(\x0b\x32\x1e.durable_rpc.v1.MarkerRecordedH\x00\x12N\n\x1asearch_attributes_upserted\x18( \x01(\x0b\x32(.durable_rpc.v1.SearchAttributesUpsertedH\x00\x12>\n\x12workflow_timed_out\x18) \x01(\x0b\x32 .durable_rpc.v1.WorkflowTimedOutH\x00\x42\x0c\n\nattributes\"\x9d\x04\n\x0fWorkflowStarted\x12\x15\n\rworkflow_type\x18\x01 \x01(\t\x12\x18\n\x10workflow_version\x18\x02 \x01(\t\x12\x13\n\x0bworkflow_id\x18\x03 \x01(\t\x12\x0e\n\x06run_id\x18\x04 \x01(\t\x12\x12\n\ntask_queue\x18\x05 \x01(\t\x12&\n\x05input\x18\x06 \x01(\x0b\x32\x17.durable_rpc.v1.Payload\x12\x1e\n\x16\x64\x65\x66inition_fingerprint\x18\x07 \x01(\t\x12\x12\n\nrequest_id\x18\x08 \x01(\t\x12H\n\rtrace_context\x18\t \x03(\x0b\x32\x31.durable_rpc.v1.WorkflowStarted.TraceContextEntry\x12\"\n\x04memo\x18( \x01(\x0b\x32\x14.durable_rpc.v1.Memo\x12;\n\x11search_attributes\x18) \x01(\x0b\x32 .durable_rpc.v1.SearchAttributes\x12\x34\n\x11\x65xecution_timeout\x18* \x01(\x0b\x32\x19.google.protobuf.Duration\x12.\n\x0brun_timeout\x18+ \x01(\x0b\x32\x19.google.protobuf.Duration\x1a\x33\n\x11TraceContextEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x8b\x01\n\x15WorkflowTaskCompleted\x12\x1a\n\x12last_seen_event_id\x18\x01 \x01(\x03\x12\x31\n\rworkflow_time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tworker_id\x18\x03 \x01(\t\x12\x10\n\x08\x62uild_id\x18\x04 \x01(\t\"\xa5\x01\n\x11\x41\x63tivityScheduled\x12\x0b\n\x03seq\x18\x01 \x01(\x03\x12\x15\n\ractivity_type\x18\x02 \x01(\t\x12&\n\x05input\x18\x03 \x01(\x0b\x32\x17.durable_rpc.v1.Payload\x12\x12\n\ntask_queue\x18\x04 \x01(\t\x12\x30\n\x07options\x18\x05 \x01(\x0b\x32\x1f.durable_rpc.v1.ActivityOptions\"\x84\x01\n\x11\x41\x63tivityCompleted\x12\x0b\n\x03seq\x18\x01 \x01(\x03\x12\'\n\x06result\x18\x02 \x01(\x0b\x32\x17.durable_rpc.v1.Payload\x12\x0f\n\x07\x61ttempt\x18\x03 \x01(\x05\x12\x11\n\tworker_id\x18\x04 \x01(\t\x12\x15\n\rfencing_token\x18\x05 \x01(\x03\"\x95\x01\n\x0e\x41\x63tivityFailed\x12\x0b\n\x03seq\x18\x01 \x01(\x03\x12(\n\x07\x66\x61ilure\x18\x02 \x01(\x0b\x32\x17.durable_rpc.v1.Failure\x12\x0f\n\x07\x61ttempt\x18\x03 \x01(\x05\x12\x11\n\tworker_id\x18\x04 \x01(\t\x12\x15\n\rfencing_token\x18\x05 \x01(\x03\x12\x11\n\tambiguous\x18\x06 \x01(\x08\"H\n\x0cTimerStarted\x12\x0b\n\x03seq\x18\x01 \x01(\x03\x12+\n\x08\x64uration\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\"\x19\n\nTimerFired\x12\x0b\n\x03seq\x18\x01 \x01(\x03\"\x1d\n\x0eTimerCancelled\x12\x0b\n\x03seq\x18\x01 \x01(\x03\"a\n\x0eSignalReceived\x12\x13\n\x0bsignal_name\x18\x01 \x01(\t\x12&\n\x05input\x18\x02 \x01(\x0b\x32\x17.durable_rpc.v1.Payload\x12\x12\n\nrequest_id\x18\x03 \x01(\t\"!\n\x0f\x43\x61ncelRequested\x12\x0e\n\x06reason\x18\x01 \x01(\t\"<\n\x11WorkflowCompleted\x12\'\n\x06result\x18\x01 \x01(\x0b\x32\x17.durable_rpc.v1.Payload\":\n\x0eWorkflowFailed\x12(\n\x07\x66\x61ilure\x18\x01 \x01(\x0b\x32\x17.durable_rpc.v1.Failure\"\x13\n\x11WorkflowCancelled\"$\n\x12WorkflowTerminated\x12\x0e\n\x06reason\x18\x01 \x01(\t\"W\n\x18SearchAttributesUpserted\x12;\n\x11search_attributes\x18\x01 \x01(\x0b\x32 .durable_rpc.v1.SearchAttributes\"(\n\x10WorkflowTimedOut\x12\x14\n\x0ctimeout_kind\x18\x01 \x01(\t\"a\n\x0eMarkerRecorded\x12\x0b\n\x03seq\x18\x01 \x01(\x03\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\n\n\x02id\x18\x03 \x01(\t\x12(\n\x07payload\x18\x04 \x01(\x0b\x32\x17.durable_rpc.v1.Payloadb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1c\x64urable_rpc/v1/history.proto\x12\x0e\x64urable_rpc.v1\x1a\x1c\x64urable_rpc/v1/options.proto\x1a\x1c\x64urable_rpc/v1/payload.proto\x1a&durable_rpc/v1/search_attributes.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"7\n\x07History\x12,\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x1c.durable_rpc.v1.HistoryEvent\"\xcf\n\n\x0cHistoryEvent\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\x03\x12.\n\nevent_time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12;\n\x10workflow_started\x18\n \x01(\x0b\x32\x1f.durable_rpc.v1.WorkflowStartedH\x00\x12H\n\x17workflow_task_completed\x18\x0b \x01(\x0b\x32%.durable_rpc.v1.WorkflowTaskCompletedH\x00\x12?\n\x12\x61\x63tivity_scheduled\x18\x0c \x01(\x0b\x32!.durable_rpc.v1.ActivityScheduledH\x00\x12?\n\x12\x61\x63tivity_completed\x18\r \x01(\x0b\x32!.durable_rpc.v1.ActivityCompletedH\x00\x12\x39\n\x0f\x61\x63tivity_failed\x18\x0e \x01(\x0b\x32\x1e.durable_rpc.v1.ActivityFailedH\x00\x12\x35\n\rtimer_started\x18\x0f \x01(\x0b\x32\x1c.durable_rpc.v1.TimerStartedH\x00\x12\x31\n\x0btimer_fired\x18\x10 \x01(\x0b\x32\x1a.durable_rpc.v1.TimerFiredH\x00\x12\x39\n\x0ftimer_cancelled\x18\x11 \x01(\x0b\x32\x1e.durable_rpc.v1.TimerCancelledH\x00\x12\x39\n\x0fsignal_received\x18\x12 \x01(\x0b\x32\x1e.durable_rpc.v1.SignalReceivedH\x00\x12;\n\x10\x63\x61ncel_requested\x18\x13 \x01(\x0b\x32\x1f.durable_rpc.v1.CancelRequestedH\x00\x12?\n\x12workflow_completed\x18\x14 \x01(\x0b\x32!.durable_rpc.v1.WorkflowCompletedH\x00\x12\x39\n\x0fworkflow_failed\x18\x15 \x01(\x0b\x32\x1e.durable_rpc.v1.WorkflowFailedH\x00\x12?\n\x12workflow_cancelled\x18\x16 \x01(\x0b\x32!.durable_rpc.v1.WorkflowCancelledH\x00\x12\x41\n\x13workflow_terminated\x18\x17 \x01(\x0b\x32\".durable_rpc.v1.WorkflowTerminatedH\x00\x12\x39\n\x0fmarker_recorded\x18\x1e \x01(\x0b\x32\x1e.durable_rpc.v1.MarkerRecordedH\x00\x12N\n\x1asearch_attributes_upserted\x18( \x01(\x0b\x32(.durable_rpc.v1.SearchAttributesUpsertedH\x00\x12>\n\x12workflow_timed_out\x18) \x01(\x0b\x32 .durable_rpc.v1.WorkflowTimedOutH\x00\x12\x39\n\x0fupdate_accepted\x18< \x01(\x0b\x32\x1e.durable_rpc.v1.UpdateAcceptedH\x00\x12;\n\x10update_completed\x18= \x01(\x0b\x32\x1f.durable_rpc.v1.UpdateCompletedH\x00\x12K\n\x19workflow_continued_as_new\x18\x46 \x01(\x0b\x32&.durable_rpc.v1.WorkflowContinuedAsNewH\x00\x42\x0c\n\nattributes\"\xbc\x04\n\x0fWorkflowStarted\x12\x15\n\rworkflow_type\x18\x01 \x01(\t\x12\x18\n\x10workflow_version\x18\x02 \x01(\t\x12\x13\n\x0bworkflow_id\x18\x03 \x01(\t\x12\x0e\n\x06run_id\x18\x04 \x01(\t\x12\x12\n\ntask_queue\x18\x05 \x01(\t\x12&\n\x05input\x18\x06 \x01(\x0b\x32\x17.durable_rpc.v1.Payload\x12\x1e\n\x16\x64\x65\x66inition_fingerprint\x18\x07 \x01(\t\x12\x12\n\nrequest_id\x18\x08 \x01(\t\x12H\n\rtrace_context\x18\t \x03(\x0b\x32\x31.durable_rpc.v1.WorkflowStarted.TraceContextEntry\x12\"\n\x04memo\x18( \x01(\x0b\x32\x14.durable_rpc.v1.Memo\x12;\n\x11search_attributes\x18) \x01(\x0b\x32 .durable_rpc.v1.SearchAttributes\x12\x34\n\x11\x65xecution_timeout\x18* \x01(\x0b\x32\x19.google.protobuf.Duration\x12.\n\x0brun_timeout\x18+ \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x1d\n\x15\x63ontinued_from_run_id\x18\x46 \x01(\t\x1a\x33\n\x11TraceContextEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x8b\x01\n\x15WorkflowTaskCompleted\x12\x1a\n\x12last_seen_event_id\x18\x01 \x01(\x03\x12\x31\n\rworkflow_time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tworker_id\x18\x03 \x01(\t\x12\x10\n\x08\x62uild_id\x18\x04 \x01(\t\"\xa5\x01\n\x11\x41\x63tivityScheduled\x12\x0b\n\x03seq\x18\x01 \x01(\x03\x12\x15\n\ractivity_type\x18\x02 \x01(\t\x12&\n\x05input\x18\x03 \x01(\x0b\x32\x17.durable_rpc.v1.Payload\x12\x12\n\ntask_queue\x18\x04 \x01(\t\x12\x30\n\x07options\x18\x05 \x01(\x0b\x32\x1f.durable_rpc.v1.ActivityOptions\"\x84\x01\n\x11\x41\x63tivityCompleted\x12\x0b\n\x03seq\x18\x01 \x01(\x03\x12\'\n\x06result\x18\x02 \x01(\x0b\x32\x17.durable_rpc.v1.Payload\x12\x0f\n\x07\x61ttempt\x18\x03 \x01(\x05\x12\x11\n\tworker_id\x18\x04 \x01(\t\x12\x15\n\rfencing_token\x18\x05 \x01(\x03\"\x95\x01\n\x0e\x41\x63tivityFailed\x12\x0b\n\x03seq\x18\x01 \x01(\x03\x12(\n\x07\x66\x61ilure\x18\x02 \x01(\x0b\x32\x17.durable_rpc.v1.Failure\x12\x0f\n\x07\x61ttempt\x18\x03 \x01(\x05\x12\x11\n\tworker_id\x18\x04 \x01(\t\x12\x15\n\rfencing_token\x18\x05 \x01(\x03\x12\x11\n\tambiguous\x18\x06 \x01(\x08\"H\n\x0cTimerStarted\x12\x0b\n\x03seq\x18\x01 \x01(\x03\x12+\n\x08\x64uration\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\"\x19\n\nTimerFired\x12\x0b\n\x03seq\x18\x01 \x01(\x03\"\x1d\n\x0eTimerCancelled\x12\x0b\n\x03seq\x18\x01 \x01(\x03\"a\n\x0eSignalReceived\x12\x13\n\x0bsignal_name\x18\x01 \x01(\t\x12&\n\x05input\x18\x02 \x01(\x0b\x32\x17.durable_rpc.v1.Payload\x12\x12\n\nrequest_id\x18\x03 \x01(\t\"!\n\x0f\x43\x61ncelRequested\x12\x0e\n\x06reason\x18\x01 \x01(\t\"<\n\x11WorkflowCompleted\x12\'\n\x06result\x18\x01 \x01(\x0b\x32\x17.durable_rpc.v1.Payload\":\n\x0eWorkflowFailed\x12(\n\x07\x66\x61ilure\x18\x01 \x01(\x0b\x32\x17.durable_rpc.v1.Failure\"\x13\n\x11WorkflowCancelled\"$\n\x12WorkflowTerminated\x12\x0e\n\x06reason\x18\x01 \x01(\t\"W\n\x18SearchAttributesUpserted\x12;\n\x11search_attributes\x18\x01 \x01(\x0b\x32 .durable_rpc.v1.SearchAttributes\"(\n\x10WorkflowTimedOut\x12\x14\n\x0ctimeout_kind\x18\x01 \x01(\t\"a\n\x0eMarkerRecorded\x12\x0b\n\x03seq\x18\x01 \x01(\x03\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\n\n\x02id\x18\x03 \x01(\t\x12(\n\x07payload\x18\x04 \x01(\x0b\x32\x17.durable_rpc.v1.Payload\"T\n\x16WorkflowContinuedAsNew\x12\x12\n\nnew_run_id\x18\x01 \x01(\t\x12&\n\x05input\x18\x02 \x01(\x0b\x32\x17.durable_rpc.v1.Payload\"`\n\x0eUpdateAccepted\x12\x11\n\tupdate_id\x18\x01 \x01(\t\x12\x13\n\x0bupdate_name\x18\x02 \x01(\t\x12&\n\x05input\x18\x03 \x01(\x0b\x32\x17.durable_rpc.v1.Payload\"\x86\x01\n\x0fUpdateCompleted\x12\x11\n\tupdate_id\x18\x01 \x01(\t\x12)\n\x06result\x18\x02 \x01(\x0b\x32\x17.durable_rpc.v1.PayloadH\x00\x12*\n\x07\x66\x61ilure\x18\x03 \x01(\x0b\x32\x17.durable_rpc.v1.FailureH\x00\x42\t\n\x07outcomeb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -41,41 +41,47 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_HISTORY']._serialized_start=213
   _globals['_HISTORY']._serialized_end=268
   _globals['_HISTORYEVENT']._serialized_start=271
-  _globals['_HISTORYEVENT']._serialized_end=1433
-  _globals['_WORKFLOWSTARTED']._serialized_start=1436
-  _globals['_WORKFLOWSTARTED']._serialized_end=1977
-  _globals['_WORKFLOWSTARTED_TRACECONTEXTENTRY']._serialized_start=1926
-  _globals['_WORKFLOWSTARTED_TRACECONTEXTENTRY']._serialized_end=1977
-  _globals['_WORKFLOWTASKCOMPLETED']._serialized_start=1980
-  _globals['_WORKFLOWTASKCOMPLETED']._serialized_end=2119
-  _globals['_ACTIVITYSCHEDULED']._serialized_start=2122
-  _globals['_ACTIVITYSCHEDULED']._serialized_end=2287
-  _globals['_ACTIVITYCOMPLETED']._serialized_start=2290
-  _globals['_ACTIVITYCOMPLETED']._serialized_end=2422
-  _globals['_ACTIVITYFAILED']._serialized_start=2425
-  _globals['_ACTIVITYFAILED']._serialized_end=2574
-  _globals['_TIMERSTARTED']._serialized_start=2576
-  _globals['_TIMERSTARTED']._serialized_end=2648
-  _globals['_TIMERFIRED']._serialized_start=2650
-  _globals['_TIMERFIRED']._serialized_end=2675
-  _globals['_TIMERCANCELLED']._serialized_start=2677
-  _globals['_TIMERCANCELLED']._serialized_end=2706
-  _globals['_SIGNALRECEIVED']._serialized_start=2708
-  _globals['_SIGNALRECEIVED']._serialized_end=2805
-  _globals['_CANCELREQUESTED']._serialized_start=2807
-  _globals['_CANCELREQUESTED']._serialized_end=2840
-  _globals['_WORKFLOWCOMPLETED']._serialized_start=2842
-  _globals['_WORKFLOWCOMPLETED']._serialized_end=2902
-  _globals['_WORKFLOWFAILED']._serialized_start=2904
-  _globals['_WORKFLOWFAILED']._serialized_end=2962
-  _globals['_WORKFLOWCANCELLED']._serialized_start=2964
-  _globals['_WORKFLOWCANCELLED']._serialized_end=2983
-  _globals['_WORKFLOWTERMINATED']._serialized_start=2985
-  _globals['_WORKFLOWTERMINATED']._serialized_end=3021
-  _globals['_SEARCHATTRIBUTESUPSERTED']._serialized_start=3023
-  _globals['_SEARCHATTRIBUTESUPSERTED']._serialized_end=3110
-  _globals['_WORKFLOWTIMEDOUT']._serialized_start=3112
-  _globals['_WORKFLOWTIMEDOUT']._serialized_end=3152
-  _globals['_MARKERRECORDED']._serialized_start=3154
-  _globals['_MARKERRECORDED']._serialized_end=3251
+  _globals['_HISTORYEVENT']._serialized_end=1630
+  _globals['_WORKFLOWSTARTED']._serialized_start=1633
+  _globals['_WORKFLOWSTARTED']._serialized_end=2205
+  _globals['_WORKFLOWSTARTED_TRACECONTEXTENTRY']._serialized_start=2154
+  _globals['_WORKFLOWSTARTED_TRACECONTEXTENTRY']._serialized_end=2205
+  _globals['_WORKFLOWTASKCOMPLETED']._serialized_start=2208
+  _globals['_WORKFLOWTASKCOMPLETED']._serialized_end=2347
+  _globals['_ACTIVITYSCHEDULED']._serialized_start=2350
+  _globals['_ACTIVITYSCHEDULED']._serialized_end=2515
+  _globals['_ACTIVITYCOMPLETED']._serialized_start=2518
+  _globals['_ACTIVITYCOMPLETED']._serialized_end=2650
+  _globals['_ACTIVITYFAILED']._serialized_start=2653
+  _globals['_ACTIVITYFAILED']._serialized_end=2802
+  _globals['_TIMERSTARTED']._serialized_start=2804
+  _globals['_TIMERSTARTED']._serialized_end=2876
+  _globals['_TIMERFIRED']._serialized_start=2878
+  _globals['_TIMERFIRED']._serialized_end=2903
+  _globals['_TIMERCANCELLED']._serialized_start=2905
+  _globals['_TIMERCANCELLED']._serialized_end=2934
+  _globals['_SIGNALRECEIVED']._serialized_start=2936
+  _globals['_SIGNALRECEIVED']._serialized_end=3033
+  _globals['_CANCELREQUESTED']._serialized_start=3035
+  _globals['_CANCELREQUESTED']._serialized_end=3068
+  _globals['_WORKFLOWCOMPLETED']._serialized_start=3070
+  _globals['_WORKFLOWCOMPLETED']._serialized_end=3130
+  _globals['_WORKFLOWFAILED']._serialized_start=3132
+  _globals['_WORKFLOWFAILED']._serialized_end=3190
+  _globals['_WORKFLOWCANCELLED']._serialized_start=3192
+  _globals['_WORKFLOWCANCELLED']._serialized_end=3211
+  _globals['_WORKFLOWTERMINATED']._serialized_start=3213
+  _globals['_WORKFLOWTERMINATED']._serialized_end=3249
+  _globals['_SEARCHATTRIBUTESUPSERTED']._serialized_start=3251
+  _globals['_SEARCHATTRIBUTESUPSERTED']._serialized_end=3338
+  _globals['_WORKFLOWTIMEDOUT']._serialized_start=3340
+  _globals['_WORKFLOWTIMEDOUT']._serialized_end=3380
+  _globals['_MARKERRECORDED']._serialized_start=3382
+  _globals['_MARKERRECORDED']._serialized_end=3479
+  _globals['_WORKFLOWCONTINUEDASNEW']._serialized_start=3481
+  _globals['_WORKFLOWCONTINUEDASNEW']._serialized_end=3565
+  _globals['_UPDATEACCEPTED']._serialized_start=3567
+  _globals['_UPDATEACCEPTED']._serialized_end=3663
+  _globals['_UPDATECOMPLETED']._serialized_start=3666
+  _globals['_UPDATECOMPLETED']._serialized_end=3800
 # @@protoc_insertion_point(module_scope)

@@ -81,6 +81,9 @@ class HistoryEvent(_message.Message):
     MARKER_RECORDED_FIELD_NUMBER: _builtins.int
     SEARCH_ATTRIBUTES_UPSERTED_FIELD_NUMBER: _builtins.int
     WORKFLOW_TIMED_OUT_FIELD_NUMBER: _builtins.int
+    UPDATE_ACCEPTED_FIELD_NUMBER: _builtins.int
+    UPDATE_COMPLETED_FIELD_NUMBER: _builtins.int
+    WORKFLOW_CONTINUED_AS_NEW_FIELD_NUMBER: _builtins.int
     event_id: _builtins.int
     @_builtins.property
     def event_time(self) -> _timestamp_pb2.Timestamp: ...
@@ -124,6 +127,16 @@ class HistoryEvent(_message.Message):
     def workflow_timed_out(self) -> Global___WorkflowTimedOut:
         """The run passed its execution or run timeout (closed by the server)."""
 
+    @_builtins.property
+    def update_accepted(self) -> Global___UpdateAccepted:
+        """Workflow updates (numbers 60-69): command events, checked by replay."""
+
+    @_builtins.property
+    def update_completed(self) -> Global___UpdateCompleted: ...
+    @_builtins.property
+    def workflow_continued_as_new(self) -> Global___WorkflowContinuedAsNew:
+        """A command event: workflow.continue_as_new() closed the run (numbers 70-79)."""
+
     def __init__(
         self,
         *,
@@ -146,12 +159,15 @@ class HistoryEvent(_message.Message):
         marker_recorded: Global___MarkerRecorded | None = ...,
         search_attributes_upserted: Global___SearchAttributesUpserted | None = ...,
         workflow_timed_out: Global___WorkflowTimedOut | None = ...,
+        update_accepted: Global___UpdateAccepted | None = ...,
+        update_completed: Global___UpdateCompleted | None = ...,
+        workflow_continued_as_new: Global___WorkflowContinuedAsNew | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["activity_completed", b"activity_completed", "activity_failed", b"activity_failed", "activity_scheduled", b"activity_scheduled", "attributes", b"attributes", "cancel_requested", b"cancel_requested", "event_time", b"event_time", "marker_recorded", b"marker_recorded", "search_attributes_upserted", b"search_attributes_upserted", "signal_received", b"signal_received", "timer_cancelled", b"timer_cancelled", "timer_fired", b"timer_fired", "timer_started", b"timer_started", "workflow_cancelled", b"workflow_cancelled", "workflow_completed", b"workflow_completed", "workflow_failed", b"workflow_failed", "workflow_started", b"workflow_started", "workflow_task_completed", b"workflow_task_completed", "workflow_terminated", b"workflow_terminated", "workflow_timed_out", b"workflow_timed_out"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["activity_completed", b"activity_completed", "activity_failed", b"activity_failed", "activity_scheduled", b"activity_scheduled", "attributes", b"attributes", "cancel_requested", b"cancel_requested", "event_time", b"event_time", "marker_recorded", b"marker_recorded", "search_attributes_upserted", b"search_attributes_upserted", "signal_received", b"signal_received", "timer_cancelled", b"timer_cancelled", "timer_fired", b"timer_fired", "timer_started", b"timer_started", "update_accepted", b"update_accepted", "update_completed", b"update_completed", "workflow_cancelled", b"workflow_cancelled", "workflow_completed", b"workflow_completed", "workflow_continued_as_new", b"workflow_continued_as_new", "workflow_failed", b"workflow_failed", "workflow_started", b"workflow_started", "workflow_task_completed", b"workflow_task_completed", "workflow_terminated", b"workflow_terminated", "workflow_timed_out", b"workflow_timed_out"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity_completed", b"activity_completed", "activity_failed", b"activity_failed", "activity_scheduled", b"activity_scheduled", "attributes", b"attributes", "cancel_requested", b"cancel_requested", "event_id", b"event_id", "event_time", b"event_time", "marker_recorded", b"marker_recorded", "search_attributes_upserted", b"search_attributes_upserted", "signal_received", b"signal_received", "timer_cancelled", b"timer_cancelled", "timer_fired", b"timer_fired", "timer_started", b"timer_started", "workflow_cancelled", b"workflow_cancelled", "workflow_completed", b"workflow_completed", "workflow_failed", b"workflow_failed", "workflow_started", b"workflow_started", "workflow_task_completed", b"workflow_task_completed", "workflow_terminated", b"workflow_terminated", "workflow_timed_out", b"workflow_timed_out"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity_completed", b"activity_completed", "activity_failed", b"activity_failed", "activity_scheduled", b"activity_scheduled", "attributes", b"attributes", "cancel_requested", b"cancel_requested", "event_id", b"event_id", "event_time", b"event_time", "marker_recorded", b"marker_recorded", "search_attributes_upserted", b"search_attributes_upserted", "signal_received", b"signal_received", "timer_cancelled", b"timer_cancelled", "timer_fired", b"timer_fired", "timer_started", b"timer_started", "update_accepted", b"update_accepted", "update_completed", b"update_completed", "workflow_cancelled", b"workflow_cancelled", "workflow_completed", b"workflow_completed", "workflow_continued_as_new", b"workflow_continued_as_new", "workflow_failed", b"workflow_failed", "workflow_started", b"workflow_started", "workflow_task_completed", b"workflow_task_completed", "workflow_terminated", b"workflow_terminated", "workflow_timed_out", b"workflow_timed_out"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_attributes: _TypeAlias = _typing.Literal["workflow_started", "workflow_task_completed", "activity_scheduled", "activity_completed", "activity_failed", "timer_started", "timer_fired", "timer_cancelled", "signal_received", "cancel_requested", "workflow_completed", "workflow_failed", "workflow_cancelled", "workflow_terminated", "marker_recorded", "search_attributes_upserted", "workflow_timed_out"]  # noqa: Y015
+    _WhichOneofReturnType_attributes: _TypeAlias = _typing.Literal["workflow_started", "workflow_task_completed", "activity_scheduled", "activity_completed", "activity_failed", "timer_started", "timer_fired", "timer_cancelled", "signal_received", "cancel_requested", "workflow_completed", "workflow_failed", "workflow_cancelled", "workflow_terminated", "marker_recorded", "search_attributes_upserted", "workflow_timed_out", "update_accepted", "update_completed", "workflow_continued_as_new"]  # noqa: Y015
     _WhichOneofArgType_attributes: _TypeAlias = _typing.Literal["attributes", b"attributes"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_attributes) -> _WhichOneofReturnType_attributes | None: ...
 
@@ -194,6 +210,7 @@ class WorkflowStarted(_message.Message):
     SEARCH_ATTRIBUTES_FIELD_NUMBER: _builtins.int
     EXECUTION_TIMEOUT_FIELD_NUMBER: _builtins.int
     RUN_TIMEOUT_FIELD_NUMBER: _builtins.int
+    CONTINUED_FROM_RUN_ID_FIELD_NUMBER: _builtins.int
     workflow_type: _builtins.str
     workflow_version: _builtins.str
     workflow_id: _builtins.str
@@ -205,6 +222,10 @@ class WorkflowStarted(_message.Message):
     """
     request_id: _builtins.str
     """The start request's idempotency key."""
+    continued_from_run_id: _builtins.str
+    """Set when this run was started by continue-as-new of the named run (same workflow
+    id); empty for a run started by a client.
+    """
     @_builtins.property
     def input(self) -> _payload_pb2.Payload:
         """The workflow's arguments, as one array-valued payload."""
@@ -243,10 +264,11 @@ class WorkflowStarted(_message.Message):
         search_attributes: _search_attributes_pb2.SearchAttributes | None = ...,
         execution_timeout: _duration_pb2.Duration | None = ...,
         run_timeout: _duration_pb2.Duration | None = ...,
+        continued_from_run_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["execution_timeout", b"execution_timeout", "input", b"input", "memo", b"memo", "run_timeout", b"run_timeout", "search_attributes", b"search_attributes"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["definition_fingerprint", b"definition_fingerprint", "execution_timeout", b"execution_timeout", "input", b"input", "memo", b"memo", "request_id", b"request_id", "run_id", b"run_id", "run_timeout", b"run_timeout", "search_attributes", b"search_attributes", "task_queue", b"task_queue", "trace_context", b"trace_context", "workflow_id", b"workflow_id", "workflow_type", b"workflow_type", "workflow_version", b"workflow_version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["continued_from_run_id", b"continued_from_run_id", "definition_fingerprint", b"definition_fingerprint", "execution_timeout", b"execution_timeout", "input", b"input", "memo", b"memo", "request_id", b"request_id", "run_id", b"run_id", "run_timeout", b"run_timeout", "search_attributes", b"search_attributes", "task_queue", b"task_queue", "trace_context", b"trace_context", "workflow_id", b"workflow_id", "workflow_type", b"workflow_type", "workflow_version", b"workflow_version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -657,3 +679,99 @@ class MarkerRecorded(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___MarkerRecorded: _TypeAlias = MarkerRecorded  # noqa: Y015
+
+@_typing.final
+class WorkflowContinuedAsNew(_message.Message):
+    """The run closed as continued_as_new: the server started `new_run_id` (same workflow
+    id, type, version, task queue, memo and search attributes; a fresh history) in the
+    same transaction.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NEW_RUN_ID_FIELD_NUMBER: _builtins.int
+    INPUT_FIELD_NUMBER: _builtins.int
+    new_run_id: _builtins.str
+    @_builtins.property
+    def input(self) -> _payload_pb2.Payload:
+        """The new run's arguments, as one array-valued payload."""
+
+    def __init__(
+        self,
+        *,
+        new_run_id: _builtins.str = ...,
+        input: _payload_pb2.Payload | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["input", b"input"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["input", b"input", "new_run_id", b"new_run_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WorkflowContinuedAsNew: _TypeAlias = WorkflowContinuedAsNew  # noqa: Y015
+
+@_typing.final
+class UpdateAccepted(_message.Message):
+    """A command event: the workflow's validator accepted update `update_id`. It carries the
+    request (name and arguments), so replay re-delivers the update to the handler in the
+    activation of the task that recorded it. Rejected updates leave no event.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    UPDATE_ID_FIELD_NUMBER: _builtins.int
+    UPDATE_NAME_FIELD_NUMBER: _builtins.int
+    INPUT_FIELD_NUMBER: _builtins.int
+    update_id: _builtins.str
+    update_name: _builtins.str
+    @_builtins.property
+    def input(self) -> _payload_pb2.Payload:
+        """The update's arguments, as one array-valued payload."""
+
+    def __init__(
+        self,
+        *,
+        update_id: _builtins.str = ...,
+        update_name: _builtins.str = ...,
+        input: _payload_pb2.Payload | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["input", b"input"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["input", b"input", "update_id", b"update_id", "update_name", b"update_name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UpdateAccepted: _TypeAlias = UpdateAccepted  # noqa: Y015
+
+@_typing.final
+class UpdateCompleted(_message.Message):
+    """A command event: the handler of update `update_id` returned (result) or raised
+    (failure).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    UPDATE_ID_FIELD_NUMBER: _builtins.int
+    RESULT_FIELD_NUMBER: _builtins.int
+    FAILURE_FIELD_NUMBER: _builtins.int
+    update_id: _builtins.str
+    @_builtins.property
+    def result(self) -> _payload_pb2.Payload: ...
+    @_builtins.property
+    def failure(self) -> _payload_pb2.Failure: ...
+    def __init__(
+        self,
+        *,
+        update_id: _builtins.str = ...,
+        result: _payload_pb2.Payload | None = ...,
+        failure: _payload_pb2.Failure | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["failure", b"failure", "outcome", b"outcome", "result", b"result"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["failure", b"failure", "outcome", b"outcome", "result", b"result", "update_id", b"update_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_outcome: _TypeAlias = _typing.Literal["result", "failure"]  # noqa: Y015
+    _WhichOneofArgType_outcome: _TypeAlias = _typing.Literal["outcome", b"outcome"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_outcome) -> _WhichOneofReturnType_outcome | None: ...
+
+Global___UpdateCompleted: _TypeAlias = UpdateCompleted  # noqa: Y015

@@ -53,6 +53,27 @@ WORKFLOW_STATUS_TIMED_OUT: WorkflowStatus.ValueType  # 6
 WORKFLOW_STATUS_CONTINUED_AS_NEW: WorkflowStatus.ValueType  # 7
 Global___WorkflowStatus: _TypeAlias = WorkflowStatus  # noqa: Y015
 
+class _UpdateStage:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _UpdateStageEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_UpdateStage.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    UPDATE_STAGE_UNSPECIFIED: _UpdateStage.ValueType  # 0
+    UPDATE_STAGE_ACCEPTED: _UpdateStage.ValueType  # 1
+    """The validator accepted it (UpdateAccepted is in history)."""
+    UPDATE_STAGE_COMPLETED: _UpdateStage.ValueType  # 2
+    """The handler finished (UpdateCompleted is in history)."""
+
+class UpdateStage(_UpdateStage, metaclass=_UpdateStageEnumTypeWrapper): ...
+
+UPDATE_STAGE_UNSPECIFIED: UpdateStage.ValueType  # 0
+UPDATE_STAGE_ACCEPTED: UpdateStage.ValueType  # 1
+"""The validator accepted it (UpdateAccepted is in history)."""
+UPDATE_STAGE_COMPLETED: UpdateStage.ValueType  # 2
+"""The handler finished (UpdateCompleted is in history)."""
+Global___UpdateStage: _TypeAlias = UpdateStage  # noqa: Y015
+
 @_typing.final
 class Lease(_message.Message):
     """The proof of ownership every write after a claim carries. The server applies the
@@ -672,9 +693,14 @@ class GetWorkflowResultResponse(_message.Message):
     STATUS_FIELD_NUMBER: _builtins.int
     RESULT_FIELD_NUMBER: _builtins.int
     FAILURE_FIELD_NUMBER: _builtins.int
+    NEXT_RUN_ID_FIELD_NUMBER: _builtins.int
     run_id: _builtins.str
     status: Global___WorkflowStatus.ValueType
     """RUNNING when the wait timed out."""
+    next_run_id: _builtins.str
+    """Status CONTINUED_AS_NEW: the run that continues this one (same workflow id); ask
+    for its result to follow the chain.
+    """
     @_builtins.property
     def result(self) -> _payload_pb2.Payload: ...
     @_builtins.property
@@ -686,10 +712,11 @@ class GetWorkflowResultResponse(_message.Message):
         status: Global___WorkflowStatus.ValueType = ...,
         result: _payload_pb2.Payload | None = ...,
         failure: _payload_pb2.Failure | None = ...,
+        next_run_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["failure", b"failure", "result", b"result"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["failure", b"failure", "result", b"result", "run_id", b"run_id", "status", b"status"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["failure", b"failure", "next_run_id", b"next_run_id", "result", b"result", "run_id", b"run_id", "status", b"status"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -970,6 +997,7 @@ class PollWorkflowTaskResponse(_message.Message):
     HISTORY_FIELD_NUMBER: _builtins.int
     WORKFLOW_TIME_FIELD_NUMBER: _builtins.int
     ATTEMPT_FIELD_NUMBER: _builtins.int
+    PENDING_UPDATES_FIELD_NUMBER: _builtins.int
     task_id: _builtins.int
     """0 = no task arrived before the poll timeout."""
     fencing_token: _builtins.int
@@ -989,6 +1017,12 @@ class PollWorkflowTaskResponse(_message.Message):
     def workflow_time(self) -> _timestamp_pb2.Timestamp:
         """The workflow's clock for this task (database time of the claim)."""
 
+    @_builtins.property
+    def pending_updates(self) -> _containers.RepeatedCompositeFieldContainer[Global___PendingUpdate]:
+        """Update requests not yet accepted or rejected (kept outside history until the
+        workflow accepts them): the worker delivers them after the history's jobs.
+        """
+
     def __init__(
         self,
         *,
@@ -1002,14 +1036,66 @@ class PollWorkflowTaskResponse(_message.Message):
         history: _history_pb2.History | None = ...,
         workflow_time: _timestamp_pb2.Timestamp | None = ...,
         attempt: _builtins.int = ...,
+        pending_updates: _abc.Iterable[Global___PendingUpdate] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["history", b"history", "lease_expires_at", b"lease_expires_at", "workflow_time", b"workflow_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "fencing_token", b"fencing_token", "history", b"history", "lease_expires_at", b"lease_expires_at", "run_id", b"run_id", "task_id", b"task_id", "workflow_id", b"workflow_id", "workflow_time", b"workflow_time", "workflow_type", b"workflow_type", "workflow_version", b"workflow_version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "fencing_token", b"fencing_token", "history", b"history", "lease_expires_at", b"lease_expires_at", "pending_updates", b"pending_updates", "run_id", b"run_id", "task_id", b"task_id", "workflow_id", b"workflow_id", "workflow_time", b"workflow_time", "workflow_type", b"workflow_type", "workflow_version", b"workflow_version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___PollWorkflowTaskResponse: _TypeAlias = PollWorkflowTaskResponse  # noqa: Y015
+
+@_typing.final
+class PendingUpdate(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    UPDATE_ID_FIELD_NUMBER: _builtins.int
+    UPDATE_NAME_FIELD_NUMBER: _builtins.int
+    INPUT_FIELD_NUMBER: _builtins.int
+    update_id: _builtins.str
+    update_name: _builtins.str
+    @_builtins.property
+    def input(self) -> _payload_pb2.Payload: ...
+    def __init__(
+        self,
+        *,
+        update_id: _builtins.str = ...,
+        update_name: _builtins.str = ...,
+        input: _payload_pb2.Payload | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["input", b"input"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["input", b"input", "update_id", b"update_id", "update_name", b"update_name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PendingUpdate: _TypeAlias = PendingUpdate  # noqa: Y015
+
+@_typing.final
+class RejectedUpdate(_message.Message):
+    """An update the workflow's validator rejected: nothing about it is recorded."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    UPDATE_ID_FIELD_NUMBER: _builtins.int
+    FAILURE_FIELD_NUMBER: _builtins.int
+    update_id: _builtins.str
+    @_builtins.property
+    def failure(self) -> _payload_pb2.Failure: ...
+    def __init__(
+        self,
+        *,
+        update_id: _builtins.str = ...,
+        failure: _payload_pb2.Failure | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["failure", b"failure"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["failure", b"failure", "update_id", b"update_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RejectedUpdate: _TypeAlias = RejectedUpdate  # noqa: Y015
 
 @_typing.final
 class CompleteWorkflowTaskRequest(_message.Message):
@@ -1023,6 +1109,7 @@ class CompleteWorkflowTaskRequest(_message.Message):
     MAX_EAGER_ACTIVITIES_FIELD_NUMBER: _builtins.int
     EAGER_ACTIVITY_TYPES_FIELD_NUMBER: _builtins.int
     EAGER_TASK_QUEUE_FIELD_NUMBER: _builtins.int
+    REJECTED_UPDATES_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     last_seen_event_id: _builtins.int
     """The last history event the worker saw (the history it was handed)."""
@@ -1042,6 +1129,10 @@ class CompleteWorkflowTaskRequest(_message.Message):
 
     @_builtins.property
     def eager_activity_types(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def rejected_updates(self) -> _containers.RepeatedCompositeFieldContainer[Global___RejectedUpdate]:
+        """Pending updates the workflow's validator rejected (never recorded in history)."""
+
     def __init__(
         self,
         *,
@@ -1053,10 +1144,11 @@ class CompleteWorkflowTaskRequest(_message.Message):
         max_eager_activities: _builtins.int = ...,
         eager_activity_types: _abc.Iterable[_builtins.str] | None = ...,
         eager_task_queue: _builtins.str = ...,
+        rejected_updates: _abc.Iterable[Global___RejectedUpdate] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["build_id", b"build_id", "commands", b"commands", "eager_activity_types", b"eager_activity_types", "eager_task_queue", b"eager_task_queue", "last_seen_event_id", b"last_seen_event_id", "lease", b"lease", "max_eager_activities", b"max_eager_activities", "namespace", b"namespace"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["build_id", b"build_id", "commands", b"commands", "eager_activity_types", b"eager_activity_types", "eager_task_queue", b"eager_task_queue", "last_seen_event_id", b"last_seen_event_id", "lease", b"lease", "max_eager_activities", b"max_eager_activities", "namespace", b"namespace", "rejected_updates", b"rejected_updates"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1548,6 +1640,93 @@ class QueryWorkflowResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___QueryWorkflowResponse: _TypeAlias = QueryWorkflowResponse  # noqa: Y015
+
+@_typing.final
+class UpdateWorkflowRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    WORKFLOW_ID_FIELD_NUMBER: _builtins.int
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    UPDATE_NAME_FIELD_NUMBER: _builtins.int
+    INPUT_FIELD_NUMBER: _builtins.int
+    UPDATE_ID_FIELD_NUMBER: _builtins.int
+    WAIT_FOR_FIELD_NUMBER: _builtins.int
+    TIMEOUT_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    workflow_id: _builtins.str
+    run_id: _builtins.str
+    """Empty = the latest run of workflow_id."""
+    update_name: _builtins.str
+    update_id: _builtins.str
+    """Deduplication key (empty = a fresh one): a repeated id gets the same outcome and
+    never runs the handler twice.
+    """
+    wait_for: Global___UpdateStage.ValueType
+    """The stage to wait for (unspecified = completed)."""
+    @_builtins.property
+    def input(self) -> _payload_pb2.Payload:
+        """Arguments as one array-valued payload."""
+
+    @_builtins.property
+    def timeout(self) -> _duration_pb2.Duration:
+        """How long to wait for that stage (default 30s, at most 60s)."""
+
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        workflow_id: _builtins.str = ...,
+        run_id: _builtins.str = ...,
+        update_name: _builtins.str = ...,
+        input: _payload_pb2.Payload | None = ...,
+        update_id: _builtins.str = ...,
+        wait_for: Global___UpdateStage.ValueType = ...,
+        timeout: _duration_pb2.Duration | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["input", b"input", "timeout", b"timeout"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["input", b"input", "namespace", b"namespace", "run_id", b"run_id", "timeout", b"timeout", "update_id", b"update_id", "update_name", b"update_name", "wait_for", b"wait_for", "workflow_id", b"workflow_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UpdateWorkflowRequest: _TypeAlias = UpdateWorkflowRequest  # noqa: Y015
+
+@_typing.final
+class UpdateWorkflowResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    UPDATE_ID_FIELD_NUMBER: _builtins.int
+    STAGE_FIELD_NUMBER: _builtins.int
+    RESULT_FIELD_NUMBER: _builtins.int
+    FAILURE_FIELD_NUMBER: _builtins.int
+    run_id: _builtins.str
+    update_id: _builtins.str
+    stage: Global___UpdateStage.ValueType
+    """The stage reached (at least the one asked for)."""
+    @_builtins.property
+    def result(self) -> _payload_pb2.Payload: ...
+    @_builtins.property
+    def failure(self) -> _payload_pb2.Failure: ...
+    def __init__(
+        self,
+        *,
+        run_id: _builtins.str = ...,
+        update_id: _builtins.str = ...,
+        stage: Global___UpdateStage.ValueType = ...,
+        result: _payload_pb2.Payload | None = ...,
+        failure: _payload_pb2.Failure | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["failure", b"failure", "outcome", b"outcome", "result", b"result"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["failure", b"failure", "outcome", b"outcome", "result", b"result", "run_id", b"run_id", "stage", b"stage", "update_id", b"update_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_outcome: _TypeAlias = _typing.Literal["result", "failure"]  # noqa: Y015
+    _WhichOneofArgType_outcome: _TypeAlias = _typing.Literal["outcome", b"outcome"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_outcome) -> _WhichOneofReturnType_outcome | None: ...
+
+Global___UpdateWorkflowResponse: _TypeAlias = UpdateWorkflowResponse  # noqa: Y015
 
 @_typing.final
 class PollQueryTaskRequest(_message.Message):

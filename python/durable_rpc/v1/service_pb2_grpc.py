@@ -91,6 +91,11 @@ class WorkflowServiceStub(object):
                 request_serializer=durable__rpc_dot_v1_dot_service__pb2.QueryWorkflowRequest.SerializeToString,
                 response_deserializer=durable__rpc_dot_v1_dot_service__pb2.QueryWorkflowResponse.FromString,
                 _registered_method=True)
+        self.UpdateWorkflow = channel.unary_unary(
+                '/durable_rpc.v1.WorkflowService/UpdateWorkflow',
+                request_serializer=durable__rpc_dot_v1_dot_service__pb2.UpdateWorkflowRequest.SerializeToString,
+                response_deserializer=durable__rpc_dot_v1_dot_service__pb2.UpdateWorkflowResponse.FromString,
+                _registered_method=True)
 
 
 class WorkflowServiceServicer(object):
@@ -170,6 +175,16 @@ class WorkflowServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def UpdateWorkflow(self, request, context):
+        """Sends an update to a running run and waits until it is accepted or completed
+        (`wait_for`). Deduplicated by update_id. UPDATE_REJECTED (FAILED_PRECONDITION) when
+        the validator rejected it (nothing recorded), UPDATE_TIMEOUT (DEADLINE_EXCEEDED)
+        when the stage was not reached in time (retry with the same update_id).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WorkflowServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -222,6 +237,11 @@ def add_WorkflowServiceServicer_to_server(servicer, server):
                     servicer.QueryWorkflow,
                     request_deserializer=durable__rpc_dot_v1_dot_service__pb2.QueryWorkflowRequest.FromString,
                     response_serializer=durable__rpc_dot_v1_dot_service__pb2.QueryWorkflowResponse.SerializeToString,
+            ),
+            'UpdateWorkflow': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateWorkflow,
+                    request_deserializer=durable__rpc_dot_v1_dot_service__pb2.UpdateWorkflowRequest.FromString,
+                    response_serializer=durable__rpc_dot_v1_dot_service__pb2.UpdateWorkflowResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -501,6 +521,33 @@ class WorkflowService(object):
             '/durable_rpc.v1.WorkflowService/QueryWorkflow',
             durable__rpc_dot_v1_dot_service__pb2.QueryWorkflowRequest.SerializeToString,
             durable__rpc_dot_v1_dot_service__pb2.QueryWorkflowResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateWorkflow(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/durable_rpc.v1.WorkflowService/UpdateWorkflow',
+            durable__rpc_dot_v1_dot_service__pb2.UpdateWorkflowRequest.SerializeToString,
+            durable__rpc_dot_v1_dot_service__pb2.UpdateWorkflowResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -59,6 +59,12 @@ class WorkflowServiceStub:
     calls the query handler. QUERY_FAILED when the handler failed or is unknown,
     QUERY_TIMEOUT (DEADLINE_EXCEEDED) when no worker answered in time.
     """
+    UpdateWorkflow: _grpc.UnaryUnaryMultiCallable[_service_pb2.UpdateWorkflowRequest, _service_pb2.UpdateWorkflowResponse]
+    """Sends an update to a running run and waits until it is accepted or completed
+    (`wait_for`). Deduplicated by update_id. UPDATE_REJECTED (FAILED_PRECONDITION) when
+    the validator rejected it (nothing recorded), UPDATE_TIMEOUT (DEADLINE_EXCEEDED)
+    when the stage was not reached in time (retry with the same update_id).
+    """
 
 @_typing.type_check_only
 class WorkflowServiceAsyncStub(WorkflowServiceStub):
@@ -90,6 +96,12 @@ class WorkflowServiceAsyncStub(WorkflowServiceStub):
     relays the query to a worker of the run's task queue, which replays the history and
     calls the query handler. QUERY_FAILED when the handler failed or is unknown,
     QUERY_TIMEOUT (DEADLINE_EXCEEDED) when no worker answered in time.
+    """
+    UpdateWorkflow: _aio.UnaryUnaryMultiCallable[_service_pb2.UpdateWorkflowRequest, _service_pb2.UpdateWorkflowResponse]  # type: ignore[assignment]
+    """Sends an update to a running run and waits until it is accepted or completed
+    (`wait_for`). Deduplicated by update_id. UPDATE_REJECTED (FAILED_PRECONDITION) when
+    the validator rejected it (nothing recorded), UPDATE_TIMEOUT (DEADLINE_EXCEEDED)
+    when the stage was not reached in time (retry with the same update_id).
     """
 
 class WorkflowServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -179,6 +191,18 @@ class WorkflowServiceServicer(metaclass=_abc_1.ABCMeta):
         relays the query to a worker of the run's task queue, which replays the history and
         calls the query handler. QUERY_FAILED when the handler failed or is unknown,
         QUERY_TIMEOUT (DEADLINE_EXCEEDED) when no worker answered in time.
+        """
+
+    @_abc_1.abstractmethod
+    def UpdateWorkflow(
+        self,
+        request: _service_pb2.UpdateWorkflowRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_service_pb2.UpdateWorkflowResponse, _abc.Awaitable[_service_pb2.UpdateWorkflowResponse]]:
+        """Sends an update to a running run and waits until it is accepted or completed
+        (`wait_for`). Deduplicated by update_id. UPDATE_REJECTED (FAILED_PRECONDITION) when
+        the validator rejected it (nothing recorded), UPDATE_TIMEOUT (DEADLINE_EXCEEDED)
+        when the stage was not reached in time (retry with the same update_id).
         """
 
 def add_WorkflowServiceServicer_to_server(servicer: WorkflowServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

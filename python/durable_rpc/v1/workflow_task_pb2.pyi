@@ -41,6 +41,9 @@ class Command(_message.Message):
     CANCEL_WORKFLOW_FIELD_NUMBER: _builtins.int
     RECORD_MARKER_FIELD_NUMBER: _builtins.int
     UPSERT_SEARCH_ATTRIBUTES_FIELD_NUMBER: _builtins.int
+    ACCEPT_UPDATE_FIELD_NUMBER: _builtins.int
+    COMPLETE_UPDATE_FIELD_NUMBER: _builtins.int
+    CONTINUE_AS_NEW_FIELD_NUMBER: _builtins.int
     seq: _builtins.int
     @_builtins.property
     def schedule_activity(self) -> Global___ScheduleActivity: ...
@@ -60,6 +63,16 @@ class Command(_message.Message):
 
     @_builtins.property
     def upsert_search_attributes(self) -> Global___UpsertSearchAttributes: ...
+    @_builtins.property
+    def accept_update(self) -> Global___AcceptUpdate:
+        """Workflow updates (numbers 60-69); take no seq."""
+
+    @_builtins.property
+    def complete_update(self) -> Global___CompleteUpdate: ...
+    @_builtins.property
+    def continue_as_new(self) -> Global___ContinueAsNew:
+        """Continue-as-new (numbers 70-79): ends the run and starts a fresh one."""
+
     def __init__(
         self,
         *,
@@ -72,12 +85,15 @@ class Command(_message.Message):
         cancel_workflow: Global___CancelWorkflow | None = ...,
         record_marker: Global___RecordMarker | None = ...,
         upsert_search_attributes: Global___UpsertSearchAttributes | None = ...,
+        accept_update: Global___AcceptUpdate | None = ...,
+        complete_update: Global___CompleteUpdate | None = ...,
+        continue_as_new: Global___ContinueAsNew | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["cancel_timer", b"cancel_timer", "cancel_workflow", b"cancel_workflow", "complete_workflow", b"complete_workflow", "fail_workflow", b"fail_workflow", "kind", b"kind", "record_marker", b"record_marker", "schedule_activity", b"schedule_activity", "start_timer", b"start_timer", "upsert_search_attributes", b"upsert_search_attributes"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["accept_update", b"accept_update", "cancel_timer", b"cancel_timer", "cancel_workflow", b"cancel_workflow", "complete_update", b"complete_update", "complete_workflow", b"complete_workflow", "continue_as_new", b"continue_as_new", "fail_workflow", b"fail_workflow", "kind", b"kind", "record_marker", b"record_marker", "schedule_activity", b"schedule_activity", "start_timer", b"start_timer", "upsert_search_attributes", b"upsert_search_attributes"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cancel_timer", b"cancel_timer", "cancel_workflow", b"cancel_workflow", "complete_workflow", b"complete_workflow", "fail_workflow", b"fail_workflow", "kind", b"kind", "record_marker", b"record_marker", "schedule_activity", b"schedule_activity", "seq", b"seq", "start_timer", b"start_timer", "upsert_search_attributes", b"upsert_search_attributes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accept_update", b"accept_update", "cancel_timer", b"cancel_timer", "cancel_workflow", b"cancel_workflow", "complete_update", b"complete_update", "complete_workflow", b"complete_workflow", "continue_as_new", b"continue_as_new", "fail_workflow", b"fail_workflow", "kind", b"kind", "record_marker", b"record_marker", "schedule_activity", b"schedule_activity", "seq", b"seq", "start_timer", b"start_timer", "upsert_search_attributes", b"upsert_search_attributes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["schedule_activity", "start_timer", "cancel_timer", "complete_workflow", "fail_workflow", "cancel_workflow", "record_marker", "upsert_search_attributes"]  # noqa: Y015
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["schedule_activity", "start_timer", "cancel_timer", "complete_workflow", "fail_workflow", "cancel_workflow", "record_marker", "upsert_search_attributes", "accept_update", "complete_update", "continue_as_new"]  # noqa: Y015
     _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
 
@@ -268,6 +284,32 @@ class UpsertSearchAttributes(_message.Message):
 Global___UpsertSearchAttributes: _TypeAlias = UpsertSearchAttributes  # noqa: Y015
 
 @_typing.final
+class ContinueAsNew(_message.Message):
+    """Ends the run as continued_as_new and starts a new run of the same workflow id, type,
+    version and task queue with a fresh history. Takes no seq; must be the last command.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INPUT_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def input(self) -> _payload_pb2.Payload:
+        """The new run's arguments, as one array-valued payload."""
+
+    def __init__(
+        self,
+        *,
+        input: _payload_pb2.Payload | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["input", b"input"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["input", b"input"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ContinueAsNew: _TypeAlias = ContinueAsNew  # noqa: Y015
+
+@_typing.final
 class Activation(_message.Message):
     """The Rust replay machine's output to the Python workflow runtime: the jobs to apply
     before running the workflow's coroutines until all are blocked.
@@ -357,6 +399,7 @@ class ActivationJob(_message.Message):
     FIRE_TIMER_FIELD_NUMBER: _builtins.int
     SIGNAL_WORKFLOW_FIELD_NUMBER: _builtins.int
     CANCEL_WORKFLOW_FIELD_NUMBER: _builtins.int
+    DO_UPDATE_FIELD_NUMBER: _builtins.int
     event_id: _builtins.int
     """The history event this job comes from."""
     @_builtins.property
@@ -369,6 +412,10 @@ class ActivationJob(_message.Message):
     def signal_workflow(self) -> Global___SignalWorkflowJob: ...
     @_builtins.property
     def cancel_workflow(self) -> Global___CancelWorkflowJob: ...
+    @_builtins.property
+    def do_update(self) -> Global___DoUpdateJob:
+        """Workflow updates (numbers 60-69)."""
+
     def __init__(
         self,
         *,
@@ -378,12 +425,13 @@ class ActivationJob(_message.Message):
         fire_timer: Global___FireTimerJob | None = ...,
         signal_workflow: Global___SignalWorkflowJob | None = ...,
         cancel_workflow: Global___CancelWorkflowJob | None = ...,
+        do_update: Global___DoUpdateJob | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["cancel_workflow", b"cancel_workflow", "fire_timer", b"fire_timer", "job", b"job", "resolve_activity", b"resolve_activity", "signal_workflow", b"signal_workflow", "start_workflow", b"start_workflow"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["cancel_workflow", b"cancel_workflow", "do_update", b"do_update", "fire_timer", b"fire_timer", "job", b"job", "resolve_activity", b"resolve_activity", "signal_workflow", b"signal_workflow", "start_workflow", b"start_workflow"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cancel_workflow", b"cancel_workflow", "event_id", b"event_id", "fire_timer", b"fire_timer", "job", b"job", "resolve_activity", b"resolve_activity", "signal_workflow", b"signal_workflow", "start_workflow", b"start_workflow"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cancel_workflow", b"cancel_workflow", "do_update", b"do_update", "event_id", b"event_id", "fire_timer", b"fire_timer", "job", b"job", "resolve_activity", b"resolve_activity", "signal_workflow", b"signal_workflow", "start_workflow", b"start_workflow"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_job: _TypeAlias = _typing.Literal["start_workflow", "resolve_activity", "fire_timer", "signal_workflow", "cancel_workflow"]  # noqa: Y015
+    _WhichOneofReturnType_job: _TypeAlias = _typing.Literal["start_workflow", "resolve_activity", "fire_timer", "signal_workflow", "cancel_workflow", "do_update"]  # noqa: Y015
     _WhichOneofArgType_job: _TypeAlias = _typing.Literal["job", b"job"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_job) -> _WhichOneofReturnType_job | None: ...
 
@@ -400,10 +448,13 @@ class StartWorkflowJob(_message.Message):
     INPUT_FIELD_NUMBER: _builtins.int
     MEMO_FIELD_NUMBER: _builtins.int
     SEARCH_ATTRIBUTES_FIELD_NUMBER: _builtins.int
+    CONTINUED_FROM_RUN_ID_FIELD_NUMBER: _builtins.int
     workflow_type: _builtins.str
     workflow_version: _builtins.str
     workflow_id: _builtins.str
     run_id: _builtins.str
+    continued_from_run_id: _builtins.str
+    """The run this one continues (continue-as-new); empty otherwise."""
     @_builtins.property
     def input(self) -> _payload_pb2.Payload: ...
     @_builtins.property
@@ -420,10 +471,11 @@ class StartWorkflowJob(_message.Message):
         input: _payload_pb2.Payload | None = ...,
         memo: _search_attributes_pb2.Memo | None = ...,
         search_attributes: _search_attributes_pb2.SearchAttributes | None = ...,
+        continued_from_run_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["input", b"input", "memo", b"memo", "search_attributes", b"search_attributes"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["input", b"input", "memo", b"memo", "run_id", b"run_id", "search_attributes", b"search_attributes", "workflow_id", b"workflow_id", "workflow_type", b"workflow_type", "workflow_version", b"workflow_version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["continued_from_run_id", b"continued_from_run_id", "input", b"input", "memo", b"memo", "run_id", b"run_id", "search_attributes", b"search_attributes", "workflow_id", b"workflow_id", "workflow_type", b"workflow_type", "workflow_version", b"workflow_version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -547,3 +599,97 @@ class ActivationCompletion(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ActivationCompletion: _TypeAlias = ActivationCompletion  # noqa: Y015
+
+@_typing.final
+class AcceptUpdate(_message.Message):
+    """The validator accepted the update (history event UpdateAccepted)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    UPDATE_ID_FIELD_NUMBER: _builtins.int
+    UPDATE_NAME_FIELD_NUMBER: _builtins.int
+    INPUT_FIELD_NUMBER: _builtins.int
+    update_id: _builtins.str
+    update_name: _builtins.str
+    @_builtins.property
+    def input(self) -> _payload_pb2.Payload: ...
+    def __init__(
+        self,
+        *,
+        update_id: _builtins.str = ...,
+        update_name: _builtins.str = ...,
+        input: _payload_pb2.Payload | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["input", b"input"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["input", b"input", "update_id", b"update_id", "update_name", b"update_name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AcceptUpdate: _TypeAlias = AcceptUpdate  # noqa: Y015
+
+@_typing.final
+class CompleteUpdate(_message.Message):
+    """The update handler finished (history event UpdateCompleted)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    UPDATE_ID_FIELD_NUMBER: _builtins.int
+    RESULT_FIELD_NUMBER: _builtins.int
+    FAILURE_FIELD_NUMBER: _builtins.int
+    update_id: _builtins.str
+    @_builtins.property
+    def result(self) -> _payload_pb2.Payload: ...
+    @_builtins.property
+    def failure(self) -> _payload_pb2.Failure: ...
+    def __init__(
+        self,
+        *,
+        update_id: _builtins.str = ...,
+        result: _payload_pb2.Payload | None = ...,
+        failure: _payload_pb2.Failure | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["failure", b"failure", "outcome", b"outcome", "result", b"result"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["failure", b"failure", "outcome", b"outcome", "result", b"result", "update_id", b"update_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_outcome: _TypeAlias = _typing.Literal["result", "failure"]  # noqa: Y015
+    _WhichOneofArgType_outcome: _TypeAlias = _typing.Literal["outcome", b"outcome"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_outcome) -> _WhichOneofReturnType_outcome | None: ...
+
+Global___CompleteUpdate: _TypeAlias = CompleteUpdate  # noqa: Y015
+
+@_typing.final
+class DoUpdateJob(_message.Message):
+    """Apply update `update_id`. Live (`validate` true): run the validator, then accept
+    (AcceptUpdate) or reject (reported beside the commands, never recorded) and run the
+    handler. Replayed (from a recorded UpdateAccepted, `validate` false): run the handler.
+    Update jobs come after an activation's other jobs.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    UPDATE_ID_FIELD_NUMBER: _builtins.int
+    UPDATE_NAME_FIELD_NUMBER: _builtins.int
+    INPUT_FIELD_NUMBER: _builtins.int
+    VALIDATE_FIELD_NUMBER: _builtins.int
+    update_id: _builtins.str
+    update_name: _builtins.str
+    validate: _builtins.bool
+    @_builtins.property
+    def input(self) -> _payload_pb2.Payload: ...
+    def __init__(
+        self,
+        *,
+        update_id: _builtins.str = ...,
+        update_name: _builtins.str = ...,
+        input: _payload_pb2.Payload | None = ...,
+        validate: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["input", b"input"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["input", b"input", "update_id", b"update_id", "update_name", b"update_name", "validate", b"validate"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DoUpdateJob: _TypeAlias = DoUpdateJob  # noqa: Y015

@@ -23,12 +23,12 @@ from durable_rpc.activity._definition import ActivityDefinition, must_define
 from durable_rpc.activity._failure import failure_from_exception
 from durable_rpc.errors import DurableRpcError, LeaseLostError, StoreUnavailableError
 from durable_rpc.telemetry import activity_span, workflow_task_span
-from durable_rpc.v1 import payload_pb2, service_pb2
+from durable_rpc.v1 import payload_pb2, service_pb2, workflow_task_pb2
 from durable_rpc.worker._activity_task import AttemptOutcome, run_attempt
 from durable_rpc.worker._client import WorkerClient, call
 from durable_rpc.worker._lease_keeper import LeaseKeeper
 from durable_rpc.worker._outcomes import OutcomeSender
-from durable_rpc.worker._workflow_task import answer_query, last_event_id, replay
+from durable_rpc.worker._workflow_task import Decision, answer_query, decide, last_event_id
 from durable_rpc.workflow._definition import WorkflowDefinition, definition_of
 
 if TYPE_CHECKING:
@@ -315,7 +315,7 @@ class Worker:
     ) -> TaskOutcome:
         lease = self._lease(task.task_id, task.fencing_token)
         try:
-            commands = await self._decide(task)
+            decision = await self._decide(task)
         except Exception as error:
             # Never the workflow: the run stays open, the task is retried and the failure
             # is shown by describe (NondeterminismError, deadline, missing definition...).
@@ -324,6 +324,7 @@ class Worker:
                 namespace=self.namespace, lease=lease, failure=failure_from_exception(error)
             )
             return await self._report("fail_workflow_task", fail, "failed")
+        commands = decision.commands
         slots = await self._reserve_activity_slots(commands)
         complete = service_pb2.CompleteWorkflowTaskRequest(
             namespace=self.namespace,
@@ -334,6 +335,10 @@ class Worker:
             max_eager_activities=slots,
             eager_activity_types=self.activity_names if slots else (),
             eager_task_queue=self.task_queue if slots else "",
+            rejected_updates=[
+                service_pb2.RejectedUpdate(update_id=update_id, failure=failure)
+                for update_id, failure in decision.rejected_updates
+            ],
         )
         eager: list[service_pb2.PollActivityTaskResponse] = []
         try:
@@ -393,18 +398,24 @@ class Worker:
             )
         return definition
 
-    async def _decide(self, task: service_pb2.PollWorkflowTaskResponse) -> Sequence[Any]:
+    async def _decide(self, task: service_pb2.PollWorkflowTaskResponse) -> Decision:
         definition = self._definition(task.workflow_type, task.workflow_version)
         seconds = self.workflow_task_deadline.total_seconds()
-        decide = functools.partial(
-            replay,
+        run = functools.partial(
+            decide,
             definition,
             task.history.SerializeToString(),
             task.workflow_time.ToMilliseconds(),
             task_queue=self.task_queue,
+            pending_updates=[
+                workflow_task_pb2.DoUpdateJob(
+                    update_id=u.update_id, update_name=u.update_name, input=u.input, validate=True
+                )
+                for u in task.pending_updates
+            ],
             deadline=time.monotonic() + seconds,
         )
-        return await self._run_workflow_code(decide, "workflow task")
+        return await self._run_workflow_code(run, "workflow task")
 
     async def _run_workflow_code(self, fn: Callable[[], _T], what: str) -> _T:
         """Run ``fn`` on the workflow pool under ``workflow_task_deadline``.

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from durable_rpc import _core
-from durable_rpc.v1 import history_pb2, workflow_task_pb2
+from durable_rpc.v1 import history_pb2, payload_pb2, workflow_task_pb2
 from durable_rpc.workflow._definition import WorkflowDefinition
 from durable_rpc.workflow._errors import WorkflowTaskError
 from durable_rpc.workflow._runtime import QueryError, WorkflowInstance
@@ -18,6 +19,39 @@ from durable_rpc.workflow._runtime import QueryError, WorkflowInstance
 
 def last_event_id(history: history_pb2.History) -> int:
     return history.events[-1].event_id if history.events else 0
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What one workflow task decided: the new commands, and the pending updates the
+    workflow's validators rejected (reported to the server, never recorded)."""
+
+    commands: Sequence[workflow_task_pb2.Command]
+    rejected_updates: Sequence[tuple[str, payload_pb2.Failure]]
+
+
+def decide(
+    definition: WorkflowDefinition,
+    history: bytes,
+    task_time_ms: int,
+    *,
+    task_queue: str,
+    pending_updates: Sequence[workflow_task_pb2.DoUpdateJob] = (),
+    deadline: float | None = None,
+) -> Decision:
+    """Replay ``history``, then deliver ``pending_updates`` (requests not in history yet)
+    after the new input events. Raises what :func:`replay` raises."""
+    machine = _core.ReplayMachine(history, task_time_ms)
+    for update in pending_updates:
+        machine.add_pending_update(update.SerializeToString())
+    instance = WorkflowInstance(definition, task_queue=task_queue, deadline=deadline)
+    while (raw := machine.next_activation()) is not None:
+        if deadline is not None and time.monotonic() > deadline:
+            raise WorkflowTaskError("replay ran past the workflow task deadline")
+        completion = instance.activate(workflow_task_pb2.Activation.FromString(raw))
+        machine.complete_activation(completion.SerializeToString())
+    commands = workflow_task_pb2.ActivationCompletion.FromString(machine.take_new_commands())
+    return Decision(commands.commands, list(instance.rejected_updates))
 
 
 def replay(
@@ -35,14 +69,9 @@ def replay(
     :class:`WorkflowTaskError` for runtime-level failures, including running past
     ``deadline`` (a ``time.monotonic()`` instant).
     """
-    machine = _core.ReplayMachine(history, task_time_ms)
-    instance = WorkflowInstance(definition, task_queue=task_queue, deadline=deadline)
-    while (raw := machine.next_activation()) is not None:
-        if deadline is not None and time.monotonic() > deadline:
-            raise WorkflowTaskError("replay ran past the workflow task deadline")
-        completion = instance.activate(workflow_task_pb2.Activation.FromString(raw))
-        machine.complete_activation(completion.SerializeToString())
-    return workflow_task_pb2.ActivationCompletion.FromString(machine.take_new_commands()).commands
+    return decide(
+        definition, history, task_time_ms, task_queue=task_queue, deadline=deadline
+    ).commands
 
 
 def answer_query(
@@ -72,4 +101,4 @@ def answer_query(
     return instance.query(query_name, query_input)
 
 
-__all__ = ["QueryError", "answer_query", "last_event_id", "replay"]
+__all__ = ["Decision", "QueryError", "answer_query", "decide", "last_event_id", "replay"]

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from durable_rpc.activity._errors import ApplicationError
 from durable_rpc.workflow._api import (
+    continue_as_new,
     deprecate_patch,
     execute_activity,
     in_workflow,
@@ -50,16 +51,20 @@ from durable_rpc.workflow._api import (
 from durable_rpc.workflow._definition import (
     QueryDefinition,
     SignalDefinition,
+    UpdateDefinition,
+    UpdateMethod,
     WorkflowDefinition,
     definition_of,
     defn,
     query,
     run,
     signal,
+    update,
 )
 from durable_rpc.workflow._errors import (
     ActivityError,
     AmbiguousEffectError,
+    ContinueAsNewError,
     RestrictedOperationError,
     WorkflowTaskError,
 )
@@ -73,15 +78,19 @@ __all__ = [
     "AmbiguousEffectError",
     "ApplicationError",
     "CompensationError",
+    "ContinueAsNewError",
     "RestrictedOperationError",
     "RetryPolicy",
     "Saga",
     "SignalDefinition",
+    "UpdateDefinition",
+    "UpdateMethod",
     "QueryDefinition",
     "WorkflowDefinition",
     "WorkflowInfo",
     "WorkflowInstance",
     "WorkflowTaskError",
+    "continue_as_new",
     "definition_of",
     "defn",
     "deprecate_patch",
@@ -98,6 +107,7 @@ __all__ = [
     "side_effect",
     "signal",
     "sleep",
+    "update",
     "upsert_search_attributes",
     "uuid4",
     "wait_condition",

@@ -8,11 +8,12 @@ import typing
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime, timedelta
-from typing import Any, TypeVar, overload
+from typing import Any, NoReturn, TypeVar, overload
 
 from durable_rpc import converter
 from durable_rpc.activity._definition import must_define
 from durable_rpc.v1 import options_pb2
+from durable_rpc.workflow._errors import ContinueAsNewError
 from durable_rpc.workflow._loop import WorkflowLoop
 from durable_rpc.workflow._retry import RetryPolicy, duration
 from durable_rpc.workflow._runtime import WorkflowInfo, WorkflowInstance
@@ -36,6 +37,18 @@ def in_workflow() -> bool:
 def info() -> WorkflowInfo:
     """workflow_id, run_id, type, version, task queue and whether this is a replay."""
     return current().current_info()
+
+
+def continue_as_new(*args: Any) -> NoReturn:
+    """End this run and start a fresh one of the same workflow with ``args``.
+
+    The new run keeps the workflow id, type, version, task queue, memo and search
+    attributes and starts with an empty history (so an unbounded loop stays cheap to
+    replay); ``handle.result()`` follows the chain to the final run. Raises
+    ContinueAsNewError (a BaseException): do not catch it.
+    """
+    current()
+    raise ContinueAsNewError(tuple(args))
 
 
 def upsert_search_attributes(values: Mapping[str, Any]) -> None:

@@ -1,5 +1,5 @@
-"""``@workflow.defn`` / ``@workflow.run`` / ``@workflow.signal`` / ``@workflow.query``
-and the definitions they produce."""
+"""``@workflow.defn`` / ``@workflow.run`` / ``@workflow.signal`` / ``@workflow.query`` /
+``@workflow.update`` and the definitions they produce."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import hashlib
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, overload
+from typing import Any, Protocol, TypeVar, overload
 
 from durable_rpc.converter import arg_and_result_hints
 
@@ -19,6 +19,9 @@ _DEFN_ATTR = "__durable_workflow_definition__"
 _RUN_ATTR = "__durable_workflow_run__"
 _SIGNAL_ATTR = "__durable_workflow_signal__"
 _QUERY_ATTR = "__durable_workflow_query__"
+_UPDATE_ATTR = "__durable_workflow_update__"
+_VALIDATOR_ATTR = "__durable_workflow_update_validator__"
+_V = TypeVar("_V", bound=Callable[..., Any])
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,28 @@ class QueryDefinition:
 
 
 @dataclass(frozen=True)
+class UpdateDefinition:
+    name: str
+    method: Callable[..., Any]
+    #: Sync method with the same arguments; raising rejects the update (None: accept all).
+    validator: Callable[..., Any] | None
+    arg_hints: tuple[Any, ...]
+    result_hint: Any
+
+
+class UpdateMethod(Protocol):
+    """What ``@workflow.update`` returns: the handler, plus ``.validator`` to register
+    its validator (``@<update>.validator``)."""
+
+    __name__: str
+    __qualname__: str
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
+
+    def validator(self, fn: _V, /) -> _V: ...
+
+
+@dataclass(frozen=True)
 class WorkflowDefinition:
     """A workflow class as registered: ``(name, version)`` and its code fingerprint."""
 
@@ -49,6 +74,7 @@ class WorkflowDefinition:
     result_hint: Any
     signals: Mapping[str, SignalDefinition]
     queries: Mapping[str, QueryDefinition] = field(default_factory=dict)
+    updates: Mapping[str, UpdateDefinition] = field(default_factory=dict)
 
 
 def fingerprint(cls: type) -> str:
@@ -92,6 +118,17 @@ def _build(cls: _C, name: str | None, version: str) -> _C:
                 )
             hints, result = arg_and_result_hints(method)
             queries[query_name] = QueryDefinition(query_name, method, hints, result)
+    updates: dict[str, UpdateDefinition] = {}
+    for attr in dir(cls):
+        method = getattr(cls, attr, None)
+        update_name = getattr(method, _UPDATE_ATTR, None)
+        if method is not None and isinstance(update_name, str):
+            if update_name in updates or update_name in signals:
+                raise TypeError(f"{cls.__qualname__}: two handlers for update {update_name!r}")
+            hints, result = arg_and_result_hints(method)
+            updates[update_name] = UpdateDefinition(
+                update_name, method, getattr(method, _VALIDATOR_ATTR, None), hints, result
+            )
     arg_hints, result_hint = arg_and_result_hints(run)
     definition = WorkflowDefinition(
         name=name or cls.__name__,
@@ -103,6 +140,7 @@ def _build(cls: _C, name: str | None, version: str) -> _C:
         result_hint=result_hint,
         signals=signals,
         queries=queries,
+        updates=updates,
     )
     setattr(cls, _DEFN_ATTR, definition)
     return cls
@@ -164,6 +202,44 @@ def query(fn: _F | None = None, /, *, name: str | None = None) -> _F | Callable[
         return f
 
     return mark(fn) if fn is not None else mark
+
+
+@overload
+def update(fn: Callable[..., Any], /) -> UpdateMethod: ...
+@overload
+def update(*, name: str | None = None) -> Callable[[Callable[..., Any]], UpdateMethod]: ...
+def update(
+    fn: Callable[..., Any] | None = None, /, *, name: str | None = None
+) -> UpdateMethod | Callable[[Callable[..., Any]], UpdateMethod]:
+    """Mark a method (sync or async) as the handler of an update (default: method name).
+
+    An update is a request that changes the run and returns a result to its caller.
+    ``@<update>.validator`` registers a sync method taking the same arguments that runs
+    first and rejects the update by raising: a rejected update leaves nothing in
+    history. An accepted one is recorded (UpdateAccepted), its handler runs on the
+    workflow's deterministic loop (it may await activities and timers) and its result or
+    failure is recorded (UpdateCompleted).
+    """
+
+    def mark(f: Callable[..., Any]) -> UpdateMethod:
+        setattr(f, _UPDATE_ATTR, name or f.__name__)
+
+        def validator(v: _V, /) -> _V:
+            if inspect.iscoroutinefunction(v):
+                raise TypeError(f"{v.__qualname__}: an update validator must be a sync method")
+            setattr(f, _VALIDATOR_ATTR, v)
+            return v
+
+        setattr(f, "validator", validator)  # noqa: B010
+        return f  # type: ignore[return-value]
+
+    return mark(fn) if fn is not None else mark
+
+
+def update_name(ref: Callable[..., Any]) -> str | None:
+    """The update name ``@workflow.update`` gave ``ref`` (None when it is not one)."""
+    value = getattr(ref, _UPDATE_ATTR, None)
+    return value if isinstance(value, str) else None
 
 
 def definition_of(cls: type) -> WorkflowDefinition:

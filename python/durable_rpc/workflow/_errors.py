@@ -67,3 +67,13 @@ class WorkflowTaskError(Exception):
 
 class RestrictedOperationError(RuntimeError):
     """Workflow code called something that is not deterministic (``asyncio.sleep``...)."""
+
+
+class ContinueAsNewError(BaseException):
+    """Raised by ``workflow.continue_as_new()``: ends the run as continued_as_new and
+    starts a fresh run of the same workflow with ``args``. A BaseException so ``except
+    Exception`` in workflow code does not swallow it."""
+
+    def __init__(self, args: tuple[object, ...]) -> None:
+        super().__init__("continue as new")
+        self.new_args = args

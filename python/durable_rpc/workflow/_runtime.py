@@ -31,10 +31,11 @@ from durable_rpc.search_attributes import memo_from_proto
 from durable_rpc.search_attributes import to_proto as sa_to_proto
 from durable_rpc.v1 import options_pb2, payload_pb2, workflow_task_pb2
 from durable_rpc.workflow import _sandbox
-from durable_rpc.workflow._definition import WorkflowDefinition
+from durable_rpc.workflow._definition import UpdateDefinition, WorkflowDefinition
 from durable_rpc.workflow._errors import (
     ActivityError,
     AmbiguousEffectError,
+    ContinueAsNewError,
     RestrictedOperationError,
     WorkflowTaskError,
 )
@@ -56,6 +57,8 @@ class WorkflowInfo:
     #: Set at start (memo) and at start or by upsert_search_attributes (search attributes).
     memo: dict[str, Any] = field(default_factory=dict)
     search_attributes: dict[str, Any] = field(default_factory=dict)
+    #: The run this one continues (continue-as-new); empty for a run a client started.
+    continued_from_run_id: str = ""
 
 
 @dataclass
@@ -119,6 +122,11 @@ class WorkflowInstance:
         self._patches: dict[str, bool] = {}
         # Set while a query handler runs: producing a command then fails the query.
         self._querying: str | None = None
+        # Updates accepted by this run (recorded or live), by id: delivered once each.
+        self._updates_seen: set[str] = set()
+        #: Live updates the validator rejected, in delivery order: (update_id, failure).
+        #: Never recorded in history; the worker reports them beside the commands.
+        self.rejected_updates: list[tuple[str, payload_pb2.Failure]] = []
         _sandbox.install()
 
     # --- activation -----------------------------------------------------------------
@@ -145,6 +153,7 @@ class WorkflowInstance:
         with self.loop.running(), _sandbox.restricted():
             start: workflow_task_pb2.StartWorkflowJob | None = None
             cancel_reason: str | None = None
+            updates: list[workflow_task_pb2.DoUpdateJob] = []
             for job in activation.jobs:
                 kind = job.WhichOneof("job")
                 if kind == "start_workflow":
@@ -152,12 +161,17 @@ class WorkflowInstance:
                     self._instantiate(start)
                 elif kind == "cancel_workflow":
                     cancel_reason = job.cancel_workflow.reason
+                elif kind == "do_update":
+                    updates.append(job.do_update)
                 else:
                     self._apply(job)
             # The main coroutine is scheduled after the other jobs, so signals delivered
             # with the start (signal-with-start) reach their handlers before it runs.
             if start is not None:
                 self._start_main(start)
+            # Updates after every other job (the replay machine orders them so too).
+            for update in updates:
+                self._do_update(update)
             if cancel_reason is not None:
                 self._cancel(cancel_reason)
             self._run()
@@ -193,6 +207,7 @@ class WorkflowInstance:
             is_replaying=self.is_replaying,
             memo=memo_from_proto(start.memo),
             search_attributes=sa_from_proto(start.search_attributes),
+            continued_from_run_id=start.continued_from_run_id,
         )
         seed = hashlib.sha256(start.run_id.encode()).digest()
         self.random = random.Random(int.from_bytes(seed[:16], "big"))
@@ -325,6 +340,98 @@ class WorkflowInstance:
         self._handlers[name] = handler
         if self._main is not None:
             self._drain_signals(name)
+
+    # --- updates --------------------------------------------------------------------
+
+    def _do_update(self, job: workflow_task_pb2.DoUpdateJob) -> None:
+        """Validate (live only) and accept update ``job``, then start its handler.
+
+        A replayed job comes from a recorded UpdateAccepted: the validator already
+        accepted it, so only the handler runs. A live job the validator rejects is kept
+        in :attr:`rejected_updates` and produces no command."""
+        update_id = job.update_id
+        if update_id in self._updates_seen:
+            return  # already accepted by this run: the handler never runs twice
+        definition = self.definition.updates.get(job.update_name)
+        data = payload_data(job.input)
+        if job.validate:
+            rejection = self._validate_update(job.update_name, definition, data)
+            if rejection is not None:
+                if not self.is_replaying:
+                    log.info("update %r (%s) rejected: %r", job.update_name, update_id, rejection)
+                self.rejected_updates.append((update_id, failure_from_exception(rejection)))
+                return
+        if definition is None:
+            # Recorded but no longer handled: emit nothing, so the replay machine names
+            # the divergence (expected AcceptUpdate, got nothing).
+            return
+        self._updates_seen.add(update_id)
+        self._emit(
+            workflow_task_pb2.Command(
+                accept_update=workflow_task_pb2.AcceptUpdate(
+                    update_id=update_id,
+                    update_name=job.update_name,
+                    input=payload_pb2.Payload(data=data),
+                )
+            )
+        )
+        handler = definition.method.__get__(self._obj)
+
+        async def run_update() -> Any:
+            args = converter.decode_args(data, definition.arg_hints)
+            result = handler(*args)
+            if inspect.isawaitable(result):
+                result = await result
+            return result
+
+        task = self.loop.create_task(run_update(), name=f"update:{job.update_name}")
+        task.add_done_callback(lambda done: self._on_update_done(update_id, done))
+
+    def _validate_update(
+        self, name: str, definition: UpdateDefinition | None, data: bytes
+    ) -> Exception | None:
+        """Why the update must be rejected (None: accept it)."""
+        if definition is None:
+            known = ", ".join(sorted(self.definition.updates)) or "none"
+            return UnknownUpdateError(
+                f"workflow {self.definition.name!r} has no update {name!r} (known: {known})"
+            )
+        if self.info is None or self._obj is None or isinstance(self._obj, Exception):
+            return UnknownUpdateError("the workflow has not started: it cannot take updates")
+        if self._finished:
+            return UnknownUpdateError("the workflow already finished: it cannot take updates")
+        try:
+            args = converter.decode_args(data, definition.arg_hints)
+        except Exception as exc:
+            return exc
+        if definition.validator is None:
+            return None
+        validator = definition.validator.__get__(self._obj)
+        # A validator only reads state: producing a command rejects the update.
+        self._querying = f"validator of update {name!r}"
+        try:
+            result = validator(*args)
+            if asyncio.iscoroutine(result):
+                result.close()
+                return RestrictedOperationError(f"the validator of update {name!r} is async")
+        except Exception as exc:
+            return exc
+        finally:
+            self._querying = None
+        return None
+
+    def _on_update_done(self, update_id: str, task: asyncio.Task[Any]) -> None:
+        outcome = workflow_task_pb2.CompleteUpdate(update_id=update_id)
+        if task.cancelled():
+            outcome.failure.CopyFrom(failure_from_exception(asyncio.CancelledError()))
+        elif (error := task.exception()) is not None:
+            outcome.failure.CopyFrom(failure_from_exception(error))
+        else:
+            try:
+                outcome.result.data = converter.encode(task.result())
+            except payload.PayloadError as exc:
+                outcome.failure.CopyFrom(failure_from_exception(exc))
+        self._emit(workflow_task_pb2.Command(complete_update=outcome))
 
     # --- commands (called by the workflow API) ---------------------------------------
 
@@ -509,6 +616,9 @@ class WorkflowInstance:
             )
             return
         error = main.exception()
+        if isinstance(error, ContinueAsNewError):
+            self._continue_as_new(error)
+            return
         if error is not None:
             self._fail(error)
             return
@@ -521,6 +631,20 @@ class WorkflowInstance:
             workflow_task_pb2.Command(
                 complete_workflow=workflow_task_pb2.CompleteWorkflow(
                     result=payload_pb2.Payload(data=result)
+                )
+            )
+        )
+
+    def _continue_as_new(self, request: ContinueAsNewError) -> None:
+        try:
+            data = converter.encode_args(request.new_args)
+        except payload.PayloadError as exc:
+            self._fail(exc)
+            return
+        self._terminal(
+            workflow_task_pb2.Command(
+                continue_as_new=workflow_task_pb2.ContinueAsNew(
+                    input=payload_pb2.Payload(data=data)
                 )
             )
         )
@@ -590,6 +714,10 @@ class WorkflowInstance:
         if self.info.is_replaying == self.is_replaying:
             return self.info
         return WorkflowInfo(**{**self.info.__dict__, "is_replaying": self.is_replaying})
+
+
+class UnknownUpdateError(Exception):
+    """The update cannot be delivered (unknown name, run not started or finished)."""
 
 
 class QueryError(Exception):

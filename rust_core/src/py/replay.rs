@@ -7,7 +7,7 @@ use pyo3::exceptions::{PyException, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-use crate::proto::{ActivationCompletion, History};
+use crate::proto::{ActivationCompletion, DoUpdateJob, History};
 use crate::replay::{self, MalformedHistory, ReplayError};
 
 /// Workflow code produced commands that differ from the recorded history.
@@ -124,6 +124,15 @@ impl ReplayMachine {
         let inner = replay::ReplayMachine::new(history, timestamp_from_ms(task_time_ms))
             .map_err(|e| malformed_error(py, e))?;
         Ok(ReplayMachine { inner })
+    }
+
+    /// Adds an update request not in history yet (``DoUpdateJob`` protobuf bytes): it is
+    /// delivered after the input jobs of the final, non-replayed activation.
+    fn add_pending_update(&mut self, job: &[u8]) -> PyResult<()> {
+        let job = DoUpdateJob::decode(job)
+            .map_err(|e| PyValueError::new_err(format!("invalid DoUpdateJob protobuf: {e}")))?;
+        self.inner.add_pending_update(job);
+        Ok(())
     }
 
     /// The next ``Activation`` (protobuf bytes), or None when replay is over.

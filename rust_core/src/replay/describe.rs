@@ -8,7 +8,7 @@ use prost_types::Duration;
 use crate::proto::command::Kind;
 use crate::proto::history_event::Attributes;
 use crate::proto::search_attribute_value::Value;
-use crate::proto::{Command, SearchAttributes};
+use crate::proto::{complete_update, update_completed, Command, SearchAttributes};
 
 /// Marker kind of `workflow.side_effect()` values.
 pub(crate) const SIDE_EFFECT: &str = "side_effect";
@@ -44,6 +44,20 @@ pub(crate) enum Recorded {
     SearchAttributesUpserted {
         fields: String,
     },
+    /// An update the validator accepted; the arguments are not part of the identity.
+    UpdateAccepted {
+        update_id: String,
+        update_name: String,
+    },
+    /// An update handler finished; `failed` tells a failure from a result (whose value
+    /// is not part of the identity).
+    UpdateCompleted {
+        update_id: String,
+        failed: bool,
+    },
+    /// `workflow.continue_as_new()`: the input is not part of the identity (like a
+    /// completion's result).
+    WorkflowContinuedAsNew,
 }
 
 impl Recorded {
@@ -76,6 +90,15 @@ impl Recorded {
             Attributes::SearchAttributesUpserted(u) => Recorded::SearchAttributesUpserted {
                 fields: search_attributes_text(u.search_attributes.as_ref()),
             },
+            Attributes::UpdateAccepted(u) => Recorded::UpdateAccepted {
+                update_id: u.update_id.clone(),
+                update_name: u.update_name.clone(),
+            },
+            Attributes::UpdateCompleted(u) => Recorded::UpdateCompleted {
+                update_id: u.update_id.clone(),
+                failed: matches!(u.outcome, Some(update_completed::Outcome::Failure(_))),
+            },
+            Attributes::WorkflowContinuedAsNew(_) => Recorded::WorkflowContinuedAsNew,
             _ => return None,
         })
     }
@@ -105,6 +128,15 @@ impl Recorded {
             Kind::UpsertSearchAttributes(u) => Recorded::SearchAttributesUpserted {
                 fields: search_attributes_text(u.search_attributes.as_ref()),
             },
+            Kind::AcceptUpdate(u) => Recorded::UpdateAccepted {
+                update_id: u.update_id.clone(),
+                update_name: u.update_name.clone(),
+            },
+            Kind::CompleteUpdate(u) => Recorded::UpdateCompleted {
+                update_id: u.update_id.clone(),
+                failed: matches!(u.outcome, Some(complete_update::Outcome::Failure(_))),
+            },
+            Kind::ContinueAsNew(_) => Recorded::WorkflowContinuedAsNew,
         })
     }
 
@@ -151,6 +183,15 @@ impl fmt::Display for Recorded {
             Recorded::SearchAttributesUpserted { fields } => {
                 write!(f, "UpsertSearchAttributes({fields})")
             }
+            Recorded::UpdateAccepted {
+                update_id,
+                update_name,
+            } => write!(f, "AcceptUpdate(id={update_id:?}, name={update_name:?})"),
+            Recorded::UpdateCompleted { update_id, failed } => {
+                let outcome = if *failed { "failure" } else { "result" };
+                write!(f, "CompleteUpdate(id={update_id:?}, {outcome})")
+            }
+            Recorded::WorkflowContinuedAsNew => f.write_str("ContinueAsNew"),
         }
     }
 }
@@ -175,6 +216,9 @@ pub(crate) fn event_kind(attrs: &Attributes) -> &'static str {
         Attributes::MarkerRecorded(_) => "marker_recorded",
         Attributes::SearchAttributesUpserted(_) => "search_attributes_upserted",
         Attributes::WorkflowTimedOut(_) => "workflow_timed_out",
+        Attributes::UpdateAccepted(_) => "update_accepted",
+        Attributes::UpdateCompleted(_) => "update_completed",
+        Attributes::WorkflowContinuedAsNew(_) => "workflow_continued_as_new",
     }
 }
 

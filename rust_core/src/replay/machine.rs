@@ -10,8 +10,8 @@ use crate::proto::activation_job::Job;
 use crate::proto::history_event::Attributes;
 use crate::proto::resolve_activity_job::Outcome;
 use crate::proto::{
-    Activation, ActivationCompletion, ActivationJob, CancelWorkflowJob, Command, FireTimerJob,
-    History, RecordedMarker, ResolveActivityJob, SignalWorkflowJob, StartWorkflowJob,
+    Activation, ActivationCompletion, ActivationJob, CancelWorkflowJob, Command, DoUpdateJob,
+    FireTimerJob, History, RecordedMarker, ResolveActivityJob, SignalWorkflowJob, StartWorkflowJob,
 };
 
 /// Written in descriptions when one side of a comparison has nothing.
@@ -26,6 +26,8 @@ struct Task {
     commands: Range<usize>,
     /// The task's marker events, as a range of `ReplayMachine::markers`.
     markers: Range<usize>,
+    /// The updates the task accepted, as a range of `ReplayMachine::updates`.
+    updates: Range<usize>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,6 +62,12 @@ pub struct ReplayMachine {
     markers: Vec<RecordedMarker>,
     /// Input events as ready-made jobs, in event order; delivered ones are taken out.
     inputs: Vec<ActivationJob>,
+    /// Recorded `update_accepted` events as update jobs (no validation), in event order;
+    /// a replayed activation carries its task's after its input jobs.
+    updates: Vec<ActivationJob>,
+    /// Update requests not in history yet (see `add_pending_update`): they go to the
+    /// final, non-replayed activation after its input jobs.
+    pending_updates: Vec<ActivationJob>,
     next_input: usize,
     next_task: usize,
     state: State,
@@ -76,6 +84,7 @@ impl ReplayMachine {
         let mut recorded: Vec<Recorded> = Vec::new();
         let mut markers: Vec<RecordedMarker> = Vec::new();
         let mut inputs: Vec<ActivationJob> = Vec::new();
+        let mut updates: Vec<ActivationJob> = Vec::new();
         // True right after a marker and while its command events continue.
         let mut in_command_group = false;
 
@@ -115,6 +124,17 @@ impl ReplayMachine {
                     )));
                 }
                 recorded.push(command);
+                if let Attributes::UpdateAccepted(accepted) = &attrs {
+                    updates.push(ActivationJob {
+                        event_id: id,
+                        job: Some(Job::DoUpdate(DoUpdateJob {
+                            update_id: accepted.update_id.clone(),
+                            update_name: accepted.update_name.clone(),
+                            input: accepted.input.clone(),
+                            validate: false,
+                        })),
+                    });
+                }
                 if let Attributes::MarkerRecorded(marker) = attrs {
                     markers.push(RecordedMarker {
                         seq: marker.seq,
@@ -126,6 +146,7 @@ impl ReplayMachine {
                 if let Some(task) = tasks.last_mut() {
                     task.commands.end = recorded.len();
                     task.markers.end = markers.len();
+                    task.updates.end = updates.len();
                 }
                 continue;
             }
@@ -160,6 +181,7 @@ impl ReplayMachine {
                         workflow_time: marker.workflow_time.or(event.event_time),
                         commands: recorded.len()..recorded.len(),
                         markers: markers.len()..markers.len(),
+                        updates: updates.len()..updates.len(),
                     });
                     in_command_group = true;
                     continue;
@@ -179,6 +201,7 @@ impl ReplayMachine {
                         input: started.input,
                         memo: started.memo,
                         search_attributes: started.search_attributes,
+                        continued_from_run_id: started.continued_from_run_id,
                     })
                 }
                 Attributes::ActivityCompleted(done) => Job::ResolveActivity(ResolveActivityJob {
@@ -211,7 +234,10 @@ impl ReplayMachine {
                 | Attributes::WorkflowFailed(_)
                 | Attributes::WorkflowCancelled(_)
                 | Attributes::MarkerRecorded(_)
-                | Attributes::SearchAttributesUpserted(_) => continue,
+                | Attributes::SearchAttributesUpserted(_)
+                | Attributes::UpdateAccepted(_)
+                | Attributes::UpdateCompleted(_)
+                | Attributes::WorkflowContinuedAsNew(_) => continue,
             };
             inputs.push(ActivationJob {
                 event_id: id,
@@ -226,6 +252,8 @@ impl ReplayMachine {
             recorded,
             markers,
             inputs,
+            updates,
+            pending_updates: Vec::new(),
             next_input: 0,
             next_task: 0,
             state: State::Idle,
@@ -237,6 +265,17 @@ impl ReplayMachine {
     /// The run id from `workflow_started`.
     pub fn run_id(&self) -> &str {
         &self.run_id
+    }
+
+    /// Adds an update request that is not in history yet (the server's pending updates):
+    /// it is delivered, after the input jobs, in the final non-replayed activation, which
+    /// then happens even when no input event is undelivered. Call before the first
+    /// `next_activation`.
+    pub fn add_pending_update(&mut self, job: DoUpdateJob) {
+        self.pending_updates.push(ActivationJob {
+            event_id: 0,
+            job: Some(Job::DoUpdate(job)),
+        });
     }
 
     /// Whether the outstanding (or last handed out) activation is a replay. False before
@@ -261,7 +300,9 @@ impl ReplayMachine {
                 .iter_mut()
                 .map(std::mem::take)
                 .collect();
-            let jobs = self.take_inputs_through(last_seen);
+            let updates = task.updates.clone();
+            let mut jobs = self.take_inputs_through(last_seen);
+            jobs.extend(self.updates[updates].iter_mut().map(std::mem::take));
             self.state = State::Replaying(self.next_task);
             self.next_task += 1;
             self.last_replaying = true;
@@ -270,8 +311,9 @@ impl ReplayMachine {
             return Ok(Some(activation));
         }
 
-        if self.next_input < self.inputs.len() {
-            let jobs = self.take_inputs_through(i64::MAX);
+        if self.next_input < self.inputs.len() || !self.pending_updates.is_empty() {
+            let mut jobs = self.take_inputs_through(i64::MAX);
+            jobs.append(&mut self.pending_updates);
             self.state = State::Final;
             self.last_replaying = false;
             return Ok(Some(self.activation(Some(self.task_time), false, jobs)));

@@ -10,7 +10,8 @@
 //! `timer_fired`, `signal_received`, `cancel_requested`) become activation jobs.
 //! *Command events* (`activity_scheduled`, `timer_started`, `timer_cancelled`,
 //! `workflow_completed`, `workflow_failed`, `workflow_cancelled`,
-//! `search_attributes_upserted`, `marker_recorded`) follow a
+//! `search_attributes_upserted`, `marker_recorded`, `update_accepted`,
+//! `update_completed`) follow a
 //! `workflow_task_completed` marker contiguously, in the order of the commands the
 //! worker sent. `workflow_terminated` and `workflow_timed_out` are terminal and yield no
 //! job.
@@ -33,9 +34,13 @@ mod machine;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_continue;
+#[cfg(test)]
 mod tests_markers;
 #[cfg(test)]
 mod tests_search;
+#[cfg(test)]
+mod tests_updates;
 
 pub use error::{MalformedHistory, NondeterminismError, ReplayError, UsageError};
 pub use machine::ReplayMachine;

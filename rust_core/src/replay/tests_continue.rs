@@ -1,0 +1,117 @@
+//! Replay of continue-as-new.
+
+use prost_types::Timestamp;
+
+use super::*;
+use crate::proto::activation_job::Job;
+use crate::proto::command::Kind;
+use crate::proto::history_event::Attributes;
+use crate::proto::{
+    ActivationCompletion, Command, CompleteWorkflow, ContinueAsNew, History, HistoryEvent, Payload,
+    WorkflowContinuedAsNew, WorkflowStarted, WorkflowTaskCompleted,
+};
+
+fn ts(seconds: i64) -> Timestamp {
+    Timestamp { seconds, nanos: 0 }
+}
+
+fn history() -> History {
+    let events = [
+        Attributes::WorkflowStarted(WorkflowStarted {
+            workflow_type: "counter".into(),
+            run_id: "run-2".into(),
+            continued_from_run_id: "run-1".into(),
+            ..Default::default()
+        }),
+        Attributes::WorkflowTaskCompleted(WorkflowTaskCompleted {
+            last_seen_event_id: 1,
+            workflow_time: Some(ts(100)),
+            ..Default::default()
+        }),
+        Attributes::WorkflowContinuedAsNew(WorkflowContinuedAsNew {
+            new_run_id: "run-3".into(),
+            input: Some(Payload {
+                data: b"[3]".to_vec(),
+                external: None,
+            }),
+        }),
+    ];
+    History {
+        events: events
+            .into_iter()
+            .enumerate()
+            .map(|(i, a)| HistoryEvent {
+                event_id: i as i64 + 1,
+                event_time: Some(ts(1000)),
+                attributes: Some(a),
+            })
+            .collect(),
+    }
+}
+
+fn continue_as_new(data: &[u8]) -> Command {
+    Command {
+        seq: 0,
+        kind: Some(Kind::ContinueAsNew(ContinueAsNew {
+            input: Some(Payload {
+                data: data.to_vec(),
+                external: None,
+            }),
+        })),
+    }
+}
+
+#[test]
+fn start_job_names_the_run_it_continues() {
+    let mut m = ReplayMachine::new(history(), ts(9)).unwrap();
+    let a = m.next_activation().unwrap().unwrap();
+    let Some(Job::StartWorkflow(start)) = &a.jobs[0].job else {
+        panic!("expected a start job");
+    };
+    assert_eq!(start.continued_from_run_id, "run-1");
+}
+
+#[test]
+fn continue_as_new_replays_and_the_input_is_not_identity() {
+    let mut m = ReplayMachine::new(history(), ts(9)).unwrap();
+    m.next_activation().unwrap().unwrap();
+    m.complete_activation(ActivationCompletion {
+        commands: vec![continue_as_new(b"[4]")],
+    })
+    .unwrap();
+    assert!(m.next_activation().unwrap().is_none());
+    assert!(m.take_new_commands().is_empty());
+}
+
+#[test]
+fn completing_instead_of_continuing_is_nondeterminism() {
+    let mut m = ReplayMachine::new(history(), ts(9)).unwrap();
+    m.next_activation().unwrap().unwrap();
+    let err = m
+        .complete_activation(ActivationCompletion {
+            commands: vec![Command {
+                seq: 0,
+                kind: Some(Kind::CompleteWorkflow(CompleteWorkflow::default())),
+            }],
+        })
+        .unwrap_err();
+    let ReplayError::Nondeterminism(e) = err else {
+        panic!("expected nondeterminism, got {err:?}");
+    };
+    assert_eq!(e.expected, "ContinueAsNew");
+    assert_eq!(e.actual, "CompleteWorkflow");
+}
+
+#[test]
+fn missing_continue_as_new_is_nondeterminism() {
+    let mut m = ReplayMachine::new(history(), ts(9)).unwrap();
+    m.next_activation().unwrap().unwrap();
+    let err = m
+        .complete_activation(ActivationCompletion { commands: vec![] })
+        .unwrap_err();
+    let ReplayError::Nondeterminism(e) = err else {
+        panic!("expected nondeterminism, got {err:?}");
+    };
+    assert_eq!(e.expected, "ContinueAsNew");
+    assert_eq!(e.actual, "nothing");
+}
