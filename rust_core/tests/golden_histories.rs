@@ -104,6 +104,8 @@ fn describe_jobs(activation: &Activation) -> Vec<String> {
             Job::SignalWorkflow(s) => format!("signal {}", s.signal_name),
             Job::CancelWorkflow(_) => "cancel".to_owned(),
             Job::DoUpdate(u) => format!("update:{}", u.update_id),
+            Job::ResolveChildWorkflowStart(c) => format!("child {} started", c.seq),
+            Job::ResolveChildWorkflow(c) => format!("child {} {}", c.seq, c.status),
         })
         .collect()
 }

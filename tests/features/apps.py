@@ -26,6 +26,7 @@ from durable_rpc import (
     workflow,
 )
 from tests.e2e.apps import record
+from tests.features.child_apps import Kid, Parent
 
 RELEASED = False
 _release = asyncio.Event()
@@ -456,6 +457,8 @@ class Ledger:
 
 
 WORKFLOWS = [
+    Kid,
+    Parent,
     Counter,
     Cart,
     Approval,

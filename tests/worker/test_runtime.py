@@ -352,7 +352,7 @@ def test_resolution_for_an_unknown_seq_fails_the_task() -> None:
         wf.activate(activation(completed(9, None)))
 
 
-def test_cancelled_activity_await_drops_the_late_result() -> None:
+def test_cancelled_activity_await_requests_cancel_and_drops_the_late_result() -> None:
     @workflow.defn
     class Race:
         @workflow.run
@@ -371,7 +371,10 @@ def test_cancelled_activity_await_drops_the_late_result() -> None:
     out = wf.activate(activation(start(Race)))
     assert kinds(out.commands) == ["schedule_activity", "start_timer"]
     done = wf.activate(activation(fire(2)))
-    assert result_of(done.commands[0]) == "timed out"
+    # The loser gets a RequestCancelActivity carrying its own seq; the run completes.
+    assert kinds(done.commands) == ["request_cancel_activity", "complete_workflow"]
+    assert done.commands[0].request_cancel_activity.activity_seq == done.commands[0].seq == 1
+    assert result_of(done.commands[1]) == "timed out"
     assert wf.activate(activation(completed(1, None))).commands == []
 
 

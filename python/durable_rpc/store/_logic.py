@@ -21,10 +21,20 @@ INPUT_EVENT_KINDS: tuple[str, ...] = (
     "timer_fired",
     "signal_received",
     "cancel_requested",
+    # Child workflows.
+    "child_workflow_started",
+    "child_workflow_start_failed",
+    "child_workflow_completed",
+    "child_workflow_failed",
+    "child_workflow_cancelled",
+    "child_workflow_terminated",
+    "child_workflow_timed_out",
+    "activity_cancelled",
 )
 
 #: Marker kinds of record_marker commands (MarkerRecorded events).
 SIDE_EFFECT_MARKER = "side_effect"
+LOCAL_ACTIVITY_MARKER = "local_activity"
 PATCH_MARKER = "patch"
 
 #: Commands that close the run; must be the last command of a task.
@@ -205,6 +215,24 @@ def validate_commands(commands: Sequence[workflow_task_pb2.Command]) -> CommandP
             if target not in started_timers:
                 cancelled_existing.append(target)
             continue
+        if kind == "request_cancel_activity":
+            # Carries the activity's own seq (like cancel_timer): no new seq is taken.
+            target = command.request_cancel_activity.activity_seq
+            if target <= 0 or command.seq != target:
+                raise InvalidArgumentError(
+                    f"command #{index}: request_cancel_activity needs activity_seq > 0 "
+                    "equal to its seq"
+                )
+            continue
+        if kind == "request_cancel_child_workflow":
+            # Carries the child's own seq (like cancel_timer): no new seq is taken.
+            target = command.request_cancel_child_workflow.child_seq
+            if target <= 0 or command.seq != target:
+                raise InvalidArgumentError(
+                    f"command #{index}: request_cancel_child_workflow needs child_seq > 0 "
+                    "equal to its seq"
+                )
+            continue
         if kind == "upsert_search_attributes":
             # Carries no seq; its values are validated when applied (_search).
             continue
@@ -238,7 +266,10 @@ def validate_commands(commands: Sequence[workflow_task_pb2.Command]) -> CommandP
         elif kind == "start_timer":
             _check_duration(command.start_timer.duration, f"command seq {seq}: timer duration")
             started_timers.add(seq)
-        elif kind == "record_marker" and command.record_marker.kind != SIDE_EFFECT_MARKER:
+        elif kind == "record_marker" and command.record_marker.kind not in (
+            SIDE_EFFECT_MARKER,
+            LOCAL_ACTIVITY_MARKER,
+        ):
             raise InvalidArgumentError(
                 f"command seq {seq}: unknown marker kind {command.record_marker.kind!r} "
                 f"(expected {SIDE_EFFECT_MARKER!r} or {PATCH_MARKER!r})"

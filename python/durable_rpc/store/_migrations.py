@@ -188,9 +188,24 @@ def _v2(blob: str, bigint: str, double: str) -> tuple[str, ...]:
     )
 
 
+def _v3(bigint: str) -> tuple[str, ...]:
+    """Child workflows (same shape on both backends): a child run records its parent
+    run (same namespace), the seq of the parent's StartChildWorkflow command and the
+    parent-close policy. A child that continues-as-new passes them on to the new run.
+    ``runs_children`` finds a closing parent's open children."""
+    return (
+        "ALTER TABLE runs ADD COLUMN parent_run_id TEXT",
+        f"ALTER TABLE runs ADD COLUMN parent_seq {bigint}",
+        "ALTER TABLE runs ADD COLUMN parent_close_policy TEXT",
+        "CREATE INDEX runs_children ON runs (namespace, parent_run_id, status) "
+        "WHERE parent_run_id IS NOT NULL",
+    )
+
+
 SQLITE_MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _SQLITE_V1),
     Migration(2, "memo, search attributes, workflow timeouts", _v2("BLOB", "INTEGER", "REAL")),
+    Migration(3, "child workflows", _v3("INTEGER")),
 )
 
 

@@ -45,6 +45,7 @@ from durable_rpc.store._api import (
     StoreStats,
     TaskKind,
 )
+from durable_rpc.store._children import request_child_cancel, start_child
 from durable_rpc.store._logic import (
     ACTIVITY_TIMEOUT_ERROR,
     AMBIGUOUS_EFFECT_ERROR,
@@ -456,7 +457,7 @@ class SqlStore(Store):
                     (namespace, run["run_id"]),
                 )
                 if row is not None:
-                    event = history_pb2.HistoryEvent.FromString(bytes(row["data"]))
+                    event = history_pb2.HistoryEvent.FromString(blob(row["data"]) or b"")
                     next_run_id = event.workflow_continued_as_new.new_run_id
             return RunOutcome(
                 run_id=run["run_id"],
@@ -812,6 +813,7 @@ class SqlStore(Store):
             for command in commands:
                 closed = self._apply_command(tx, namespace, run, command, now) or closed
             if not closed:
+                self._append_immediate_cancellations(tx, namespace, run_id, commands, now)
                 new_input = tx.one(
                     "SELECT event_id FROM history WHERE namespace = ? AND run_id = ? "
                     f"AND event_id > ? AND kind IN {INPUT_KINDS_SQL} LIMIT 1",
@@ -961,6 +963,9 @@ class SqlStore(Store):
                 (namespace, run_id, timer_seq),
             )
             return False
+        if kind == "request_cancel_activity":
+            self._request_cancel_activity(tx, namespace, run_id, command.seq, now)
+            return False
         if kind == "record_marker":
             # Side-effect values and patch markers: history only, no task.
             marker = command.record_marker
@@ -1045,6 +1050,12 @@ class SqlStore(Store):
         if kind == "continue_as_new":
             continue_as_new(tx, namespace, run, command.continue_as_new.input, now)
             return True
+        if kind == "start_child_workflow":
+            start_child(tx, namespace, run, command, now)
+            return False
+        if kind == "request_cancel_child_workflow":
+            request_child_cancel(tx, namespace, run, command, now)
+            return False
         raise InvalidArgumentError(f"unsupported command kind {kind!r}")
 
     async def request_workflow_task(self, namespace: str, run_id: str) -> bool:
@@ -1311,6 +1322,9 @@ class SqlStore(Store):
                 lease_miss(tx, namespace, lease, "activity", "failed")
                 return
             open_run(tx, namespace, task["run_id"])
+            if parsed.type == "CancelledError" and self._cancel_requested_by_workflow(tx, task):
+                self._record_activity_cancelled(tx, task, now)
+                return
             self._retry_or_fail(tx, task, parsed, now, ambiguous=False)
 
         await self._write(op)
@@ -1375,6 +1389,107 @@ class SqlStore(Store):
         return False
 
     # -- time -----------------------------------------------------------------------------
+
+    def _request_cancel_activity(
+        self, tx: Tx, namespace: str, run_id: str, seq: int, now: int
+    ) -> None:
+        """Workflow code cancelled activity ``seq``: a queued or waiting attempt is
+        cancelled at once (ActivityCancelled); a leased one is asked to stop
+        (``cancel_requested``, delivered by its heartbeat response) and is cancelled when
+        it reports cancellation or its lease expires. An activity that already has an
+        outcome keeps it: the request is moot."""
+        task = tx.one(
+            "SELECT task_id, kind, state, attempt FROM tasks WHERE namespace = ? "
+            "AND run_id = ? AND seq = ?",
+            (namespace, run_id, seq),
+        )
+        if task is None or task["kind"] != "activity":
+            raise InvalidArgumentError(f"request_cancel_activity: no activity with seq {seq}")
+        append_event(
+            tx,
+            namespace,
+            run_id,
+            now,
+            "activity_cancel_requested",
+            history_pb2.ActivityCancelRequested(seq=seq),
+        )
+        if task["state"] in ("queued", "waiting"):
+            # ActivityCancelled is an input event: appended after the task's command
+            # events (see _append_immediate_cancellations).
+            tx.run(
+                "UPDATE tasks SET state = 'cancelled', due_ms = NULL, queue_deadline_ms = NULL "
+                "WHERE task_id = ?",
+                (task["task_id"],),
+            )
+        elif task["state"] == "leased":
+            tx.run("UPDATE tasks SET cancel_requested = 1 WHERE task_id = ?", (task["task_id"],))
+
+    def _append_immediate_cancellations(
+        self,
+        tx: Tx,
+        namespace: str,
+        run_id: str,
+        commands: Sequence[workflow_task_pb2.Command],
+        now: int,
+    ) -> None:
+        """ActivityCancelled for each activity this task's RequestCancelActivity
+        cancelled at once (it was queued or waiting), after all the command events."""
+        for command in commands:
+            if command.WhichOneof("kind") != "request_cancel_activity":
+                continue
+            task = tx.one(
+                "SELECT state, attempt FROM tasks WHERE namespace = ? AND run_id = ? "
+                "AND seq = ? AND kind = 'activity'",
+                (namespace, run_id, command.seq),
+            )
+            if task is None or task["state"] != "cancelled":
+                continue
+            # The attempt that was due never started (a waiting task's attempt counts
+            # the retry to come).
+            append_event(
+                tx,
+                namespace,
+                run_id,
+                now,
+                "activity_cancelled",
+                history_pb2.ActivityCancelled(seq=command.seq, attempt=task["attempt"] - 1),
+            )
+
+    def _cancel_requested_by_workflow(self, tx: Tx, task: Row) -> bool:
+        """Whether workflow code asked to cancel this activity (an
+        ActivityCancelRequested event for its seq; a run cancellation does not count)."""
+        if not task["cancel_requested"]:
+            return False
+        for row in tx.all(
+            "SELECT data FROM history WHERE namespace = ? AND run_id = ? "
+            "AND kind = 'activity_cancel_requested'",
+            (task["namespace"], task["run_id"]),
+        ):
+            event = history_pb2.HistoryEvent.FromString(blob(row["data"]) or b"")
+            if event.activity_cancel_requested.seq == task["seq"]:
+                return True
+        return False
+
+    def _record_activity_cancelled(self, tx: Tx, task: Row, now: int) -> None:
+        """The attempt stopped after a requested cancellation: ActivityCancelled."""
+        tx.run(
+            "UPDATE tasks SET state = 'cancelled', due_ms = NULL, queue_deadline_ms = NULL "
+            "WHERE task_id = ?",
+            (task["task_id"],),
+        )
+        append_event(
+            tx,
+            task["namespace"],
+            task["run_id"],
+            now,
+            "activity_cancelled",
+            history_pb2.ActivityCancelled(seq=task["seq"], attempt=task["attempt"]),
+        )
+        queue = tx.value(
+            "SELECT task_queue FROM runs WHERE namespace = ? AND run_id = ?",
+            (task["namespace"], task["run_id"]),
+        )
+        ensure_workflow_task(tx, task["namespace"], task["run_id"], str(queue), now)
 
     async def process_due(self) -> DueReport:
         limit = self._options.due_batch
@@ -1463,6 +1578,11 @@ class SqlStore(Store):
                     f"worker_id={task['worker_id']} fencing_token={task['fencing_token']}"
                 )
                 options = parse_options(bytes(task["options"]))
+                # A cancelled attempt that went silent ends as cancelled; a
+                # non-idempotent one stays ambiguous (its effect may have happened).
+                if not options.non_idempotent and self._cancel_requested_by_workflow(tx, task):
+                    self._record_activity_cancelled(tx, task, now)
+                    continue
                 if options.non_idempotent:
                     failure = payload_pb2.Failure(
                         type=AMBIGUOUS_EFFECT_ERROR,

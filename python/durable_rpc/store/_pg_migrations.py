@@ -8,7 +8,7 @@ whole migration (see ``_postgres``), so each migration is applied exactly once.
 
 from __future__ import annotations
 
-from durable_rpc.store._migrations import Migration, _v2
+from durable_rpc.store._migrations import Migration, _v2, _v3
 
 #: The database clock in integer milliseconds since the epoch (PostgreSQL). The real
 #: time at evaluation (clock_timestamp), not the transaction's start (now()): a
@@ -152,4 +152,5 @@ PG_MIGRATIONS: tuple[Migration, ...] = (
         "memo, search attributes, workflow timeouts",
         _v2("BYTEA", "BIGINT", "DOUBLE PRECISION"),
     ),
+    Migration(3, "child workflows", _v3("BIGINT")),
 )

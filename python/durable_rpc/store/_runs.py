@@ -85,11 +85,13 @@ def create_run(
     start: CheckedStart | None = None,
     run_id: str | None = None,
     continued_from_run_id: str = "",
+    parent: tuple[str, int, str, str] | None = None,
 ) -> tuple[str, int]:
     """Insert a running run with its WorkflowStarted event and first workflow task;
     returns (run_id, now). The caller checked that no run of the id is open.
     ``run_id`` (default: a fresh UUID) and ``continued_from_run_id`` are given by
-    continue-as-new."""
+    continue-as-new. ``parent`` (run id, seq, workflow id, close policy) links a child
+    workflow to its parent."""
     now = tx.now_ms()
     fingerprint = tx.value(
         "SELECT fingerprint FROM definitions WHERE namespace = ? AND name = ? AND version = ?",
@@ -113,6 +115,15 @@ def create_run(
         ),
     )
     started_extra: dict[str, object] = {}
+    if parent is not None:
+        tx.run(
+            "UPDATE runs SET parent_run_id = ?, parent_seq = ?, parent_close_policy = ? "
+            "WHERE namespace = ? AND run_id = ?",
+            (parent[0], parent[1], parent[3], namespace, run_id),
+        )
+        started_extra.update(
+            parent_run_id=parent[0], parent_seq=parent[1], parent_workflow_id=parent[2]
+        )
     if start is not None:
         limits = [
             (ms, kind)
@@ -279,5 +290,15 @@ def continue_as_new(
         checked,
         run_id=new_run_id,
         continued_from_run_id=old_run_id,
+        parent=(
+            (
+                run["parent_run_id"],
+                run["parent_seq"],
+                started.parent_workflow_id,
+                run["parent_close_policy"],
+            )
+            if run["parent_run_id"]
+            else None
+        ),
     )
     return new_run_id

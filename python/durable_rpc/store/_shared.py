@@ -16,7 +16,7 @@ from durable_rpc.errors import (
 from durable_rpc.store._api import LeaseRef, RunInfo
 from durable_rpc.store._logic import INPUT_EVENT_KINDS, lease_lost_message, make_event
 from durable_rpc.store._tx import Row, Tx
-from durable_rpc.v1 import history_pb2
+from durable_rpc.v1 import history_pb2, payload_pb2
 
 ACTIVE = "('queued', 'leased', 'waiting')"
 INPUT_KINDS_SQL = "(" + ", ".join(f"'{kind}'" for kind in INPUT_EVENT_KINDS) + ")"
@@ -148,10 +148,15 @@ def close_run(
     result: bytes | None = None,
     failure: bytes | None = None,
 ) -> None:
-    """Closes the run and cancels its queued, leased and waiting tasks."""
-    tx.run(
+    """Closes the run and cancels its queued, leased and waiting tasks.
+
+    A child run tells its parent (a ChildWorkflow* input event and a workflow task, unless
+    it continued-as-new: the new run is still the same child); a parent applies the
+    parent-close policy of each open child."""
+    closed = tx.one(
         "UPDATE runs SET status = ?, close_time_ms = ?, result = ?, failure = ?, "
-        "deadline_ms = NULL WHERE namespace = ? AND run_id = ?",
+        "deadline_ms = NULL WHERE namespace = ? AND run_id = ? "
+        "RETURNING parent_run_id, parent_seq",
         (status, now, result, failure, namespace, run_id),
     )
     tx.run(
@@ -160,6 +165,111 @@ def close_run(
         (namespace, run_id),
     )
     tx.notes.closed.append((namespace, run_id))
+    if closed is not None and closed["parent_run_id"] and status != "continued_as_new":
+        _notify_parent(
+            tx,
+            namespace,
+            closed["parent_run_id"],
+            closed["parent_seq"],
+            run_id,
+            status,
+            now,
+            result,
+            failure,
+        )
+    _apply_parent_close_policy(tx, namespace, run_id, now)
+
+
+#: ParentClosePolicy values (StartChildWorkflow.parent_close_policy).
+PARENT_CLOSE_POLICIES = frozenset({"TERMINATE", "REQUEST_CANCEL", "ABANDON"})
+
+_CHILD_CLOSE_EVENTS: dict[str, tuple[str, type[Message]]] = {
+    "failed": ("child_workflow_failed", history_pb2.ChildWorkflowFailed),
+    "cancelled": ("child_workflow_cancelled", history_pb2.ChildWorkflowCancelled),
+    "terminated": ("child_workflow_terminated", history_pb2.ChildWorkflowTerminated),
+    "timed_out": ("child_workflow_timed_out", history_pb2.ChildWorkflowTimedOut),
+}
+
+
+def _notify_parent(
+    tx: Tx,
+    namespace: str,
+    parent_run_id: str,
+    seq: int,
+    run_id: str,
+    status: str,
+    now: int,
+    result: bytes | None,
+    failure: bytes | None,
+) -> None:
+    parent = tx.one(
+        "SELECT task_queue, status FROM runs WHERE namespace = ? AND run_id = ?"
+        f"{tx.row_lock_suffix}",
+        (namespace, parent_run_id),
+    )
+    if parent is None or parent["status"] != "running":
+        return
+    event: Message
+    if status == "completed":
+        kind = "child_workflow_completed"
+        event = history_pb2.ChildWorkflowCompleted(seq=seq, run_id=run_id)
+        if result:
+            event.result.MergeFromString(result)
+    else:
+        kind, message_type = _CHILD_CLOSE_EVENTS.get(status, _CHILD_CLOSE_EVENTS["failed"])
+        event = message_type(seq=seq, run_id=run_id)
+        if failure:
+            event.failure.MergeFromString(failure)  # type: ignore[attr-defined]
+    append_event(tx, namespace, parent_run_id, now, kind, event)
+    ensure_workflow_task(tx, namespace, parent_run_id, parent["task_queue"], now)
+
+
+def _apply_parent_close_policy(tx: Tx, namespace: str, run_id: str, now: int) -> None:
+    children = tx.all(
+        "SELECT * FROM runs WHERE namespace = ? AND parent_run_id = ? AND status = 'running' "
+        "AND parent_close_policy != 'ABANDON' ORDER BY id",
+        (namespace, run_id),
+    )
+    for child in children:
+        if child["parent_close_policy"] == "REQUEST_CANCEL":
+            request_cancel_run(tx, namespace, child, "parent closed", now)
+            continue
+        append_event(
+            tx,
+            namespace,
+            child["run_id"],
+            now,
+            "workflow_terminated",
+            history_pb2.WorkflowTerminated(reason="parent closed"),
+        )
+        failure = payload_pb2.Failure(
+            message="parent closed", type="WorkflowTerminatedError"
+        ).SerializeToString()
+        close_run(tx, namespace, child["run_id"], "terminated", now, failure=failure)
+
+
+def request_cancel_run(tx: Tx, namespace: str, run: Row, reason: str, now: int) -> None:
+    """Appends CancelRequested to an open run (once) and tells its running activities."""
+    if run["cancel_requested"]:
+        return
+    tx.run(
+        "UPDATE runs SET cancel_requested = 1 WHERE namespace = ? AND run_id = ?",
+        (namespace, run["run_id"]),
+    )
+    tx.run(
+        "UPDATE tasks SET cancel_requested = 1 WHERE namespace = ? AND run_id = ? "
+        f"AND kind = 'activity' AND state IN {ACTIVE}",
+        (namespace, run["run_id"]),
+    )
+    append_event(
+        tx,
+        namespace,
+        run["run_id"],
+        now,
+        "cancel_requested",
+        history_pb2.CancelRequested(reason=reason),
+    )
+    ensure_workflow_task(tx, namespace, run["run_id"], run["task_queue"], now)
 
 
 def open_run(tx: Tx, namespace: str, run_id: str) -> Row:

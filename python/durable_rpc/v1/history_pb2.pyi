@@ -84,6 +84,17 @@ class HistoryEvent(_message.Message):
     UPDATE_ACCEPTED_FIELD_NUMBER: _builtins.int
     UPDATE_COMPLETED_FIELD_NUMBER: _builtins.int
     WORKFLOW_CONTINUED_AS_NEW_FIELD_NUMBER: _builtins.int
+    ACTIVITY_CANCEL_REQUESTED_FIELD_NUMBER: _builtins.int
+    ACTIVITY_CANCELLED_FIELD_NUMBER: _builtins.int
+    CHILD_WORKFLOW_INITIATED_FIELD_NUMBER: _builtins.int
+    CHILD_CANCEL_REQUESTED_FIELD_NUMBER: _builtins.int
+    CHILD_WORKFLOW_STARTED_FIELD_NUMBER: _builtins.int
+    CHILD_WORKFLOW_START_FAILED_FIELD_NUMBER: _builtins.int
+    CHILD_WORKFLOW_COMPLETED_FIELD_NUMBER: _builtins.int
+    CHILD_WORKFLOW_FAILED_FIELD_NUMBER: _builtins.int
+    CHILD_WORKFLOW_CANCELLED_FIELD_NUMBER: _builtins.int
+    CHILD_WORKFLOW_TERMINATED_FIELD_NUMBER: _builtins.int
+    CHILD_WORKFLOW_TIMED_OUT_FIELD_NUMBER: _builtins.int
     event_id: _builtins.int
     @_builtins.property
     def event_time(self) -> _timestamp_pb2.Timestamp: ...
@@ -137,6 +148,36 @@ class HistoryEvent(_message.Message):
     def workflow_continued_as_new(self) -> Global___WorkflowContinuedAsNew:
         """A command event: workflow.continue_as_new() closed the run (numbers 70-79)."""
 
+    @_builtins.property
+    def activity_cancel_requested(self) -> Global___ActivityCancelRequested:
+        """Activity cancellation (numbers 90-99): the command event of
+        workflow code cancelling an activity, and the input event of its cancellation.
+        """
+
+    @_builtins.property
+    def activity_cancelled(self) -> Global___ActivityCancelled: ...
+    @_builtins.property
+    def child_workflow_initiated(self) -> Global___ChildWorkflowInitiated:
+        """Child workflows (numbers 80-89). Command events: child_workflow_initiated,
+        child_cancel_requested. Input events: the rest (seq = the start command's seq).
+        """
+
+    @_builtins.property
+    def child_cancel_requested(self) -> Global___ChildCancelRequested: ...
+    @_builtins.property
+    def child_workflow_started(self) -> Global___ChildWorkflowStarted: ...
+    @_builtins.property
+    def child_workflow_start_failed(self) -> Global___ChildWorkflowStartFailed: ...
+    @_builtins.property
+    def child_workflow_completed(self) -> Global___ChildWorkflowCompleted: ...
+    @_builtins.property
+    def child_workflow_failed(self) -> Global___ChildWorkflowFailed: ...
+    @_builtins.property
+    def child_workflow_cancelled(self) -> Global___ChildWorkflowCancelled: ...
+    @_builtins.property
+    def child_workflow_terminated(self) -> Global___ChildWorkflowTerminated: ...
+    @_builtins.property
+    def child_workflow_timed_out(self) -> Global___ChildWorkflowTimedOut: ...
     def __init__(
         self,
         *,
@@ -162,12 +203,23 @@ class HistoryEvent(_message.Message):
         update_accepted: Global___UpdateAccepted | None = ...,
         update_completed: Global___UpdateCompleted | None = ...,
         workflow_continued_as_new: Global___WorkflowContinuedAsNew | None = ...,
+        activity_cancel_requested: Global___ActivityCancelRequested | None = ...,
+        activity_cancelled: Global___ActivityCancelled | None = ...,
+        child_workflow_initiated: Global___ChildWorkflowInitiated | None = ...,
+        child_cancel_requested: Global___ChildCancelRequested | None = ...,
+        child_workflow_started: Global___ChildWorkflowStarted | None = ...,
+        child_workflow_start_failed: Global___ChildWorkflowStartFailed | None = ...,
+        child_workflow_completed: Global___ChildWorkflowCompleted | None = ...,
+        child_workflow_failed: Global___ChildWorkflowFailed | None = ...,
+        child_workflow_cancelled: Global___ChildWorkflowCancelled | None = ...,
+        child_workflow_terminated: Global___ChildWorkflowTerminated | None = ...,
+        child_workflow_timed_out: Global___ChildWorkflowTimedOut | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["activity_completed", b"activity_completed", "activity_failed", b"activity_failed", "activity_scheduled", b"activity_scheduled", "attributes", b"attributes", "cancel_requested", b"cancel_requested", "event_time", b"event_time", "marker_recorded", b"marker_recorded", "search_attributes_upserted", b"search_attributes_upserted", "signal_received", b"signal_received", "timer_cancelled", b"timer_cancelled", "timer_fired", b"timer_fired", "timer_started", b"timer_started", "update_accepted", b"update_accepted", "update_completed", b"update_completed", "workflow_cancelled", b"workflow_cancelled", "workflow_completed", b"workflow_completed", "workflow_continued_as_new", b"workflow_continued_as_new", "workflow_failed", b"workflow_failed", "workflow_started", b"workflow_started", "workflow_task_completed", b"workflow_task_completed", "workflow_terminated", b"workflow_terminated", "workflow_timed_out", b"workflow_timed_out"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["activity_cancel_requested", b"activity_cancel_requested", "activity_cancelled", b"activity_cancelled", "activity_completed", b"activity_completed", "activity_failed", b"activity_failed", "activity_scheduled", b"activity_scheduled", "attributes", b"attributes", "cancel_requested", b"cancel_requested", "child_cancel_requested", b"child_cancel_requested", "child_workflow_cancelled", b"child_workflow_cancelled", "child_workflow_completed", b"child_workflow_completed", "child_workflow_failed", b"child_workflow_failed", "child_workflow_initiated", b"child_workflow_initiated", "child_workflow_start_failed", b"child_workflow_start_failed", "child_workflow_started", b"child_workflow_started", "child_workflow_terminated", b"child_workflow_terminated", "child_workflow_timed_out", b"child_workflow_timed_out", "event_time", b"event_time", "marker_recorded", b"marker_recorded", "search_attributes_upserted", b"search_attributes_upserted", "signal_received", b"signal_received", "timer_cancelled", b"timer_cancelled", "timer_fired", b"timer_fired", "timer_started", b"timer_started", "update_accepted", b"update_accepted", "update_completed", b"update_completed", "workflow_cancelled", b"workflow_cancelled", "workflow_completed", b"workflow_completed", "workflow_continued_as_new", b"workflow_continued_as_new", "workflow_failed", b"workflow_failed", "workflow_started", b"workflow_started", "workflow_task_completed", b"workflow_task_completed", "workflow_terminated", b"workflow_terminated", "workflow_timed_out", b"workflow_timed_out"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity_completed", b"activity_completed", "activity_failed", b"activity_failed", "activity_scheduled", b"activity_scheduled", "attributes", b"attributes", "cancel_requested", b"cancel_requested", "event_id", b"event_id", "event_time", b"event_time", "marker_recorded", b"marker_recorded", "search_attributes_upserted", b"search_attributes_upserted", "signal_received", b"signal_received", "timer_cancelled", b"timer_cancelled", "timer_fired", b"timer_fired", "timer_started", b"timer_started", "update_accepted", b"update_accepted", "update_completed", b"update_completed", "workflow_cancelled", b"workflow_cancelled", "workflow_completed", b"workflow_completed", "workflow_continued_as_new", b"workflow_continued_as_new", "workflow_failed", b"workflow_failed", "workflow_started", b"workflow_started", "workflow_task_completed", b"workflow_task_completed", "workflow_terminated", b"workflow_terminated", "workflow_timed_out", b"workflow_timed_out"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity_cancel_requested", b"activity_cancel_requested", "activity_cancelled", b"activity_cancelled", "activity_completed", b"activity_completed", "activity_failed", b"activity_failed", "activity_scheduled", b"activity_scheduled", "attributes", b"attributes", "cancel_requested", b"cancel_requested", "child_cancel_requested", b"child_cancel_requested", "child_workflow_cancelled", b"child_workflow_cancelled", "child_workflow_completed", b"child_workflow_completed", "child_workflow_failed", b"child_workflow_failed", "child_workflow_initiated", b"child_workflow_initiated", "child_workflow_start_failed", b"child_workflow_start_failed", "child_workflow_started", b"child_workflow_started", "child_workflow_terminated", b"child_workflow_terminated", "child_workflow_timed_out", b"child_workflow_timed_out", "event_id", b"event_id", "event_time", b"event_time", "marker_recorded", b"marker_recorded", "search_attributes_upserted", b"search_attributes_upserted", "signal_received", b"signal_received", "timer_cancelled", b"timer_cancelled", "timer_fired", b"timer_fired", "timer_started", b"timer_started", "update_accepted", b"update_accepted", "update_completed", b"update_completed", "workflow_cancelled", b"workflow_cancelled", "workflow_completed", b"workflow_completed", "workflow_continued_as_new", b"workflow_continued_as_new", "workflow_failed", b"workflow_failed", "workflow_started", b"workflow_started", "workflow_task_completed", b"workflow_task_completed", "workflow_terminated", b"workflow_terminated", "workflow_timed_out", b"workflow_timed_out"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_attributes: _TypeAlias = _typing.Literal["workflow_started", "workflow_task_completed", "activity_scheduled", "activity_completed", "activity_failed", "timer_started", "timer_fired", "timer_cancelled", "signal_received", "cancel_requested", "workflow_completed", "workflow_failed", "workflow_cancelled", "workflow_terminated", "marker_recorded", "search_attributes_upserted", "workflow_timed_out", "update_accepted", "update_completed", "workflow_continued_as_new"]  # noqa: Y015
+    _WhichOneofReturnType_attributes: _TypeAlias = _typing.Literal["workflow_started", "workflow_task_completed", "activity_scheduled", "activity_completed", "activity_failed", "timer_started", "timer_fired", "timer_cancelled", "signal_received", "cancel_requested", "workflow_completed", "workflow_failed", "workflow_cancelled", "workflow_terminated", "marker_recorded", "search_attributes_upserted", "workflow_timed_out", "update_accepted", "update_completed", "workflow_continued_as_new", "activity_cancel_requested", "activity_cancelled", "child_workflow_initiated", "child_cancel_requested", "child_workflow_started", "child_workflow_start_failed", "child_workflow_completed", "child_workflow_failed", "child_workflow_cancelled", "child_workflow_terminated", "child_workflow_timed_out"]  # noqa: Y015
     _WhichOneofArgType_attributes: _TypeAlias = _typing.Literal["attributes", b"attributes"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_attributes) -> _WhichOneofReturnType_attributes | None: ...
 
@@ -211,6 +263,9 @@ class WorkflowStarted(_message.Message):
     EXECUTION_TIMEOUT_FIELD_NUMBER: _builtins.int
     RUN_TIMEOUT_FIELD_NUMBER: _builtins.int
     CONTINUED_FROM_RUN_ID_FIELD_NUMBER: _builtins.int
+    PARENT_RUN_ID_FIELD_NUMBER: _builtins.int
+    PARENT_SEQ_FIELD_NUMBER: _builtins.int
+    PARENT_WORKFLOW_ID_FIELD_NUMBER: _builtins.int
     workflow_type: _builtins.str
     workflow_version: _builtins.str
     workflow_id: _builtins.str
@@ -226,6 +281,12 @@ class WorkflowStarted(_message.Message):
     """Set when this run was started by continue-as-new of the named run (same workflow
     id); empty for a run started by a client.
     """
+    parent_run_id: _builtins.str
+    """Set when this run is a child workflow: the parent run (same namespace) and the seq
+    of its StartChildWorkflow command.
+    """
+    parent_seq: _builtins.int
+    parent_workflow_id: _builtins.str
     @_builtins.property
     def input(self) -> _payload_pb2.Payload:
         """The workflow's arguments, as one array-valued payload."""
@@ -265,10 +326,13 @@ class WorkflowStarted(_message.Message):
         execution_timeout: _duration_pb2.Duration | None = ...,
         run_timeout: _duration_pb2.Duration | None = ...,
         continued_from_run_id: _builtins.str = ...,
+        parent_run_id: _builtins.str = ...,
+        parent_seq: _builtins.int = ...,
+        parent_workflow_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["execution_timeout", b"execution_timeout", "input", b"input", "memo", b"memo", "run_timeout", b"run_timeout", "search_attributes", b"search_attributes"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["continued_from_run_id", b"continued_from_run_id", "definition_fingerprint", b"definition_fingerprint", "execution_timeout", b"execution_timeout", "input", b"input", "memo", b"memo", "request_id", b"request_id", "run_id", b"run_id", "run_timeout", b"run_timeout", "search_attributes", b"search_attributes", "task_queue", b"task_queue", "trace_context", b"trace_context", "workflow_id", b"workflow_id", "workflow_type", b"workflow_type", "workflow_version", b"workflow_version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["continued_from_run_id", b"continued_from_run_id", "definition_fingerprint", b"definition_fingerprint", "execution_timeout", b"execution_timeout", "input", b"input", "memo", b"memo", "parent_run_id", b"parent_run_id", "parent_seq", b"parent_seq", "parent_workflow_id", b"parent_workflow_id", "request_id", b"request_id", "run_id", b"run_id", "run_timeout", b"run_timeout", "search_attributes", b"search_attributes", "task_queue", b"task_queue", "trace_context", b"trace_context", "workflow_id", b"workflow_id", "workflow_type", b"workflow_type", "workflow_version", b"workflow_version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -775,3 +839,310 @@ class UpdateCompleted(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType_outcome) -> _WhichOneofReturnType_outcome | None: ...
 
 Global___UpdateCompleted: _TypeAlias = UpdateCompleted  # noqa: Y015
+
+@_typing.final
+class ChildWorkflowInitiated(_message.Message):
+    """A command event: workflow code started child workflow `workflow_id` (seq = the
+    command's seq). Replay matches the child type and id.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SEQ_FIELD_NUMBER: _builtins.int
+    WORKFLOW_TYPE_FIELD_NUMBER: _builtins.int
+    WORKFLOW_VERSION_FIELD_NUMBER: _builtins.int
+    WORKFLOW_ID_FIELD_NUMBER: _builtins.int
+    TASK_QUEUE_FIELD_NUMBER: _builtins.int
+    INPUT_FIELD_NUMBER: _builtins.int
+    PARENT_CLOSE_POLICY_FIELD_NUMBER: _builtins.int
+    seq: _builtins.int
+    workflow_type: _builtins.str
+    workflow_version: _builtins.str
+    workflow_id: _builtins.str
+    task_queue: _builtins.str
+    parent_close_policy: _builtins.str
+    """"TERMINATE", "REQUEST_CANCEL" or "ABANDON"."""
+    @_builtins.property
+    def input(self) -> _payload_pb2.Payload: ...
+    def __init__(
+        self,
+        *,
+        seq: _builtins.int = ...,
+        workflow_type: _builtins.str = ...,
+        workflow_version: _builtins.str = ...,
+        workflow_id: _builtins.str = ...,
+        task_queue: _builtins.str = ...,
+        input: _payload_pb2.Payload | None = ...,
+        parent_close_policy: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["input", b"input"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["input", b"input", "parent_close_policy", b"parent_close_policy", "seq", b"seq", "task_queue", b"task_queue", "workflow_id", b"workflow_id", "workflow_type", b"workflow_type", "workflow_version", b"workflow_version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ChildWorkflowInitiated: _TypeAlias = ChildWorkflowInitiated  # noqa: Y015
+
+@_typing.final
+class ChildCancelRequested(_message.Message):
+    """A command event: the parent asked child `seq` to cancel."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SEQ_FIELD_NUMBER: _builtins.int
+    seq: _builtins.int
+    def __init__(
+        self,
+        *,
+        seq: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["seq", b"seq"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ChildCancelRequested: _TypeAlias = ChildCancelRequested  # noqa: Y015
+
+@_typing.final
+class ChildWorkflowStarted(_message.Message):
+    """The child run was started (in the transaction of the parent's task completion)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SEQ_FIELD_NUMBER: _builtins.int
+    WORKFLOW_ID_FIELD_NUMBER: _builtins.int
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    seq: _builtins.int
+    workflow_id: _builtins.str
+    run_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        seq: _builtins.int = ...,
+        workflow_id: _builtins.str = ...,
+        run_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["run_id", b"run_id", "seq", b"seq", "workflow_id", b"workflow_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ChildWorkflowStarted: _TypeAlias = ChildWorkflowStarted  # noqa: Y015
+
+@_typing.final
+class ChildWorkflowStartFailed(_message.Message):
+    """The child could not be started, e.g. a run of its id is already open."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SEQ_FIELD_NUMBER: _builtins.int
+    WORKFLOW_ID_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    seq: _builtins.int
+    workflow_id: _builtins.str
+    reason: _builtins.str
+    """"WORKFLOW_ALREADY_STARTED" or another reason code."""
+    message: _builtins.str
+    def __init__(
+        self,
+        *,
+        seq: _builtins.int = ...,
+        workflow_id: _builtins.str = ...,
+        reason: _builtins.str = ...,
+        message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["message", b"message", "reason", b"reason", "seq", b"seq", "workflow_id", b"workflow_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ChildWorkflowStartFailed: _TypeAlias = ChildWorkflowStartFailed  # noqa: Y015
+
+@_typing.final
+class ChildWorkflowCompleted(_message.Message):
+    """The child (the last run of its continue-as-new chain) closed."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SEQ_FIELD_NUMBER: _builtins.int
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    RESULT_FIELD_NUMBER: _builtins.int
+    seq: _builtins.int
+    run_id: _builtins.str
+    @_builtins.property
+    def result(self) -> _payload_pb2.Payload: ...
+    def __init__(
+        self,
+        *,
+        seq: _builtins.int = ...,
+        run_id: _builtins.str = ...,
+        result: _payload_pb2.Payload | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["result", b"result"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["result", b"result", "run_id", b"run_id", "seq", b"seq"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ChildWorkflowCompleted: _TypeAlias = ChildWorkflowCompleted  # noqa: Y015
+
+@_typing.final
+class ChildWorkflowFailed(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SEQ_FIELD_NUMBER: _builtins.int
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    FAILURE_FIELD_NUMBER: _builtins.int
+    seq: _builtins.int
+    run_id: _builtins.str
+    @_builtins.property
+    def failure(self) -> _payload_pb2.Failure: ...
+    def __init__(
+        self,
+        *,
+        seq: _builtins.int = ...,
+        run_id: _builtins.str = ...,
+        failure: _payload_pb2.Failure | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["failure", b"failure"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["failure", b"failure", "run_id", b"run_id", "seq", b"seq"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ChildWorkflowFailed: _TypeAlias = ChildWorkflowFailed  # noqa: Y015
+
+@_typing.final
+class ChildWorkflowCancelled(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SEQ_FIELD_NUMBER: _builtins.int
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    FAILURE_FIELD_NUMBER: _builtins.int
+    seq: _builtins.int
+    run_id: _builtins.str
+    @_builtins.property
+    def failure(self) -> _payload_pb2.Failure: ...
+    def __init__(
+        self,
+        *,
+        seq: _builtins.int = ...,
+        run_id: _builtins.str = ...,
+        failure: _payload_pb2.Failure | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["failure", b"failure"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["failure", b"failure", "run_id", b"run_id", "seq", b"seq"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ChildWorkflowCancelled: _TypeAlias = ChildWorkflowCancelled  # noqa: Y015
+
+@_typing.final
+class ChildWorkflowTerminated(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SEQ_FIELD_NUMBER: _builtins.int
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    FAILURE_FIELD_NUMBER: _builtins.int
+    seq: _builtins.int
+    run_id: _builtins.str
+    @_builtins.property
+    def failure(self) -> _payload_pb2.Failure: ...
+    def __init__(
+        self,
+        *,
+        seq: _builtins.int = ...,
+        run_id: _builtins.str = ...,
+        failure: _payload_pb2.Failure | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["failure", b"failure"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["failure", b"failure", "run_id", b"run_id", "seq", b"seq"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ChildWorkflowTerminated: _TypeAlias = ChildWorkflowTerminated  # noqa: Y015
+
+@_typing.final
+class ChildWorkflowTimedOut(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SEQ_FIELD_NUMBER: _builtins.int
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    FAILURE_FIELD_NUMBER: _builtins.int
+    seq: _builtins.int
+    run_id: _builtins.str
+    @_builtins.property
+    def failure(self) -> _payload_pb2.Failure: ...
+    def __init__(
+        self,
+        *,
+        seq: _builtins.int = ...,
+        run_id: _builtins.str = ...,
+        failure: _payload_pb2.Failure | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["failure", b"failure"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["failure", b"failure", "run_id", b"run_id", "seq", b"seq"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ChildWorkflowTimedOut: _TypeAlias = ChildWorkflowTimedOut  # noqa: Y015
+
+@_typing.final
+class ActivityCancelRequested(_message.Message):
+    """A command event: workflow code cancelled the awaiting of activity `seq` (the task
+    awaiting workflow.execute_activity() was cancelled, e.g. a workflow.select() loser).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SEQ_FIELD_NUMBER: _builtins.int
+    seq: _builtins.int
+    def __init__(
+        self,
+        *,
+        seq: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["seq", b"seq"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ActivityCancelRequested: _TypeAlias = ActivityCancelRequested  # noqa: Y015
+
+@_typing.final
+class ActivityCancelled(_message.Message):
+    """An input event: activity `seq` was cancelled after a cancel request. A queued or
+    waiting (retry backoff) attempt is cancelled at once; a leased attempt once it reports
+    cancellation (it raised CancelledError after cancel_requested) or its lease expires.
+    An attempt that completes anyway records ActivityCompleted instead: cancellation never
+    undoes a completed external write.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SEQ_FIELD_NUMBER: _builtins.int
+    ATTEMPT_FIELD_NUMBER: _builtins.int
+    seq: _builtins.int
+    attempt: _builtins.int
+    """The attempt that was running or due (0 when none had started)."""
+    def __init__(
+        self,
+        *,
+        seq: _builtins.int = ...,
+        attempt: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "seq", b"seq"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ActivityCancelled: _TypeAlias = ActivityCancelled  # noqa: Y015

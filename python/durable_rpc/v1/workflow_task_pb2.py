@@ -29,7 +29,7 @@ from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"durable_rpc/v1/workflow_task.proto\x12\x0e\x64urable_rpc.v1\x1a\x1c\x64urable_rpc/v1/options.proto\x1a\x1c\x64urable_rpc/v1/payload.proto\x1a&durable_rpc/v1/search_attributes.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa5\x05\n\x07\x43ommand\x12\x0b\n\x03seq\x18\x01 \x01(\x03\x12=\n\x11schedule_activity\x18\n \x01(\x0b\x32 .durable_rpc.v1.ScheduleActivityH\x00\x12\x31\n\x0bstart_timer\x18\x0b \x01(\x0b\x32\x1a.durable_rpc.v1.StartTimerH\x00\x12\x33\n\x0c\x63\x61ncel_timer\x18\x0c \x01(\x0b\x32\x1b.durable_rpc.v1.CancelTimerH\x00\x12=\n\x11\x63omplete_workflow\x18\r \x01(\x0b\x32 .durable_rpc.v1.CompleteWorkflowH\x00\x12\x35\n\rfail_workflow\x18\x0e \x01(\x0b\x32\x1c.durable_rpc.v1.FailWorkflowH\x00\x12\x39\n\x0f\x63\x61ncel_workflow\x18\x0f \x01(\x0b\x32\x1e.durable_rpc.v1.CancelWorkflowH\x00\x12\x35\n\rrecord_marker\x18\x1e \x01(\x0b\x32\x1c.durable_rpc.v1.RecordMarkerH\x00\x12J\n\x18upsert_search_attributes\x18( \x01(\x0b\x32&.durable_rpc.v1.UpsertSearchAttributesH\x00\x12\x35\n\raccept_update\x18< \x01(\x0b\x32\x1c.durable_rpc.v1.AcceptUpdateH\x00\x12\x39\n\x0f\x63omplete_update\x18= \x01(\x0b\x32\x1e.durable_rpc.v1.CompleteUpdateH\x00\x12\x38\n\x0f\x63ontinue_as_new\x18\x46 \x01(\x0b\x32\x1d.durable_rpc.v1.ContinueAsNewH\x00\x42\x06\n\x04kind\"\x97\x01\n\x10ScheduleActivity\x12\x15\n\ractivity_type\x18\x01 \x01(\t\x12&\n\x05input\x18\x02 \x01(\x0b\x32\x17.durable_rpc.v1.Payload\x12\x12\n\ntask_queue\x18\x03 \x01(\t\x12\x30\n\x07options\x18\x04 \x01(\x0b\x32\x1f.durable_rpc.v1.ActivityOptions\"9\n\nStartTimer\x12+\n\x08\x64uration\x18\x01 \x01(\x0b\x32\x19.google.protobuf.Duration\" \n\x0b\x43\x61ncelTimer\x12\x11\n\ttimer_seq\x18\x01 \x01(\x03\";\n\x10\x43ompleteWorkflow\x12\'\n\x06result\x18\x01 \x01(\x0b\x32\x17.durable_rpc.v1.Payload\"8\n\x0c\x46\x61ilWorkflow\x12(\n\x07\x66\x61ilure\x18\x01 \x01(\x0b\x32\x17.durable_rpc.v1.Failure\"\x10\n\x0e\x43\x61ncelWorkflow\"R\n\x0cRecordMarker\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\n\n\x02id\x18\x02 \x01(\t\x12(\n\x07payload\x18\x03 \x01(\x0b\x32\x17.durable_rpc.v1.Payload\"U\n\x16UpsertSearchAttributes\x12;\n\x11search_attributes\x18\x01 \x01(\x0b\x32 .durable_rpc.v1.SearchAttributes\"7\n\rContinueAsNew\x12&\n\x05input\x18\x01 \x01(\x0b\x32\x17.durable_rpc.v1.Payload\"\xbf\x01\n\nActivation\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12-\n\ttimestamp\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x14\n\x0cis_replaying\x18\x03 \x01(\x08\x12+\n\x04jobs\x18\x04 \x03(\x0b\x32\x1d.durable_rpc.v1.ActivationJob\x12/\n\x07markers\x18\x1e \x03(\x0b\x32\x1e.durable_rpc.v1.RecordedMarker\"a\n\x0eRecordedMarker\x12\x0b\n\x03seq\x18\x01 \x01(\x03\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\n\n\x02id\x18\x03 \x01(\t\x12(\n\x07payload\x18\x04 \x01(\x0b\x32\x17.durable_rpc.v1.Payload\"\x86\x03\n\rActivationJob\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\x03\x12:\n\x0estart_workflow\x18\n \x01(\x0b\x32 .durable_rpc.v1.StartWorkflowJobH\x00\x12>\n\x10resolve_activity\x18\x0b \x01(\x0b\x32\".durable_rpc.v1.ResolveActivityJobH\x00\x12\x32\n\nfire_timer\x18\x0c \x01(\x0b\x32\x1c.durable_rpc.v1.FireTimerJobH\x00\x12<\n\x0fsignal_workflow\x18\r \x01(\x0b\x32!.durable_rpc.v1.SignalWorkflowJobH\x00\x12<\n\x0f\x63\x61ncel_workflow\x18\x0e \x01(\x0b\x32!.durable_rpc.v1.CancelWorkflowJobH\x00\x12\x30\n\tdo_update\x18< \x01(\x0b\x32\x1b.durable_rpc.v1.DoUpdateJobH\x00\x42\x05\n\x03job\"\x90\x02\n\x10StartWorkflowJob\x12\x15\n\rworkflow_type\x18\x01 \x01(\t\x12\x18\n\x10workflow_version\x18\x02 \x01(\t\x12\x13\n\x0bworkflow_id\x18\x03 \x01(\t\x12\x0e\n\x06run_id\x18\x04 \x01(\t\x12&\n\x05input\x18\x05 \x01(\x0b\x32\x17.durable_rpc.v1.Payload\x12\"\n\x04memo\x18( \x01(\x0b\x32\x14.durable_rpc.v1.Memo\x12;\n\x11search_attributes\x18) \x01(\x0b\x32 .durable_rpc.v1.SearchAttributes\x12\x1d\n\x15\x63ontinued_from_run_id\x18\x46 \x01(\t\"\xa9\x01\n\x12ResolveActivityJob\x12\x0b\n\x03seq\x18\x01 \x01(\x03\x12,\n\tcompleted\x18\x02 \x01(\x0b\x32\x17.durable_rpc.v1.PayloadH\x00\x12)\n\x06\x66\x61iled\x18\x03 \x01(\x0b\x32\x17.durable_rpc.v1.FailureH\x00\x12\x0f\n\x07\x61ttempt\x18\x04 \x01(\x05\x12\x11\n\tambiguous\x18\x05 \x01(\x08\x42\t\n\x07outcome\"\x1b\n\x0c\x46ireTimerJob\x12\x0b\n\x03seq\x18\x01 \x01(\x03\"P\n\x11SignalWorkflowJob\x12\x13\n\x0bsignal_name\x18\x01 \x01(\t\x12&\n\x05input\x18\x02 \x01(\x0b\x32\x17.durable_rpc.v1.Payload\"#\n\x11\x43\x61ncelWorkflowJob\x12\x0e\n\x06reason\x18\x01 \x01(\t\"A\n\x14\x41\x63tivationCompletion\x12)\n\x08\x63ommands\x18\x01 \x03(\x0b\x32\x17.durable_rpc.v1.Command\"^\n\x0c\x41\x63\x63\x65ptUpdate\x12\x11\n\tupdate_id\x18\x01 \x01(\t\x12\x13\n\x0bupdate_name\x18\x02 \x01(\t\x12&\n\x05input\x18\x03 \x01(\x0b\x32\x17.durable_rpc.v1.Payload\"\x85\x01\n\x0e\x43ompleteUpdate\x12\x11\n\tupdate_id\x18\x01 \x01(\t\x12)\n\x06result\x18\x02 \x01(\x0b\x32\x17.durable_rpc.v1.PayloadH\x00\x12*\n\x07\x66\x61ilure\x18\x03 \x01(\x0b\x32\x17.durable_rpc.v1.FailureH\x00\x42\t\n\x07outcome\"o\n\x0b\x44oUpdateJob\x12\x11\n\tupdate_id\x18\x01 \x01(\t\x12\x13\n\x0bupdate_name\x18\x02 \x01(\t\x12&\n\x05input\x18\x03 \x01(\x0b\x32\x17.durable_rpc.v1.Payload\x12\x10\n\x08validate\x18\x04 \x01(\x08\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"durable_rpc/v1/workflow_task.proto\x12\x0e\x64urable_rpc.v1\x1a\x1c\x64urable_rpc/v1/options.proto\x1a\x1c\x64urable_rpc/v1/payload.proto\x1a&durable_rpc/v1/search_attributes.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x88\x07\n\x07\x43ommand\x12\x0b\n\x03seq\x18\x01 \x01(\x03\x12=\n\x11schedule_activity\x18\n \x01(\x0b\x32 .durable_rpc.v1.ScheduleActivityH\x00\x12\x31\n\x0bstart_timer\x18\x0b \x01(\x0b\x32\x1a.durable_rpc.v1.StartTimerH\x00\x12\x33\n\x0c\x63\x61ncel_timer\x18\x0c \x01(\x0b\x32\x1b.durable_rpc.v1.CancelTimerH\x00\x12=\n\x11\x63omplete_workflow\x18\r \x01(\x0b\x32 .durable_rpc.v1.CompleteWorkflowH\x00\x12\x35\n\rfail_workflow\x18\x0e \x01(\x0b\x32\x1c.durable_rpc.v1.FailWorkflowH\x00\x12\x39\n\x0f\x63\x61ncel_workflow\x18\x0f \x01(\x0b\x32\x1e.durable_rpc.v1.CancelWorkflowH\x00\x12\x35\n\rrecord_marker\x18\x1e \x01(\x0b\x32\x1c.durable_rpc.v1.RecordMarkerH\x00\x12J\n\x18upsert_search_attributes\x18( \x01(\x0b\x32&.durable_rpc.v1.UpsertSearchAttributesH\x00\x12\x35\n\raccept_update\x18< \x01(\x0b\x32\x1c.durable_rpc.v1.AcceptUpdateH\x00\x12\x39\n\x0f\x63omplete_update\x18= \x01(\x0b\x32\x1e.durable_rpc.v1.CompleteUpdateH\x00\x12\x38\n\x0f\x63ontinue_as_new\x18\x46 \x01(\x0b\x32\x1d.durable_rpc.v1.ContinueAsNewH\x00\x12H\n\x17request_cancel_activity\x18Z \x01(\x0b\x32%.durable_rpc.v1.RequestCancelActivityH\x00\x12\x42\n\x14start_child_workflow\x18P \x01(\x0b\x32\".durable_rpc.v1.StartChildWorkflowH\x00\x12S\n\x1drequest_cancel_child_workflow\x18Q \x01(\x0b\x32*.durable_rpc.v1.RequestCancelChildWorkflowH\x00\x42\x06\n\x04kind\"\x97\x01\n\x10ScheduleActivity\x12\x15\n\ractivity_type\x18\x01 \x01(\t\x12&\n\x05input\x18\x02 \x01(\x0b\x32\x17.durable_rpc.v1.Payload\x12\x12\n\ntask_queue\x18\x03 \x01(\t\x12\x30\n\x07options\x18\x04 \x01(\x0b\x32\x1f.durable_rpc.v1.ActivityOptions\"9\n\nStartTimer\x12+\n\x08\x64uration\x18\x01 \x01(\x0b\x32\x19.google.protobuf.Duration\" \n\x0b\x43\x61ncelTimer\x12\x11\n\ttimer_seq\x18\x01 \x01(\x03\"-\n\x15RequestCancelActivity\x12\x14\n\x0c\x61\x63tivity_seq\x18\x01 \x01(\x03\";\n\x10\x43ompleteWorkflow\x12\'\n\x06result\x18\x01 \x01(\x0b\x32\x17.durable_rpc.v1.Payload\"8\n\x0c\x46\x61ilWorkflow\x12(\n\x07\x66\x61ilure\x18\x01 \x01(\x0b\x32\x17.durable_rpc.v1.Failure\"\x10\n\x0e\x43\x61ncelWorkflow\"R\n\x0cRecordMarker\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\n\n\x02id\x18\x02 \x01(\t\x12(\n\x07payload\x18\x03 \x01(\x0b\x32\x17.durable_rpc.v1.Payload\"U\n\x16UpsertSearchAttributes\x12;\n\x11search_attributes\x18\x01 \x01(\x0b\x32 .durable_rpc.v1.SearchAttributes\"7\n\rContinueAsNew\x12&\n\x05input\x18\x01 \x01(\x0b\x32\x17.durable_rpc.v1.Payload\"\xbf\x01\n\nActivation\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12-\n\ttimestamp\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x14\n\x0cis_replaying\x18\x03 \x01(\x08\x12+\n\x04jobs\x18\x04 \x03(\x0b\x32\x1d.durable_rpc.v1.ActivationJob\x12/\n\x07markers\x18\x1e \x03(\x0b\x32\x1e.durable_rpc.v1.RecordedMarker\"a\n\x0eRecordedMarker\x12\x0b\n\x03seq\x18\x01 \x01(\x03\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\n\n\x02id\x18\x03 \x01(\t\x12(\n\x07payload\x18\x04 \x01(\x0b\x32\x17.durable_rpc.v1.Payload\"\xa7\x04\n\rActivationJob\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\x03\x12:\n\x0estart_workflow\x18\n \x01(\x0b\x32 .durable_rpc.v1.StartWorkflowJobH\x00\x12>\n\x10resolve_activity\x18\x0b \x01(\x0b\x32\".durable_rpc.v1.ResolveActivityJobH\x00\x12\x32\n\nfire_timer\x18\x0c \x01(\x0b\x32\x1c.durable_rpc.v1.FireTimerJobH\x00\x12<\n\x0fsignal_workflow\x18\r \x01(\x0b\x32!.durable_rpc.v1.SignalWorkflowJobH\x00\x12<\n\x0f\x63\x61ncel_workflow\x18\x0e \x01(\x0b\x32!.durable_rpc.v1.CancelWorkflowJobH\x00\x12\x30\n\tdo_update\x18< \x01(\x0b\x32\x1b.durable_rpc.v1.DoUpdateJobH\x00\x12T\n\x1cresolve_child_workflow_start\x18P \x01(\x0b\x32,.durable_rpc.v1.ResolveChildWorkflowStartJobH\x00\x12I\n\x16resolve_child_workflow\x18Q \x01(\x0b\x32\'.durable_rpc.v1.ResolveChildWorkflowJobH\x00\x42\x05\n\x03job\"\x90\x02\n\x10StartWorkflowJob\x12\x15\n\rworkflow_type\x18\x01 \x01(\t\x12\x18\n\x10workflow_version\x18\x02 \x01(\t\x12\x13\n\x0bworkflow_id\x18\x03 \x01(\t\x12\x0e\n\x06run_id\x18\x04 \x01(\t\x12&\n\x05input\x18\x05 \x01(\x0b\x32\x17.durable_rpc.v1.Payload\x12\"\n\x04memo\x18( \x01(\x0b\x32\x14.durable_rpc.v1.Memo\x12;\n\x11search_attributes\x18) \x01(\x0b\x32 .durable_rpc.v1.SearchAttributes\x12\x1d\n\x15\x63ontinued_from_run_id\x18\x46 \x01(\t\"\xbc\x01\n\x12ResolveActivityJob\x12\x0b\n\x03seq\x18\x01 \x01(\x03\x12,\n\tcompleted\x18\x02 \x01(\x0b\x32\x17.durable_rpc.v1.PayloadH\x00\x12)\n\x06\x66\x61iled\x18\x03 \x01(\x0b\x32\x17.durable_rpc.v1.FailureH\x00\x12\x0f\n\x07\x61ttempt\x18\x04 \x01(\x05\x12\x11\n\tambiguous\x18\x05 \x01(\x08\x12\x11\n\tcancelled\x18Z \x01(\x08\x42\t\n\x07outcome\"\x1b\n\x0c\x46ireTimerJob\x12\x0b\n\x03seq\x18\x01 \x01(\x03\"P\n\x11SignalWorkflowJob\x12\x13\n\x0bsignal_name\x18\x01 \x01(\t\x12&\n\x05input\x18\x02 \x01(\x0b\x32\x17.durable_rpc.v1.Payload\"#\n\x11\x43\x61ncelWorkflowJob\x12\x0e\n\x06reason\x18\x01 \x01(\t\"A\n\x14\x41\x63tivationCompletion\x12)\n\x08\x63ommands\x18\x01 \x03(\x0b\x32\x17.durable_rpc.v1.Command\"^\n\x0c\x41\x63\x63\x65ptUpdate\x12\x11\n\tupdate_id\x18\x01 \x01(\t\x12\x13\n\x0bupdate_name\x18\x02 \x01(\t\x12&\n\x05input\x18\x03 \x01(\x0b\x32\x17.durable_rpc.v1.Payload\"\x85\x01\n\x0e\x43ompleteUpdate\x12\x11\n\tupdate_id\x18\x01 \x01(\t\x12)\n\x06result\x18\x02 \x01(\x0b\x32\x17.durable_rpc.v1.PayloadH\x00\x12*\n\x07\x66\x61ilure\x18\x03 \x01(\x0b\x32\x17.durable_rpc.v1.FailureH\x00\x42\t\n\x07outcome\"o\n\x0b\x44oUpdateJob\x12\x11\n\tupdate_id\x18\x01 \x01(\t\x12\x13\n\x0bupdate_name\x18\x02 \x01(\t\x12&\n\x05input\x18\x03 \x01(\x0b\x32\x17.durable_rpc.v1.Payload\x12\x10\n\x08validate\x18\x04 \x01(\x08\"\xb3\x01\n\x12StartChildWorkflow\x12\x15\n\rworkflow_type\x18\x01 \x01(\t\x12\x18\n\x10workflow_version\x18\x02 \x01(\t\x12\x13\n\x0bworkflow_id\x18\x03 \x01(\t\x12\x12\n\ntask_queue\x18\x04 \x01(\t\x12&\n\x05input\x18\x05 \x01(\x0b\x32\x17.durable_rpc.v1.Payload\x12\x1b\n\x13parent_close_policy\x18\x06 \x01(\t\"/\n\x1aRequestCancelChildWorkflow\x12\x11\n\tchild_seq\x18\x01 \x01(\x03\"e\n\x1cResolveChildWorkflowStartJob\x12\x0b\n\x03seq\x18\x01 \x01(\x03\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12(\n\x07\x66\x61ilure\x18\x03 \x01(\x0b\x32\x17.durable_rpc.v1.Failure\"\xaa\x01\n\x17ResolveChildWorkflowJob\x12\x0b\n\x03seq\x18\x01 \x01(\x03\x12\x0e\n\x06status\x18\x02 \x01(\t\x12,\n\tcompleted\x18\x03 \x01(\x0b\x32\x17.durable_rpc.v1.PayloadH\x00\x12)\n\x06\x66\x61iled\x18\x04 \x01(\x0b\x32\x17.durable_rpc.v1.FailureH\x00\x12\x0e\n\x06run_id\x18\x05 \x01(\tB\t\n\x07outcomeb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,47 +37,57 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'durable_rpc.v1.workflow_tas
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_COMMAND']._serialized_start=220
-  _globals['_COMMAND']._serialized_end=897
-  _globals['_SCHEDULEACTIVITY']._serialized_start=900
-  _globals['_SCHEDULEACTIVITY']._serialized_end=1051
-  _globals['_STARTTIMER']._serialized_start=1053
-  _globals['_STARTTIMER']._serialized_end=1110
-  _globals['_CANCELTIMER']._serialized_start=1112
-  _globals['_CANCELTIMER']._serialized_end=1144
-  _globals['_COMPLETEWORKFLOW']._serialized_start=1146
-  _globals['_COMPLETEWORKFLOW']._serialized_end=1205
-  _globals['_FAILWORKFLOW']._serialized_start=1207
-  _globals['_FAILWORKFLOW']._serialized_end=1263
-  _globals['_CANCELWORKFLOW']._serialized_start=1265
-  _globals['_CANCELWORKFLOW']._serialized_end=1281
-  _globals['_RECORDMARKER']._serialized_start=1283
-  _globals['_RECORDMARKER']._serialized_end=1365
-  _globals['_UPSERTSEARCHATTRIBUTES']._serialized_start=1367
-  _globals['_UPSERTSEARCHATTRIBUTES']._serialized_end=1452
-  _globals['_CONTINUEASNEW']._serialized_start=1454
-  _globals['_CONTINUEASNEW']._serialized_end=1509
-  _globals['_ACTIVATION']._serialized_start=1512
-  _globals['_ACTIVATION']._serialized_end=1703
-  _globals['_RECORDEDMARKER']._serialized_start=1705
-  _globals['_RECORDEDMARKER']._serialized_end=1802
-  _globals['_ACTIVATIONJOB']._serialized_start=1805
-  _globals['_ACTIVATIONJOB']._serialized_end=2195
-  _globals['_STARTWORKFLOWJOB']._serialized_start=2198
-  _globals['_STARTWORKFLOWJOB']._serialized_end=2470
-  _globals['_RESOLVEACTIVITYJOB']._serialized_start=2473
-  _globals['_RESOLVEACTIVITYJOB']._serialized_end=2642
-  _globals['_FIRETIMERJOB']._serialized_start=2644
-  _globals['_FIRETIMERJOB']._serialized_end=2671
-  _globals['_SIGNALWORKFLOWJOB']._serialized_start=2673
-  _globals['_SIGNALWORKFLOWJOB']._serialized_end=2753
-  _globals['_CANCELWORKFLOWJOB']._serialized_start=2755
-  _globals['_CANCELWORKFLOWJOB']._serialized_end=2790
-  _globals['_ACTIVATIONCOMPLETION']._serialized_start=2792
-  _globals['_ACTIVATIONCOMPLETION']._serialized_end=2857
-  _globals['_ACCEPTUPDATE']._serialized_start=2859
-  _globals['_ACCEPTUPDATE']._serialized_end=2953
-  _globals['_COMPLETEUPDATE']._serialized_start=2956
-  _globals['_COMPLETEUPDATE']._serialized_end=3089
-  _globals['_DOUPDATEJOB']._serialized_start=3091
-  _globals['_DOUPDATEJOB']._serialized_end=3202
+  _globals['_COMMAND']._serialized_end=1124
+  _globals['_SCHEDULEACTIVITY']._serialized_start=1127
+  _globals['_SCHEDULEACTIVITY']._serialized_end=1278
+  _globals['_STARTTIMER']._serialized_start=1280
+  _globals['_STARTTIMER']._serialized_end=1337
+  _globals['_CANCELTIMER']._serialized_start=1339
+  _globals['_CANCELTIMER']._serialized_end=1371
+  _globals['_REQUESTCANCELACTIVITY']._serialized_start=1373
+  _globals['_REQUESTCANCELACTIVITY']._serialized_end=1418
+  _globals['_COMPLETEWORKFLOW']._serialized_start=1420
+  _globals['_COMPLETEWORKFLOW']._serialized_end=1479
+  _globals['_FAILWORKFLOW']._serialized_start=1481
+  _globals['_FAILWORKFLOW']._serialized_end=1537
+  _globals['_CANCELWORKFLOW']._serialized_start=1539
+  _globals['_CANCELWORKFLOW']._serialized_end=1555
+  _globals['_RECORDMARKER']._serialized_start=1557
+  _globals['_RECORDMARKER']._serialized_end=1639
+  _globals['_UPSERTSEARCHATTRIBUTES']._serialized_start=1641
+  _globals['_UPSERTSEARCHATTRIBUTES']._serialized_end=1726
+  _globals['_CONTINUEASNEW']._serialized_start=1728
+  _globals['_CONTINUEASNEW']._serialized_end=1783
+  _globals['_ACTIVATION']._serialized_start=1786
+  _globals['_ACTIVATION']._serialized_end=1977
+  _globals['_RECORDEDMARKER']._serialized_start=1979
+  _globals['_RECORDEDMARKER']._serialized_end=2076
+  _globals['_ACTIVATIONJOB']._serialized_start=2079
+  _globals['_ACTIVATIONJOB']._serialized_end=2630
+  _globals['_STARTWORKFLOWJOB']._serialized_start=2633
+  _globals['_STARTWORKFLOWJOB']._serialized_end=2905
+  _globals['_RESOLVEACTIVITYJOB']._serialized_start=2908
+  _globals['_RESOLVEACTIVITYJOB']._serialized_end=3096
+  _globals['_FIRETIMERJOB']._serialized_start=3098
+  _globals['_FIRETIMERJOB']._serialized_end=3125
+  _globals['_SIGNALWORKFLOWJOB']._serialized_start=3127
+  _globals['_SIGNALWORKFLOWJOB']._serialized_end=3207
+  _globals['_CANCELWORKFLOWJOB']._serialized_start=3209
+  _globals['_CANCELWORKFLOWJOB']._serialized_end=3244
+  _globals['_ACTIVATIONCOMPLETION']._serialized_start=3246
+  _globals['_ACTIVATIONCOMPLETION']._serialized_end=3311
+  _globals['_ACCEPTUPDATE']._serialized_start=3313
+  _globals['_ACCEPTUPDATE']._serialized_end=3407
+  _globals['_COMPLETEUPDATE']._serialized_start=3410
+  _globals['_COMPLETEUPDATE']._serialized_end=3543
+  _globals['_DOUPDATEJOB']._serialized_start=3545
+  _globals['_DOUPDATEJOB']._serialized_end=3656
+  _globals['_STARTCHILDWORKFLOW']._serialized_start=3659
+  _globals['_STARTCHILDWORKFLOW']._serialized_end=3838
+  _globals['_REQUESTCANCELCHILDWORKFLOW']._serialized_start=3840
+  _globals['_REQUESTCANCELCHILDWORKFLOW']._serialized_end=3887
+  _globals['_RESOLVECHILDWORKFLOWSTARTJOB']._serialized_start=3889
+  _globals['_RESOLVECHILDWORKFLOWSTARTJOB']._serialized_end=3990
+  _globals['_RESOLVECHILDWORKFLOWJOB']._serialized_start=3993
+  _globals['_RESOLVECHILDWORKFLOWJOB']._serialized_end=4163
 # @@protoc_insertion_point(module_scope)

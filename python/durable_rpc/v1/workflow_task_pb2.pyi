@@ -44,6 +44,9 @@ class Command(_message.Message):
     ACCEPT_UPDATE_FIELD_NUMBER: _builtins.int
     COMPLETE_UPDATE_FIELD_NUMBER: _builtins.int
     CONTINUE_AS_NEW_FIELD_NUMBER: _builtins.int
+    REQUEST_CANCEL_ACTIVITY_FIELD_NUMBER: _builtins.int
+    START_CHILD_WORKFLOW_FIELD_NUMBER: _builtins.int
+    REQUEST_CANCEL_CHILD_WORKFLOW_FIELD_NUMBER: _builtins.int
     seq: _builtins.int
     @_builtins.property
     def schedule_activity(self) -> Global___ScheduleActivity: ...
@@ -73,6 +76,16 @@ class Command(_message.Message):
     def continue_as_new(self) -> Global___ContinueAsNew:
         """Continue-as-new (numbers 70-79): ends the run and starts a fresh one."""
 
+    @_builtins.property
+    def request_cancel_activity(self) -> Global___RequestCancelActivity:
+        """Activity cancellation (numbers 90-99)."""
+
+    @_builtins.property
+    def start_child_workflow(self) -> Global___StartChildWorkflow:
+        """Child workflows (numbers 80-89)."""
+
+    @_builtins.property
+    def request_cancel_child_workflow(self) -> Global___RequestCancelChildWorkflow: ...
     def __init__(
         self,
         *,
@@ -88,12 +101,15 @@ class Command(_message.Message):
         accept_update: Global___AcceptUpdate | None = ...,
         complete_update: Global___CompleteUpdate | None = ...,
         continue_as_new: Global___ContinueAsNew | None = ...,
+        request_cancel_activity: Global___RequestCancelActivity | None = ...,
+        start_child_workflow: Global___StartChildWorkflow | None = ...,
+        request_cancel_child_workflow: Global___RequestCancelChildWorkflow | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["accept_update", b"accept_update", "cancel_timer", b"cancel_timer", "cancel_workflow", b"cancel_workflow", "complete_update", b"complete_update", "complete_workflow", b"complete_workflow", "continue_as_new", b"continue_as_new", "fail_workflow", b"fail_workflow", "kind", b"kind", "record_marker", b"record_marker", "schedule_activity", b"schedule_activity", "start_timer", b"start_timer", "upsert_search_attributes", b"upsert_search_attributes"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["accept_update", b"accept_update", "cancel_timer", b"cancel_timer", "cancel_workflow", b"cancel_workflow", "complete_update", b"complete_update", "complete_workflow", b"complete_workflow", "continue_as_new", b"continue_as_new", "fail_workflow", b"fail_workflow", "kind", b"kind", "record_marker", b"record_marker", "request_cancel_activity", b"request_cancel_activity", "request_cancel_child_workflow", b"request_cancel_child_workflow", "schedule_activity", b"schedule_activity", "start_child_workflow", b"start_child_workflow", "start_timer", b"start_timer", "upsert_search_attributes", b"upsert_search_attributes"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["accept_update", b"accept_update", "cancel_timer", b"cancel_timer", "cancel_workflow", b"cancel_workflow", "complete_update", b"complete_update", "complete_workflow", b"complete_workflow", "continue_as_new", b"continue_as_new", "fail_workflow", b"fail_workflow", "kind", b"kind", "record_marker", b"record_marker", "schedule_activity", b"schedule_activity", "seq", b"seq", "start_timer", b"start_timer", "upsert_search_attributes", b"upsert_search_attributes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accept_update", b"accept_update", "cancel_timer", b"cancel_timer", "cancel_workflow", b"cancel_workflow", "complete_update", b"complete_update", "complete_workflow", b"complete_workflow", "continue_as_new", b"continue_as_new", "fail_workflow", b"fail_workflow", "kind", b"kind", "record_marker", b"record_marker", "request_cancel_activity", b"request_cancel_activity", "request_cancel_child_workflow", b"request_cancel_child_workflow", "schedule_activity", b"schedule_activity", "seq", b"seq", "start_child_workflow", b"start_child_workflow", "start_timer", b"start_timer", "upsert_search_attributes", b"upsert_search_attributes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["schedule_activity", "start_timer", "cancel_timer", "complete_workflow", "fail_workflow", "cancel_workflow", "record_marker", "upsert_search_attributes", "accept_update", "complete_update", "continue_as_new"]  # noqa: Y015
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["schedule_activity", "start_timer", "cancel_timer", "complete_workflow", "fail_workflow", "cancel_workflow", "record_marker", "upsert_search_attributes", "accept_update", "complete_update", "continue_as_new", "request_cancel_activity", "start_child_workflow", "request_cancel_child_workflow"]  # noqa: Y015
     _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
 
@@ -172,6 +188,29 @@ class CancelTimer(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___CancelTimer: _TypeAlias = CancelTimer  # noqa: Y015
+
+@_typing.final
+class RequestCancelActivity(_message.Message):
+    """Cancels activity `activity_seq` (history event ActivityCancelRequested). Command.seq is
+    the activity's own seq (it is the same call), so cancelling never shifts later seqs.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ACTIVITY_SEQ_FIELD_NUMBER: _builtins.int
+    activity_seq: _builtins.int
+    def __init__(
+        self,
+        *,
+        activity_seq: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity_seq", b"activity_seq"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RequestCancelActivity: _TypeAlias = RequestCancelActivity  # noqa: Y015
 
 @_typing.final
 class CompleteWorkflow(_message.Message):
@@ -400,6 +439,8 @@ class ActivationJob(_message.Message):
     SIGNAL_WORKFLOW_FIELD_NUMBER: _builtins.int
     CANCEL_WORKFLOW_FIELD_NUMBER: _builtins.int
     DO_UPDATE_FIELD_NUMBER: _builtins.int
+    RESOLVE_CHILD_WORKFLOW_START_FIELD_NUMBER: _builtins.int
+    RESOLVE_CHILD_WORKFLOW_FIELD_NUMBER: _builtins.int
     event_id: _builtins.int
     """The history event this job comes from."""
     @_builtins.property
@@ -416,6 +457,12 @@ class ActivationJob(_message.Message):
     def do_update(self) -> Global___DoUpdateJob:
         """Workflow updates (numbers 60-69)."""
 
+    @_builtins.property
+    def resolve_child_workflow_start(self) -> Global___ResolveChildWorkflowStartJob:
+        """Child workflows (numbers 80-89)."""
+
+    @_builtins.property
+    def resolve_child_workflow(self) -> Global___ResolveChildWorkflowJob: ...
     def __init__(
         self,
         *,
@@ -426,12 +473,14 @@ class ActivationJob(_message.Message):
         signal_workflow: Global___SignalWorkflowJob | None = ...,
         cancel_workflow: Global___CancelWorkflowJob | None = ...,
         do_update: Global___DoUpdateJob | None = ...,
+        resolve_child_workflow_start: Global___ResolveChildWorkflowStartJob | None = ...,
+        resolve_child_workflow: Global___ResolveChildWorkflowJob | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["cancel_workflow", b"cancel_workflow", "do_update", b"do_update", "fire_timer", b"fire_timer", "job", b"job", "resolve_activity", b"resolve_activity", "signal_workflow", b"signal_workflow", "start_workflow", b"start_workflow"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["cancel_workflow", b"cancel_workflow", "do_update", b"do_update", "fire_timer", b"fire_timer", "job", b"job", "resolve_activity", b"resolve_activity", "resolve_child_workflow", b"resolve_child_workflow", "resolve_child_workflow_start", b"resolve_child_workflow_start", "signal_workflow", b"signal_workflow", "start_workflow", b"start_workflow"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cancel_workflow", b"cancel_workflow", "do_update", b"do_update", "event_id", b"event_id", "fire_timer", b"fire_timer", "job", b"job", "resolve_activity", b"resolve_activity", "signal_workflow", b"signal_workflow", "start_workflow", b"start_workflow"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cancel_workflow", b"cancel_workflow", "do_update", b"do_update", "event_id", b"event_id", "fire_timer", b"fire_timer", "job", b"job", "resolve_activity", b"resolve_activity", "resolve_child_workflow", b"resolve_child_workflow", "resolve_child_workflow_start", b"resolve_child_workflow_start", "signal_workflow", b"signal_workflow", "start_workflow", b"start_workflow"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_job: _TypeAlias = _typing.Literal["start_workflow", "resolve_activity", "fire_timer", "signal_workflow", "cancel_workflow", "do_update"]  # noqa: Y015
+    _WhichOneofReturnType_job: _TypeAlias = _typing.Literal["start_workflow", "resolve_activity", "fire_timer", "signal_workflow", "cancel_workflow", "do_update", "resolve_child_workflow_start", "resolve_child_workflow"]  # noqa: Y015
     _WhichOneofArgType_job: _TypeAlias = _typing.Literal["job", b"job"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_job) -> _WhichOneofReturnType_job | None: ...
 
@@ -490,10 +539,13 @@ class ResolveActivityJob(_message.Message):
     FAILED_FIELD_NUMBER: _builtins.int
     ATTEMPT_FIELD_NUMBER: _builtins.int
     AMBIGUOUS_FIELD_NUMBER: _builtins.int
+    CANCELLED_FIELD_NUMBER: _builtins.int
     seq: _builtins.int
     attempt: _builtins.int
     ambiguous: _builtins.bool
     """The failure is AmbiguousEffectError: the attempt's outcome is unknown."""
+    cancelled: _builtins.bool
+    """The activity was cancelled (history event ActivityCancelled); no outcome is set."""
     @_builtins.property
     def completed(self) -> _payload_pb2.Payload: ...
     @_builtins.property
@@ -506,10 +558,11 @@ class ResolveActivityJob(_message.Message):
         failed: _payload_pb2.Failure | None = ...,
         attempt: _builtins.int = ...,
         ambiguous: _builtins.bool = ...,
+        cancelled: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["completed", b"completed", "failed", b"failed", "outcome", b"outcome"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ambiguous", b"ambiguous", "attempt", b"attempt", "completed", b"completed", "failed", b"failed", "outcome", b"outcome", "seq", b"seq"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ambiguous", b"ambiguous", "attempt", b"attempt", "cancelled", b"cancelled", "completed", b"completed", "failed", b"failed", "outcome", b"outcome", "seq", b"seq"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_outcome: _TypeAlias = _typing.Literal["completed", "failed"]  # noqa: Y015
     _WhichOneofArgType_outcome: _TypeAlias = _typing.Literal["outcome", b"outcome"]  # noqa: Y015
@@ -693,3 +746,133 @@ class DoUpdateJob(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DoUpdateJob: _TypeAlias = DoUpdateJob  # noqa: Y015
+
+@_typing.final
+class StartChildWorkflow(_message.Message):
+    """Starts a child workflow (history events ChildWorkflowInitiated, then
+    ChildWorkflowStarted or ChildWorkflowStartFailed). Command.seq is a fresh seq.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKFLOW_TYPE_FIELD_NUMBER: _builtins.int
+    WORKFLOW_VERSION_FIELD_NUMBER: _builtins.int
+    WORKFLOW_ID_FIELD_NUMBER: _builtins.int
+    TASK_QUEUE_FIELD_NUMBER: _builtins.int
+    INPUT_FIELD_NUMBER: _builtins.int
+    PARENT_CLOSE_POLICY_FIELD_NUMBER: _builtins.int
+    workflow_type: _builtins.str
+    workflow_version: _builtins.str
+    """Empty = "1"."""
+    workflow_id: _builtins.str
+    task_queue: _builtins.str
+    """Empty = the parent's task queue."""
+    parent_close_policy: _builtins.str
+    """"TERMINATE" (empty = default), "REQUEST_CANCEL" or "ABANDON"."""
+    @_builtins.property
+    def input(self) -> _payload_pb2.Payload: ...
+    def __init__(
+        self,
+        *,
+        workflow_type: _builtins.str = ...,
+        workflow_version: _builtins.str = ...,
+        workflow_id: _builtins.str = ...,
+        task_queue: _builtins.str = ...,
+        input: _payload_pb2.Payload | None = ...,
+        parent_close_policy: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["input", b"input"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["input", b"input", "parent_close_policy", b"parent_close_policy", "task_queue", b"task_queue", "workflow_id", b"workflow_id", "workflow_type", b"workflow_type", "workflow_version", b"workflow_version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StartChildWorkflow: _TypeAlias = StartChildWorkflow  # noqa: Y015
+
+@_typing.final
+class RequestCancelChildWorkflow(_message.Message):
+    """Requests cancellation of the child started by the command with seq `child_seq`."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CHILD_SEQ_FIELD_NUMBER: _builtins.int
+    child_seq: _builtins.int
+    def __init__(
+        self,
+        *,
+        child_seq: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["child_seq", b"child_seq"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RequestCancelChildWorkflow: _TypeAlias = RequestCancelChildWorkflow  # noqa: Y015
+
+@_typing.final
+class ResolveChildWorkflowStartJob(_message.Message):
+    """The child of `seq` started (run_id set) or could not start (failure set)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SEQ_FIELD_NUMBER: _builtins.int
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    FAILURE_FIELD_NUMBER: _builtins.int
+    seq: _builtins.int
+    run_id: _builtins.str
+    @_builtins.property
+    def failure(self) -> _payload_pb2.Failure: ...
+    def __init__(
+        self,
+        *,
+        seq: _builtins.int = ...,
+        run_id: _builtins.str = ...,
+        failure: _payload_pb2.Failure | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["failure", b"failure"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["failure", b"failure", "run_id", b"run_id", "seq", b"seq"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ResolveChildWorkflowStartJob: _TypeAlias = ResolveChildWorkflowStartJob  # noqa: Y015
+
+@_typing.final
+class ResolveChildWorkflowJob(_message.Message):
+    """The child of `seq` closed. `status`: "completed" (`completed` set), "failed",
+    "cancelled", "terminated" or "timed_out" (`failed` set).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SEQ_FIELD_NUMBER: _builtins.int
+    STATUS_FIELD_NUMBER: _builtins.int
+    COMPLETED_FIELD_NUMBER: _builtins.int
+    FAILED_FIELD_NUMBER: _builtins.int
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    seq: _builtins.int
+    status: _builtins.str
+    run_id: _builtins.str
+    @_builtins.property
+    def completed(self) -> _payload_pb2.Payload: ...
+    @_builtins.property
+    def failed(self) -> _payload_pb2.Failure: ...
+    def __init__(
+        self,
+        *,
+        seq: _builtins.int = ...,
+        status: _builtins.str = ...,
+        completed: _payload_pb2.Payload | None = ...,
+        failed: _payload_pb2.Failure | None = ...,
+        run_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["completed", b"completed", "failed", b"failed", "outcome", b"outcome"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["completed", b"completed", "failed", b"failed", "outcome", b"outcome", "run_id", b"run_id", "seq", b"seq", "status", b"status"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_outcome: _TypeAlias = _typing.Literal["completed", "failed"]  # noqa: Y015
+    _WhichOneofArgType_outcome: _TypeAlias = _typing.Literal["outcome", b"outcome"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_outcome) -> _WhichOneofReturnType_outcome | None: ...
+
+Global___ResolveChildWorkflowJob: _TypeAlias = ResolveChildWorkflowJob  # noqa: Y015

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from durable_rpc import _core
 from durable_rpc.v1 import history_pb2, payload_pb2, workflow_task_pb2
+from durable_rpc.worker._local_activity import run_local_activity
 from durable_rpc.workflow._definition import WorkflowDefinition
 from durable_rpc.workflow._errors import WorkflowTaskError
 from durable_rpc.workflow._runtime import QueryError, WorkflowInstance
@@ -51,7 +52,13 @@ def decide(
         completion = instance.activate(workflow_task_pb2.Activation.FromString(raw))
         machine.complete_activation(completion.SerializeToString())
     commands = workflow_task_pb2.ActivationCompletion.FromString(machine.take_new_commands())
-    return Decision(commands.commands, list(instance.rejected_updates))
+    new_commands = list(commands.commands)
+    # Local activities the live code waits for: run them here, then resolve them in a
+    # follow-up activation of the same task (recorded as local_activity markers).
+    while pending := instance.pending_local_activities():
+        outcomes = [run_local_activity(request, deadline) for request in pending]
+        new_commands.extend(instance.resolve_local_activities(outcomes))
+    return Decision(new_commands, list(instance.rejected_updates))
 
 
 def replay(

@@ -36,17 +36,26 @@ from durable_rpc.workflow._api import (
     continue_as_new,
     deprecate_patch,
     execute_activity,
+    execute_local_activity,
     in_workflow,
     info,
     now,
     patched,
     random,
+    select,
     set_signal_handler,
     side_effect,
     sleep,
     upsert_search_attributes,
     uuid4,
     wait_condition,
+)
+from durable_rpc.workflow._child_api import execute_child_workflow, start_child_workflow
+from durable_rpc.workflow._children import (
+    ChildWorkflowError,
+    ChildWorkflowHandle,
+    ChildWorkflowStartError,
+    ParentClosePolicy,
 )
 from durable_rpc.workflow._definition import (
     QueryDefinition,
@@ -74,6 +83,12 @@ from durable_rpc.workflow._runtime import WorkflowInfo, WorkflowInstance
 from durable_rpc.workflow._saga import CompensationError, Saga
 
 __all__ = [
+    "ChildWorkflowError",
+    "ChildWorkflowHandle",
+    "ChildWorkflowStartError",
+    "ParentClosePolicy",
+    "execute_child_workflow",
+    "start_child_workflow",
     "ActivityError",
     "AmbiguousEffectError",
     "ApplicationError",
@@ -95,6 +110,7 @@ __all__ = [
     "defn",
     "deprecate_patch",
     "execute_activity",
+    "execute_local_activity",
     "in_workflow",
     "info",
     "logger",
@@ -103,6 +119,7 @@ __all__ = [
     "query",
     "random",
     "run",
+    "select",
     "set_signal_handler",
     "side_effect",
     "signal",

@@ -16,7 +16,7 @@ from durable_rpc.v1 import options_pb2
 from durable_rpc.workflow._errors import ContinueAsNewError
 from durable_rpc.workflow._loop import WorkflowLoop
 from durable_rpc.workflow._retry import RetryPolicy, duration
-from durable_rpc.workflow._runtime import WorkflowInfo, WorkflowInstance
+from durable_rpc.workflow._runtime import LocalActivityRequest, WorkflowInfo, WorkflowInstance
 
 _R = TypeVar("_R")
 
@@ -146,6 +146,81 @@ async def sleep(delay: float | timedelta) -> None:
     except asyncio.CancelledError:
         runtime.cancel_timer(seq)
         raise
+
+
+async def execute_local_activity(
+    activity: Callable[..., Any],
+    *args: Any,
+    start_to_close_timeout: timedelta | float | None = None,
+    retry_policy: RetryPolicy | None = None,
+    result_type: Any = None,
+) -> Any:
+    """Run ``activity`` inside the workflow worker, during the workflow task (not
+    through the server's activity queue), and return its result (typed from its return
+    hint, or ``result_type``); ActivityError when it fails for good.
+
+    Attempts run one after another under ``start_to_close_timeout`` each (bounded by
+    the workflow task's deadline) and ``retry_policy`` (default: 3 attempts), with the
+    backoff slept locally. The result or final failure is recorded in history (a
+    ``local_activity`` marker) with the workflow task's completion; once recorded it is
+    never run again: replay returns the recorded outcome. Until then it is
+    *at least once*: a worker that dies before the workflow task completes runs it
+    again with the retried task. Keep local activities short and idempotent.
+    """
+    runtime = current()
+    definition = must_define(activity)
+    hint = result_type if result_type is not None else definition.result_hint
+    timeout = (
+        start_to_close_timeout.total_seconds()
+        if isinstance(start_to_close_timeout, timedelta)
+        else start_to_close_timeout
+    )
+    if timeout is not None and timeout <= 0:
+        raise ValueError("start_to_close_timeout must be positive")
+
+    def request(seq: int) -> LocalActivityRequest:
+        return LocalActivityRequest(
+            seq=seq,
+            name=definition.name,
+            fn=activity,
+            args=tuple(args),
+            start_to_close_timeout=timeout,
+            retry_policy=retry_policy,
+        )
+
+    return await runtime.schedule_local_activity(request, hint)
+
+
+async def select(*awaitables: Awaitable[Any]) -> Any:
+    """Run ``awaitables`` (activities, timers, child coroutines) concurrently and return
+    the result of the first to finish (raising its error when it failed); the others
+    are cancelled.
+
+    Deterministic: the awaitables become tasks in argument order, and when several
+    finish in the same activation the earliest argument wins. Cancelling a loser is
+    safe: only losers that have not finished are cancelled (an activity without an
+    outcome gets a RequestCancelActivity, a timer a CancelTimer); a loser that already
+    finished keeps its result, and an activity attempt that completes despite the
+    request records its result (cancellation never undoes a completed external write).
+    Losers are not awaited: a running activity may take until its next heartbeat to
+    stop, and the winner should not wait for that.
+    """
+    if not awaitables:
+        raise ValueError("select() needs at least one awaitable")
+    tasks = [asyncio.ensure_future(a) for a in awaitables]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        for task in tasks:
+            task.cancel()
+        raise
+    winner = next(task for task in tasks if task.done())
+    for task in tasks:
+        if not task.done():
+            task.cancel()
+        elif task is not winner and not task.cancelled():
+            task.exception()  # retrieved: a finished loser's error is not "never retrieved"
+    return winner.result()
 
 
 async def wait_condition(
@@ -315,5 +390,19 @@ async def execute_activity(
     try:
         return await future
     except asyncio.CancelledError:
-        runtime.abandon_activity(seq)
+        if future.done() and not future.cancelled() and future.exception() is None:
+            # Resolved before the cancellation reached this code: it keeps its result.
+            return future.result()
+        outcome = runtime.request_cancel_activity(seq)
+        if outcome is None:
+            raise
+    # Cancellation requested (recorded as RequestCancelActivity): wait for the outcome.
+    # ActivityCancelled raises CancelledError here; an attempt that completed anyway
+    # returns its result (cancellation never undoes a completed external write).
+    try:
+        return await outcome
+    except asyncio.CancelledError:
+        if outcome.cancelled():
+            # Cancelled again while waiting: stop waiting; the outcome is dropped.
+            runtime.abandon_activity(seq)
         raise

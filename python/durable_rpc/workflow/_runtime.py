@@ -30,7 +30,7 @@ from durable_rpc.search_attributes import from_proto as sa_from_proto
 from durable_rpc.search_attributes import memo_from_proto
 from durable_rpc.search_attributes import to_proto as sa_to_proto
 from durable_rpc.v1 import options_pb2, payload_pb2, workflow_task_pb2
-from durable_rpc.workflow import _sandbox
+from durable_rpc.workflow import _children, _sandbox
 from durable_rpc.workflow._definition import UpdateDefinition, WorkflowDefinition
 from durable_rpc.workflow._errors import (
     ActivityError,
@@ -78,6 +78,32 @@ def payload_data(p: payload_pb2.Payload) -> bytes:
 #: Marker kinds (MarkerRecorded.kind / RecordMarker.kind).
 SIDE_EFFECT_MARKER = "side_effect"
 PATCH_MARKER = "patch"
+LOCAL_ACTIVITY_MARKER = "local_activity"
+# Marker id of a local activity that failed for good (its payload is the failure).
+LOCAL_ACTIVITY_FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class LocalActivityRequest:
+    """A local activity the workflow is waiting for: the worker runs it during the
+    workflow task and hands the outcome back with ``resolve_local_activities``."""
+
+    seq: int
+    name: str
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    start_to_close_timeout: float | None
+    retry_policy: Any
+
+
+@dataclass(frozen=True)
+class LocalActivityOutcome:
+    """``marker_id`` "" = completed (``data`` the encoded value); "failed" = failed
+    for good (``data`` the encoded ``[type, message, attempt]``)."""
+
+    seq: int
+    marker_id: str
+    data: bytes
 
 
 class _ReplayDivergedError(BaseException):
@@ -106,8 +132,18 @@ class WorkflowInstance:
         self._next_seq = 1
         self._activities: dict[int, _PendingActivity] = {}
         self._timers: dict[int, asyncio.Future[None]] = {}
+        self._children: dict[int, _children.PendingChild] = {}
         # Seqs whose awaiting code was cancelled: their late resolutions are expected.
         self._abandoned: set[int] = set()
+        # Local activities waiting for their outcome, by seq (request, future, hint).
+        self._local: dict[int, tuple[LocalActivityRequest, asyncio.Future[Any], Any]] = {}
+        # Local-activity markers of the replayed task, by seq: (marker id, payload).
+        self._recorded_locals: dict[int, tuple[str, bytes]] = {}
+        # Set once the run's cancellation was delivered: activities awaited by the
+        # cancelled code are then abandoned without a RequestCancelActivity command (the
+        # server already asked every task of the run to stop; histories recorded before
+        # activity cancellation existed replay unchanged).
+        self._run_cancelled = False
         self._conditions: list[tuple[Callable[[], bool], asyncio.Future[None]]] = []
         self._obj: Any = None
         self._main: asyncio.Task[Any] | None = None
@@ -142,11 +178,14 @@ class WorkflowInstance:
         self.is_replaying = activation.is_replaying
         self._recorded_side_effects = {}
         self._recorded_patches = set()
+        self._recorded_locals = {}
         for marker in activation.markers:
             if marker.kind == SIDE_EFFECT_MARKER:
                 self._recorded_side_effects[marker.seq] = payload_data(marker.payload)
             elif marker.kind == PATCH_MARKER:
                 self._recorded_patches.add(marker.id)
+            elif marker.kind == LOCAL_ACTIVITY_MARKER:
+                self._recorded_locals[marker.seq] = (marker.id, payload_data(marker.payload))
         if activation.HasField("timestamp"):
             self.now = activation.timestamp.ToDatetime(tzinfo=UTC)
             self.loop.set_time(activation.timestamp.ToNanoseconds() / 1e9)
@@ -175,8 +214,86 @@ class WorkflowInstance:
             if cancel_reason is not None:
                 self._cancel(cancel_reason)
             self._run()
+            if self.is_replaying:
+                self._replay_local_activities()
         self._finish_if_done()
         return workflow_task_pb2.ActivationCompletion(commands=self._commands)
+
+    # --- local activities -------------------------------------------------------------
+
+    def schedule_local_activity(
+        self, request: Callable[[int], LocalActivityRequest], result_hint: Any
+    ) -> asyncio.Future[Any]:
+        """Take the next seq for a local activity; it runs (live) or is answered from
+        its recorded marker (replay) once the workflow's coroutines are all blocked."""
+        self._refuse_in_query()
+        seq = self._take_seq()
+        future: asyncio.Future[Any] = self.loop.create_future()
+        self._local[seq] = (request(seq), future, result_hint)
+        return future
+
+    def pending_local_activities(self) -> list[LocalActivityRequest]:
+        """The local activities the live workflow waits for, in seq order."""
+        if self._finished:
+            return []
+        return [self._local[seq][0] for seq in sorted(self._local)]
+
+    def resolve_local_activities(
+        self, outcomes: Sequence[LocalActivityOutcome]
+    ) -> list[workflow_task_pb2.Command]:
+        """A follow-up activation within the same workflow task: record each outcome
+        (a local_activity marker), resolve the waiting code, run until blocked again.
+        Returns the commands this produced."""
+        self._commands = []
+        if self._finished:
+            return []
+        with self.loop.running(), _sandbox.restricted():
+            for outcome in sorted(outcomes, key=lambda o: o.seq):
+                self._resolve_local(outcome.seq, outcome.marker_id, outcome.data)
+            self._run()
+        self._finish_if_done()
+        return list(self._commands)
+
+    def _replay_local_activities(self) -> None:
+        """Replay: answer waiting local activities from the task's markers, in the
+        rounds the live task ran them, so commands come out in the recorded order."""
+        while self._local and not self._finished:
+            seqs = sorted(self._local)
+            for seq in seqs:
+                recorded = self._recorded_locals.get(seq)
+                if recorded is None:
+                    # Not recorded by this task: the code changed. Emit the marker so the
+                    # replay machine names the divergence; never run the function.
+                    self._emit(_marker_command(seq, LOCAL_ACTIVITY_MARKER, "", None))
+                    return
+                self._resolve_local(seq, *recorded)
+            self._run()
+
+    def _resolve_local(self, seq: int, marker_id: str, data: bytes) -> None:
+        entry = self._local.pop(seq, None)
+        if entry is None:
+            raise WorkflowTaskError(f"outcome for unknown local activity seq {seq}")
+        request, future, hint = entry
+        self._emit(_marker_command(seq, LOCAL_ACTIVITY_MARKER, marker_id, data))
+        if future.done():
+            return
+        if marker_id == LOCAL_ACTIVITY_FAILED:
+            type_, message, attempt = converter.decode(data, tuple[str, str, int])
+            failure = payload_pb2.Failure(type=type_, message=message)
+            future.set_exception(
+                ActivityError(
+                    f"local activity {request.name!r} (seq {seq}) failed: {type_}: {message}",
+                    seq=seq,
+                    activity_type=request.name,
+                    attempt=attempt,
+                    cause=application_error_from_failure(failure),
+                )
+            )
+            return
+        try:
+            future.set_result(converter.decode(data, hint))
+        except payload.PayloadError as exc:
+            future.set_exception(exc)
 
     def _run(self) -> None:
         while True:
@@ -190,6 +307,16 @@ class WorkflowInstance:
             self._resolve_activity(job.resolve_activity)
         elif kind == "fire_timer":
             self._fire_timer(job.fire_timer.seq)
+        elif kind == "resolve_child_workflow_start":
+            try:
+                _children.resolve_start(self._children, job.resolve_child_workflow_start)
+            except LookupError as exc:
+                raise WorkflowTaskError(str(exc)) from None
+        elif kind == "resolve_child_workflow":
+            try:
+                _children.resolve_result(self._children, job.resolve_child_workflow)
+            except LookupError as exc:
+                raise WorkflowTaskError(str(exc)) from None
         elif kind == "signal_workflow":
             self._signal(job.signal_workflow.signal_name, payload_data(job.signal_workflow.input))
         else:
@@ -237,6 +364,7 @@ class WorkflowInstance:
                 self._drain_signals(name)
 
     def _cancel(self, reason: str) -> None:
+        self._run_cancelled = True
         if self._main is not None and not self._main.done():
             self._main.cancel(reason or None)
 
@@ -250,6 +378,10 @@ class WorkflowInstance:
                 return
             raise WorkflowTaskError(f"resolution for unknown activity seq {job.seq}")
         if pending.future.done():
+            return
+        if job.cancelled:
+            message = f"activity {pending.activity_type!r} (seq {job.seq}) was cancelled"
+            pending.future.set_exception(asyncio.CancelledError(message))
             return
         outcome = job.WhichOneof("outcome")
         if outcome == "completed":
@@ -490,6 +622,29 @@ class WorkflowInstance:
         so its eventual resolution is dropped."""
         if self._activities.pop(seq, None) is not None:
             self._abandoned.add(seq)
+
+    def request_cancel_activity(self, seq: int) -> asyncio.Future[Any] | None:
+        """The code awaiting activity ``seq`` was cancelled (which cancelled the future
+        it awaited). While the activity has no outcome, emit RequestCancelActivity (it
+        carries the activity's own seq, so it never shifts later seqs) and return a
+        fresh future for the outcome: ActivityCancelled, or a result that arrived
+        anyway. None when the activity already resolved, or when the run itself is
+        being cancelled (the activity is then abandoned, as before activity
+        cancellation existed)."""
+        pending = self._activities.get(seq)
+        if pending is None or (pending.future.done() and not pending.future.cancelled()):
+            return None
+        if self._run_cancelled:
+            self.abandon_activity(seq)
+            return None
+        pending.future = self.loop.create_future()
+        self._emit(
+            workflow_task_pb2.Command(
+                seq=seq,
+                request_cancel_activity=workflow_task_pb2.RequestCancelActivity(activity_seq=seq),
+            )
+        )
+        return pending.future
 
     def start_timer(self, seconds_nanos: tuple[int, int]) -> tuple[int, asyncio.Future[None]]:
         seq = self._take_seq()

@@ -30,6 +30,10 @@ pub(crate) enum Recorded {
     TimerCancelled {
         timer_seq: i64,
     },
+    /// Workflow code cancelled activity `activity_seq` (its own seq).
+    ActivityCancelRequested {
+        activity_seq: i64,
+    },
     WorkflowCompleted,
     WorkflowFailed,
     WorkflowCancelled,
@@ -58,6 +62,16 @@ pub(crate) enum Recorded {
     /// `workflow.continue_as_new()`: the input is not part of the identity (like a
     /// completion's result).
     WorkflowContinuedAsNew,
+    /// A child workflow start: its type and id are the identity (not its input).
+    ChildWorkflowInitiated {
+        seq: i64,
+        workflow_type: String,
+        workflow_id: String,
+    },
+    /// The parent asked the child of `child_seq` to cancel.
+    ChildCancelRequested {
+        child_seq: i64,
+    },
 }
 
 impl Recorded {
@@ -79,6 +93,9 @@ impl Recorded {
                 duration_nanos: duration_nanos(t.duration.as_ref()),
             },
             Attributes::TimerCancelled(t) => Recorded::TimerCancelled { timer_seq: t.seq },
+            Attributes::ActivityCancelRequested(a) => Recorded::ActivityCancelRequested {
+                activity_seq: a.seq,
+            },
             Attributes::WorkflowCompleted(_) => Recorded::WorkflowCompleted,
             Attributes::WorkflowFailed(_) => Recorded::WorkflowFailed,
             Attributes::WorkflowCancelled(_) => Recorded::WorkflowCancelled,
@@ -99,6 +116,14 @@ impl Recorded {
                 failed: matches!(u.outcome, Some(update_completed::Outcome::Failure(_))),
             },
             Attributes::WorkflowContinuedAsNew(_) => Recorded::WorkflowContinuedAsNew,
+            Attributes::ChildWorkflowInitiated(c) => Recorded::ChildWorkflowInitiated {
+                seq: c.seq,
+                workflow_type: c.workflow_type.clone(),
+                workflow_id: c.workflow_id.clone(),
+            },
+            Attributes::ChildCancelRequested(c) => {
+                Recorded::ChildCancelRequested { child_seq: c.seq }
+            }
             _ => return None,
         })
     }
@@ -116,6 +141,9 @@ impl Recorded {
             },
             Kind::CancelTimer(c) => Recorded::TimerCancelled {
                 timer_seq: c.timer_seq,
+            },
+            Kind::RequestCancelActivity(c) => Recorded::ActivityCancelRequested {
+                activity_seq: c.activity_seq,
             },
             Kind::CompleteWorkflow(_) => Recorded::WorkflowCompleted,
             Kind::FailWorkflow(_) => Recorded::WorkflowFailed,
@@ -137,6 +165,14 @@ impl Recorded {
                 failed: matches!(u.outcome, Some(complete_update::Outcome::Failure(_))),
             },
             Kind::ContinueAsNew(_) => Recorded::WorkflowContinuedAsNew,
+            Kind::StartChildWorkflow(c) => Recorded::ChildWorkflowInitiated {
+                seq: command.seq,
+                workflow_type: c.workflow_type.clone(),
+                workflow_id: c.workflow_id.clone(),
+            },
+            Kind::RequestCancelChildWorkflow(c) => Recorded::ChildCancelRequested {
+                child_seq: c.child_seq,
+            },
         })
     }
 
@@ -147,6 +183,7 @@ impl Recorded {
                 Some(*seq)
             }
             Recorded::TimerCancelled { timer_seq } => Some(*timer_seq),
+            Recorded::ActivityCancelRequested { activity_seq } => Some(*activity_seq),
             Recorded::Marker { seq, .. } if *seq != 0 => Some(*seq),
             _ => None,
         }
@@ -172,6 +209,9 @@ impl fmt::Display for Recorded {
             Recorded::TimerCancelled { timer_seq } => {
                 write!(f, "CancelTimer(timer_seq={timer_seq})")
             }
+            Recorded::ActivityCancelRequested { activity_seq } => {
+                write!(f, "RequestCancelActivity(activity_seq={activity_seq})")
+            }
             Recorded::WorkflowCompleted => f.write_str("CompleteWorkflow"),
             Recorded::WorkflowFailed => f.write_str("FailWorkflow"),
             Recorded::WorkflowCancelled => f.write_str("CancelWorkflow"),
@@ -192,6 +232,17 @@ impl fmt::Display for Recorded {
                 write!(f, "CompleteUpdate(id={update_id:?}, {outcome})")
             }
             Recorded::WorkflowContinuedAsNew => f.write_str("ContinueAsNew"),
+            Recorded::ChildWorkflowInitiated {
+                seq,
+                workflow_type,
+                workflow_id,
+            } => write!(
+                f,
+                "StartChildWorkflow(seq={seq}, type={workflow_type:?}, id={workflow_id:?})"
+            ),
+            Recorded::ChildCancelRequested { child_seq } => {
+                write!(f, "RequestCancelChildWorkflow(child_seq={child_seq})")
+            }
         }
     }
 }
@@ -219,6 +270,17 @@ pub(crate) fn event_kind(attrs: &Attributes) -> &'static str {
         Attributes::UpdateAccepted(_) => "update_accepted",
         Attributes::UpdateCompleted(_) => "update_completed",
         Attributes::WorkflowContinuedAsNew(_) => "workflow_continued_as_new",
+        Attributes::ChildWorkflowInitiated(_) => "child_workflow_initiated",
+        Attributes::ChildCancelRequested(_) => "child_cancel_requested",
+        Attributes::ChildWorkflowStarted(_) => "child_workflow_started",
+        Attributes::ChildWorkflowStartFailed(_) => "child_workflow_start_failed",
+        Attributes::ChildWorkflowCompleted(_) => "child_workflow_completed",
+        Attributes::ChildWorkflowFailed(_) => "child_workflow_failed",
+        Attributes::ChildWorkflowCancelled(_) => "child_workflow_cancelled",
+        Attributes::ChildWorkflowTerminated(_) => "child_workflow_terminated",
+        Attributes::ChildWorkflowTimedOut(_) => "child_workflow_timed_out",
+        Attributes::ActivityCancelRequested(_) => "activity_cancel_requested",
+        Attributes::ActivityCancelled(_) => "activity_cancelled",
     }
 }
 

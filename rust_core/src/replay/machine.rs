@@ -9,9 +9,11 @@ use super::error::{MalformedHistory, NondeterminismError, ReplayError, UsageErro
 use crate::proto::activation_job::Job;
 use crate::proto::history_event::Attributes;
 use crate::proto::resolve_activity_job::Outcome;
+use crate::proto::{resolve_child_workflow_job, Failure};
 use crate::proto::{
     Activation, ActivationCompletion, ActivationJob, CancelWorkflowJob, Command, DoUpdateJob,
-    FireTimerJob, History, RecordedMarker, ResolveActivityJob, SignalWorkflowJob, StartWorkflowJob,
+    FireTimerJob, History, RecordedMarker, ResolveActivityJob, ResolveChildWorkflowJob,
+    ResolveChildWorkflowStartJob, SignalWorkflowJob, StartWorkflowJob,
 };
 
 /// Written in descriptions when one side of a comparison has nothing.
@@ -208,14 +210,24 @@ impl ReplayMachine {
                     seq: done.seq,
                     attempt: done.attempt,
                     ambiguous: false,
+                    cancelled: false,
                     outcome: Some(Outcome::Completed(done.result.unwrap_or_default())),
                 }),
                 Attributes::ActivityFailed(failed) => Job::ResolveActivity(ResolveActivityJob {
                     seq: failed.seq,
                     attempt: failed.attempt,
                     ambiguous: failed.ambiguous,
+                    cancelled: false,
                     outcome: Some(Outcome::Failed(failed.failure.unwrap_or_default())),
                 }),
+                Attributes::ActivityCancelled(cancelled) => {
+                    Job::ResolveActivity(ResolveActivityJob {
+                        seq: cancelled.seq,
+                        attempt: cancelled.attempt,
+                        cancelled: true,
+                        ..Default::default()
+                    })
+                }
                 Attributes::TimerFired(fired) => Job::FireTimer(FireTimerJob { seq: fired.seq }),
                 Attributes::SignalReceived(signal) => Job::SignalWorkflow(SignalWorkflowJob {
                     signal_name: signal.signal_name,
@@ -224,6 +236,46 @@ impl ReplayMachine {
                 Attributes::CancelRequested(cancel) => Job::CancelWorkflow(CancelWorkflowJob {
                     reason: cancel.reason,
                 }),
+                Attributes::ChildWorkflowStarted(started) => {
+                    Job::ResolveChildWorkflowStart(ResolveChildWorkflowStartJob {
+                        seq: started.seq,
+                        run_id: started.run_id,
+                        failure: None,
+                    })
+                }
+                Attributes::ChildWorkflowStartFailed(failed) => {
+                    Job::ResolveChildWorkflowStart(ResolveChildWorkflowStartJob {
+                        seq: failed.seq,
+                        run_id: String::new(),
+                        failure: Some(Failure {
+                            message: failed.message,
+                            r#type: failed.reason,
+                            ..Default::default()
+                        }),
+                    })
+                }
+                Attributes::ChildWorkflowCompleted(done) => {
+                    Job::ResolveChildWorkflow(ResolveChildWorkflowJob {
+                        seq: done.seq,
+                        status: "completed".into(),
+                        run_id: done.run_id,
+                        outcome: Some(resolve_child_workflow_job::Outcome::Completed(
+                            done.result.unwrap_or_default(),
+                        )),
+                    })
+                }
+                Attributes::ChildWorkflowFailed(c) => {
+                    child_closed(c.seq, "failed", c.run_id, c.failure)
+                }
+                Attributes::ChildWorkflowCancelled(c) => {
+                    child_closed(c.seq, "cancelled", c.run_id, c.failure)
+                }
+                Attributes::ChildWorkflowTerminated(c) => {
+                    child_closed(c.seq, "terminated", c.run_id, c.failure)
+                }
+                Attributes::ChildWorkflowTimedOut(c) => {
+                    child_closed(c.seq, "timed_out", c.run_id, c.failure)
+                }
                 // Terminal, delivers nothing.
                 Attributes::WorkflowTerminated(_) | Attributes::WorkflowTimedOut(_) => continue,
                 // Command events were handled above.
@@ -237,7 +289,10 @@ impl ReplayMachine {
                 | Attributes::SearchAttributesUpserted(_)
                 | Attributes::UpdateAccepted(_)
                 | Attributes::UpdateCompleted(_)
-                | Attributes::WorkflowContinuedAsNew(_) => continue,
+                | Attributes::WorkflowContinuedAsNew(_)
+                | Attributes::ActivityCancelRequested(_)
+                | Attributes::ChildWorkflowInitiated(_)
+                | Attributes::ChildCancelRequested(_) => continue,
             };
             inputs.push(ActivationJob {
                 event_id: id,
@@ -395,6 +450,18 @@ impl ReplayMachine {
             ..Activation::default()
         }
     }
+}
+
+/// The job resolving child `seq` that closed with `status` (not completed).
+fn child_closed(seq: i64, status: &str, run_id: String, failure: Option<Failure>) -> Job {
+    Job::ResolveChildWorkflow(ResolveChildWorkflowJob {
+        seq,
+        status: status.to_owned(),
+        run_id,
+        outcome: Some(resolve_child_workflow_job::Outcome::Failed(
+            failure.unwrap_or_default(),
+        )),
+    })
 }
 
 /// Matches produced commands against recorded command events, one-to-one in order.

@@ -34,6 +34,10 @@ mod machine;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_activity_cancel;
+#[cfg(test)]
+mod tests_children;
+#[cfg(test)]
 mod tests_continue;
 #[cfg(test)]
 mod tests_markers;

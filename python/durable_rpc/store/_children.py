@@ -1,0 +1,117 @@
+"""Child workflows: starting a child inside the parent's task completion and asking
+it to cancel. What happens when a child or a parent closes is in ``_shared.close_run``
+(the parent learns in the child's closing transaction; the parent-close policy is
+applied in the parent's)."""
+
+from __future__ import annotations
+
+from durable_rpc.errors import InvalidArgumentError
+from durable_rpc.store._runs import create_run, open_run_of
+from durable_rpc.store._shared import (
+    PARENT_CLOSE_POLICIES,
+    append_event,
+    request_cancel_run,
+    require,
+    version_or_default,
+)
+from durable_rpc.store._tx import Row, Tx
+from durable_rpc.v1 import history_pb2, workflow_task_pb2
+
+
+def start_child(
+    tx: Tx, namespace: str, parent: Row, command: workflow_task_pb2.Command, now: int
+) -> None:
+    """Records ChildWorkflowInitiated on the parent and starts the child run (same
+    namespace), then appends ChildWorkflowStarted, or ChildWorkflowStartFailed when a
+    run of the child's id is open. Both are input events: the caller's end-of-task
+    check queues the parent's next workflow task."""
+    spec = command.start_child_workflow
+    require(spec.workflow_type, "start_child_workflow.workflow_type")
+    require(spec.workflow_id, "start_child_workflow.workflow_id")
+    policy = spec.parent_close_policy or "TERMINATE"
+    if policy not in PARENT_CLOSE_POLICIES:
+        raise InvalidArgumentError(
+            f"command seq {command.seq}: unknown parent_close_policy {policy!r}"
+        )
+    parent_run_id: str = parent["run_id"]
+    queue = spec.task_queue or parent["task_queue"]
+    version = version_or_default(spec.workflow_version)
+    append_event(
+        tx,
+        namespace,
+        parent_run_id,
+        now,
+        "child_workflow_initiated",
+        history_pb2.ChildWorkflowInitiated(
+            seq=command.seq,
+            workflow_type=spec.workflow_type,
+            workflow_version=version,
+            workflow_id=spec.workflow_id,
+            task_queue=queue,
+            input=spec.input,
+            parent_close_policy=policy,
+        ),
+    )
+    existing = open_run_of(tx, namespace, spec.workflow_id)
+    if existing is not None:
+        append_event(
+            tx,
+            namespace,
+            parent_run_id,
+            now,
+            "child_workflow_start_failed",
+            history_pb2.ChildWorkflowStartFailed(
+                seq=command.seq,
+                workflow_id=spec.workflow_id,
+                reason="WORKFLOW_ALREADY_STARTED",
+                message=f"workflow {spec.workflow_id!r} already has an open run "
+                f"({existing['run_id']})",
+            ),
+        )
+        return
+    child_run_id, _ = create_run(
+        tx,
+        namespace,
+        spec.workflow_id,
+        spec.workflow_type,
+        version,
+        queue,
+        spec.input,
+        "",
+        None,
+        parent=(parent_run_id, command.seq, parent["workflow_id"], policy),
+    )
+    append_event(
+        tx,
+        namespace,
+        parent_run_id,
+        now,
+        "child_workflow_started",
+        history_pb2.ChildWorkflowStarted(
+            seq=command.seq, workflow_id=spec.workflow_id, run_id=child_run_id
+        ),
+    )
+
+
+def request_child_cancel(
+    tx: Tx, namespace: str, parent: Row, command: workflow_task_pb2.Command, now: int
+) -> None:
+    """Records ChildCancelRequested and appends CancelRequested to the child's open run
+    (the last of its continue-as-new chain); a child already closed is left alone (its
+    close event reaches the parent anyway)."""
+    child_seq = command.request_cancel_child_workflow.child_seq
+    append_event(
+        tx,
+        namespace,
+        parent["run_id"],
+        now,
+        "child_cancel_requested",
+        history_pb2.ChildCancelRequested(seq=child_seq),
+    )
+    child = tx.one(
+        "SELECT * FROM runs WHERE namespace = ? AND parent_run_id = ? AND parent_seq = ? "
+        f"AND status = 'running'{tx.row_lock_suffix}",
+        (namespace, parent["run_id"], child_seq),
+    )
+    if child is not None:
+        request_cancel_run(tx, namespace, child, "parent requested cancellation", now)

@@ -1,0 +1,109 @@
+"""``workflow.start_child_workflow`` / ``workflow.execute_child_workflow``."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar, overload
+
+from durable_rpc.workflow._api import current
+from durable_rpc.workflow._children import ChildWorkflowHandle, ParentClosePolicy, start
+
+_R = TypeVar("_R")
+
+
+@overload
+async def start_child_workflow(
+    workflow: Callable[..., Awaitable[_R]],
+    *args: Any,
+    id: str | None = None,
+    task_queue: str | None = None,
+    parent_close_policy: ParentClosePolicy = ParentClosePolicy.TERMINATE,
+    result_type: type[_R] | None = None,
+) -> ChildWorkflowHandle[_R]: ...
+@overload
+async def start_child_workflow(
+    workflow: str,
+    *args: Any,
+    id: str | None = None,
+    task_queue: str | None = None,
+    parent_close_policy: ParentClosePolicy = ParentClosePolicy.TERMINATE,
+    result_type: Any = None,
+) -> ChildWorkflowHandle[Any]: ...
+async def start_child_workflow(
+    workflow: Callable[..., Any] | str,
+    *args: Any,
+    id: str | None = None,
+    task_queue: str | None = None,
+    parent_close_policy: ParentClosePolicy = ParentClosePolicy.TERMINATE,
+    result_type: Any = None,
+) -> ChildWorkflowHandle[Any]:
+    """Start child workflow ``workflow`` (``Child.run`` or a type name) with ``args``
+    and return its handle once the server started it (in the same transaction as this
+    task's completion). ``id`` defaults to ``"<parent id>/child-<seq>"``; the task
+    queue to the parent's. Raises ChildWorkflowStartError when it could not start
+    (e.g. a run of ``id`` is open). When this run closes, ``parent_close_policy`` is
+    applied to the child if it is still open."""
+    instance = current()
+    pending = start(
+        instance,
+        workflow,
+        args,
+        workflow_id=id,
+        task_queue=task_queue,
+        parent_close_policy=parent_close_policy,
+        result_type=result_type,
+    )
+    handle: ChildWorkflowHandle[Any] = ChildWorkflowHandle(instance, pending)
+    try:
+        await pending.started
+    except asyncio.CancelledError:
+        handle.cancel()
+        raise
+    return handle
+
+
+@overload
+async def execute_child_workflow(
+    workflow: Callable[..., Awaitable[_R]],
+    *args: Any,
+    id: str | None = None,
+    task_queue: str | None = None,
+    parent_close_policy: ParentClosePolicy = ParentClosePolicy.TERMINATE,
+    result_type: type[_R] | None = None,
+) -> _R: ...
+@overload
+async def execute_child_workflow(
+    workflow: str,
+    *args: Any,
+    id: str | None = None,
+    task_queue: str | None = None,
+    parent_close_policy: ParentClosePolicy = ParentClosePolicy.TERMINATE,
+    result_type: Any = None,
+) -> Any: ...
+async def execute_child_workflow(
+    workflow: Callable[..., Any] | str,
+    *args: Any,
+    id: str | None = None,
+    task_queue: str | None = None,
+    parent_close_policy: ParentClosePolicy = ParentClosePolicy.TERMINATE,
+    result_type: Any = None,
+) -> Any:
+    """Start a child workflow and wait for its result (typed from the run method's
+    return hint, or ``result_type``). Raises ChildWorkflowStartError when it could not
+    start and ChildWorkflowError (the child's failure as cause) when it failed, was
+    cancelled, terminated or timed out. Cancelling the awaiting coroutine asks the
+    child to cancel."""
+    handle = await start_child_workflow(
+        workflow,
+        *args,
+        id=id,
+        task_queue=task_queue,
+        parent_close_policy=parent_close_policy,
+        result_type=result_type,
+    )
+    try:
+        return await handle.result()
+    except asyncio.CancelledError:
+        handle.cancel()
+        raise

@@ -1,0 +1,80 @@
+"""Workflows for tests/features/test_children.py (registered by tests/features/apps.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from durable_rpc import activity, workflow
+
+
+@dataclass
+class Tally:
+    n: int
+    label: str
+
+
+@workflow.defn(name="Kid")
+class Kid:
+    """mode "ok": returns at once; "fail": raises; "wait": waits for the finish signal
+    (or cancellation); "cont": continues as new once, then returns."""
+
+    def __init__(self) -> None:
+        self.done = False
+
+    @workflow.signal
+    def finish(self) -> None:
+        self.done = True
+
+    @workflow.run
+    async def run(self, n: int, mode: str) -> Tally:
+        if mode == "fail":
+            raise activity.ApplicationError(f"kid {n} failed", type="KidFailed")
+        if mode == "wait":
+            await workflow.wait_condition(lambda: self.done)
+        if mode == "cont":
+            workflow.continue_as_new(n + 1, "ok")
+        return Tally(n, f"kid-{n}")
+
+
+@workflow.defn(name="Parent")
+class Parent:
+    @workflow.run
+    async def run(self, action: str, child_id: str, policy: str) -> dict[str, object]:
+        if action in ("result", "cont", "wait"):
+            mode = {"result": "ok", "cont": "cont", "wait": "wait"}[action]
+            tally = await workflow.execute_child_workflow(Kid.run, 2, mode, id=child_id)
+            return {"n": tally.n, "typed": isinstance(tally, Tally)}
+        if action == "fail":
+            try:
+                await workflow.execute_child_workflow(Kid.run, 3, "fail", id=child_id)
+            except workflow.ChildWorkflowError as e:
+                return {
+                    "status": e.status,
+                    "cause_type": e.cause.type,
+                    "cause": e.cause.message,
+                    "id": e.workflow_id,
+                }
+            return {}
+        if action == "dup":
+            try:
+                await workflow.start_child_workflow(Kid.run, 0, "wait", id=child_id)
+            except workflow.ChildWorkflowStartError as e:
+                return {"reason": e.reason, "id": e.workflow_id}
+            return {}
+        if action == "cancel":
+            handle = await workflow.start_child_workflow(Kid.run, 0, "wait", id=child_id)
+            handle.cancel()
+            try:
+                await handle
+            except workflow.ChildWorkflowError as e:
+                return {"status": e.status, "run_id": handle.run_id, "id": handle.id}
+            return {}
+        # action == "policy": leave the child open and close.
+        handle = await workflow.start_child_workflow(
+            Kid.run,
+            0,
+            "wait",
+            id=child_id,
+            parent_close_policy=workflow.ParentClosePolicy[policy],
+        )
+        return {"run_id": handle.run_id}
