@@ -88,6 +88,7 @@ from durable_rpc.store._shared import (
     find_run,
     lease_miss,
     open_run,
+    request_cancel_run,
     require,
     require_namespace,
     run_info,
@@ -328,28 +329,8 @@ class SqlStore(Store):
             run = find_run(tx, namespace, workflow_id, run_id)
             if run["status"] != "running":
                 raise WorkflowNotRunningError(f"run {run['run_id']} is {run['status']}")
-            if run["cancel_requested"]:
-                return
-            now = tx.now_ms()
-            tx.run(
-                "UPDATE runs SET cancel_requested = 1 WHERE namespace = ? AND run_id = ?",
-                (namespace, run["run_id"]),
-            )
             # Running activities learn about it from their next heartbeat.
-            tx.run(
-                "UPDATE tasks SET cancel_requested = 1 WHERE namespace = ? AND run_id = ? "
-                f"AND kind = 'activity' AND state IN {ACTIVE}",
-                (namespace, run["run_id"]),
-            )
-            append_event(
-                tx,
-                namespace,
-                run["run_id"],
-                now,
-                "cancel_requested",
-                history_pb2.CancelRequested(reason=reason),
-            )
-            ensure_workflow_task(tx, namespace, run["run_id"], run["task_queue"], now)
+            request_cancel_run(tx, namespace, run, reason, tx.now_ms())
 
         await self._write(op)
 
