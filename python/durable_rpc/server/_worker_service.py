@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 import grpc
@@ -27,10 +27,11 @@ from durable_rpc.store import (
     ClaimedWorkflowTask,
     EagerActivities,
     EagerWorkflowTask,
+    InlineWorkflowTask,
     LeaseRef,
     Store,
 )
-from durable_rpc.v1 import payload_pb2, service_pb2, service_pb2_grpc
+from durable_rpc.v1 import payload_pb2, service_pb2, service_pb2_grpc, workflow_task_pb2
 
 T = TypeVar("T")
 
@@ -52,6 +53,30 @@ def _failure_bytes(request_failure: payload_pb2.Failure) -> bytes:
     if request_failure.HasField("details"):
         _validate.payload_bytes("failure.details", request_failure.details, has=True)
     return request_failure.SerializeToString()
+
+
+def _validate_commands(commands: Sequence[workflow_task_pb2.Command]) -> None:
+    """Every payload a command carries must be a valid frame before it is stored."""
+    for command in commands:
+        for field, value in command.ListFields():
+            if hasattr(value, "input") and value.HasField("input"):
+                _validate.payload_bytes(f"{field.name}.input", value.input, has=True)
+            if hasattr(value, "result") and value.HasField("result"):
+                _validate.payload_bytes(f"{field.name}.result", value.result, has=True)
+            if field.name == "record_marker" and value.HasField("payload"):
+                _validate.payload_bytes(f"{field.name}.payload", value.payload, has=True)
+
+
+def _eager_activities(
+    limit: int, task_queue: str, activity_types: Sequence[str]
+) -> EagerActivities | None:
+    if limit <= 0:
+        return None
+    return EagerActivities(
+        task_queue=_validate.name("eager_task_queue", task_queue),
+        activity_types=frozenset(_validate.name("eager_activity_types", t) for t in activity_types),
+        limit=min(limit, MAX_EAGER_ACTIVITIES),
+    )
 
 
 def _workflow_task_message(task: ClaimedWorkflowTask) -> service_pb2.PollWorkflowTaskResponse:
@@ -207,48 +232,42 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
     async def CompleteWorkflowTask(
         self, request: service_pb2.CompleteWorkflowTaskRequest, context: grpc.aio.ServicerContext
     ) -> service_pb2.CompleteWorkflowTaskResponse:
-        for command in request.commands:
-            for field, value in command.ListFields():
-                # Every payload a command carries must be a valid frame before it is stored.
-                if hasattr(value, "input") and value.HasField("input"):
-                    _validate.payload_bytes(f"{field.name}.input", value.input, has=True)
-                if hasattr(value, "result") and value.HasField("result"):
-                    _validate.payload_bytes(f"{field.name}.result", value.result, has=True)
-                if field.name == "record_marker" and value.HasField("payload"):
-                    _validate.payload_bytes(f"{field.name}.payload", value.payload, has=True)
+        _validate_commands(request.commands)
         for rejected in request.rejected_updates:
             _validate.name("rejected_updates.update_id", rejected.update_id)
             _failure_bytes(rejected.failure)
         ns = _validate.namespace(request.namespace)
-        eager = None
-        if request.max_eager_activities > 0:
-            eager = EagerActivities(
-                task_queue=_validate.name("eager_task_queue", request.eager_task_queue),
-                activity_types=frozenset(
-                    _validate.name("eager_activity_types", t) for t in request.eager_activity_types
-                ),
-                limit=min(request.max_eager_activities, MAX_EAGER_ACTIVITIES),
-            )
-        claimed = await self._store.complete_workflow_task(
+        completion = await self._store.complete_workflow_task_tracked(
             ns,
             _lease(request.lease),
             request.last_seen_event_id,
             list(request.commands),
             request.build_id,
-            eager,
+            _eager_activities(
+                request.max_eager_activities,
+                request.eager_task_queue,
+                request.eager_activity_types,
+            ),
         )
-        # Recorded (or, for rejections, deliberately not): wake the callers waiting.
-        for command in request.commands:
+        self._decided(ns, request.commands)
+        for rejected in request.rejected_updates:
+            self._updates.rejected(ns, rejected.update_id, rejected.failure)
+        response = service_pb2.CompleteWorkflowTaskResponse(
+            eager_activities=[_activity_task_message(task) for task in completion.eager_activities]
+        )
+        if request.return_appended_events:
+            response.appended.CopyFrom(_convert.history(completion.appended_events))
+            response.history_length = completion.history_length
+        return response
+
+    def _decided(self, ns: str, commands: Sequence[workflow_task_pb2.Command]) -> None:
+        """A decision was recorded: wake the callers waiting on the updates it settled."""
+        for command in commands:
             kind = command.WhichOneof("kind")
             if kind == "accept_update":
                 self._updates.accepted(ns, command.accept_update.update_id)
             elif kind == "complete_update":
                 self._updates.accepted(ns, command.complete_update.update_id)
-        for rejected in request.rejected_updates:
-            self._updates.rejected(ns, rejected.update_id, rejected.failure)
-        return service_pb2.CompleteWorkflowTaskResponse(
-            eager_activities=[_activity_task_message(task) for task in claimed]
-        )
 
     async def FailWorkflowTask(
         self, request: service_pb2.FailWorkflowTaskRequest, context: grpc.aio.ServicerContext
@@ -301,12 +320,41 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
                 lease_ms=self._workflow_task_lease_ms,
             )
         ns = _validate.namespace(request.namespace)
-        task = await self._store.complete_activity_task(
+        inline = None
+        if request.HasField("inline_workflow_task"):
+            spec = request.inline_workflow_task
+            _validate_commands(spec.commands)
+            run_id = _validate.name("inline_workflow_task.run_id", spec.run_id)
+            # Updates waiting outside history belong in the run's next task: decide
+            # that one the ordinary way.
+            if not self._updates.pending(ns, run_id):
+                inline = InlineWorkflowTask(
+                    run_id=run_id,
+                    last_seen_event_id=spec.last_seen_event_id,
+                    commands=list(spec.commands),
+                    build_id=spec.build_id,
+                    eager=_eager_activities(
+                        spec.max_eager_activities, spec.eager_task_queue, spec.eager_activity_types
+                    ),
+                )
+        completion = await self._store.complete_activity_task_inline(
             ns,
             _lease(request.lease),
             _validate.payload_bytes("result", request.result, has=request.HasField("result")),
             eager,
+            inline,
         )
+        if completion.inline is not None:
+            self._decided(ns, request.inline_workflow_task.commands)
+            return service_pb2.CompleteActivityTaskResponse(
+                inline_workflow_task_completed=True,
+                appended=_convert.history(completion.inline.appended_events),
+                history_length=completion.inline.history_length,
+                eager_activities=[
+                    _activity_task_message(task) for task in completion.inline.eager_activities
+                ],
+            )
+        task = completion.workflow_task
         if task is None:
             return service_pb2.CompleteActivityTaskResponse()
         message = _workflow_task_message(task)

@@ -16,6 +16,7 @@ from __future__ import annotations
 from durable_rpc.errors import InvalidArgumentError
 from durable_rpc.store._api import (
     RUN_STATUSES,
+    ActivityCompletion,
     ClaimedActivityTask,
     ClaimedWorkflowTask,
     DueReport,
@@ -23,6 +24,7 @@ from durable_rpc.store._api import (
     EagerWorkflowTask,
     HeartbeatResult,
     HistoryPage,
+    InlineWorkflowTask,
     LeaseRef,
     PendingActivity,
     RunDescription,
@@ -36,6 +38,7 @@ from durable_rpc.store._api import (
     StoreOptions,
     StoreStats,
     TaskKind,
+    WorkflowTaskCompletion,
 )
 from durable_rpc.store._sqlite import SQLiteStore
 
@@ -43,9 +46,12 @@ __all__ = [
     "RUN_STATUSES",
     "ClaimedActivityTask",
     "ClaimedWorkflowTask",
+    "WorkflowTaskCompletion",
     "DueReport",
+    "ActivityCompletion",
     "EagerActivities",
     "EagerWorkflowTask",
+    "InlineWorkflowTask",
     "HeartbeatResult",
     "HistoryPage",
     "LeaseRef",

@@ -216,6 +216,42 @@ class EagerWorkflowTask:
 
 
 @dataclass(frozen=True, slots=True)
+class InlineWorkflowTask:
+    """A workflow task decided ahead by a worker that keeps the run's history: the
+    commands its code produced after the completing activity's result. Recorded in the
+    activity completion's transaction only when the run's history still ends at
+    ``last_seen_event_id`` (so that result is the task's only new input) and the run has
+    no other workflow task; the marker's workflow time is that transaction's database
+    time (the worker decides inline only when the code did not read the clock)."""
+
+    run_id: str
+    last_seen_event_id: int
+    commands: Sequence[workflow_task_pb2.Command]
+    build_id: str = ""
+    eager: EagerActivities | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowTaskCompletion:
+    """What a recorded workflow-task decision produced: the activity attempts claimed
+    eagerly, every event the transaction appended to the run (in order) and the run's
+    history length after it, so a sticky worker can extend its copy of the history."""
+
+    eager_activities: list[ClaimedActivityTask]
+    appended_events: list[bytes]
+    history_length: int
+
+
+@dataclass(frozen=True, slots=True)
+class ActivityCompletion:
+    """An activity completion's answer: ``inline`` when the inline workflow task was
+    recorded with it, else the run's next workflow task if it was claimed eagerly."""
+
+    workflow_task: ClaimedWorkflowTask | None = None
+    inline: WorkflowTaskCompletion | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ClaimedActivityTask:
     task_id: int
     worker_id: str
@@ -405,7 +441,6 @@ class Store(abc.ABC):
         self, namespace: str, task_queue: str, worker_id: str, lease_ms: int
     ) -> ClaimedWorkflowTask | None: ...
 
-    @abc.abstractmethod
     async def complete_workflow_task(
         self,
         namespace: str,
@@ -414,7 +449,23 @@ class Store(abc.ABC):
         commands: Sequence[workflow_task_pb2.Command],
         build_id: str = "",
         eager: EagerActivities | None = None,
-    ) -> list[ClaimedActivityTask]: ...
+    ) -> list[ClaimedActivityTask]:
+        completion = await self.complete_workflow_task_tracked(
+            namespace, lease, last_seen_event_id, commands, build_id, eager
+        )
+        return completion.eager_activities
+
+    @abc.abstractmethod
+    async def complete_workflow_task_tracked(
+        self,
+        namespace: str,
+        lease: LeaseRef,
+        last_seen_event_id: int,
+        commands: Sequence[workflow_task_pb2.Command],
+        build_id: str = "",
+        eager: EagerActivities | None = None,
+    ) -> WorkflowTaskCompletion:
+        """``complete_workflow_task``, also answering the events it appended."""
 
     @abc.abstractmethod
     async def fail_workflow_task(self, namespace: str, lease: LeaseRef, failure: bytes) -> None: ...
@@ -440,14 +491,26 @@ class Store(abc.ABC):
         self, namespace: str, lease: LeaseRef, details: bytes | None
     ) -> HeartbeatResult: ...
 
-    @abc.abstractmethod
     async def complete_activity_task(
         self,
         namespace: str,
         lease: LeaseRef,
         result: bytes,
         eager: EagerWorkflowTask | None = None,
-    ) -> ClaimedWorkflowTask | None: ...
+    ) -> ClaimedWorkflowTask | None:
+        completion = await self.complete_activity_task_inline(namespace, lease, result, eager)
+        return completion.workflow_task
+
+    @abc.abstractmethod
+    async def complete_activity_task_inline(
+        self,
+        namespace: str,
+        lease: LeaseRef,
+        result: bytes,
+        eager: EagerWorkflowTask | None = None,
+        inline: InlineWorkflowTask | None = None,
+    ) -> ActivityCompletion:
+        """``complete_activity_task``, recording ``inline`` with it when it still holds."""
 
     @abc.abstractmethod
     async def fail_activity_task(self, namespace: str, lease: LeaseRef, failure: bytes) -> None: ...

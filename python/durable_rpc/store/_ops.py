@@ -9,6 +9,7 @@ comes from ``tx.now_ms()``: the database clock, read inside the transaction that
 from __future__ import annotations
 
 import abc
+import contextlib
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -24,6 +25,7 @@ from durable_rpc.errors import (
 )
 from durable_rpc.store._api import (
     RUN_STATUSES,
+    ActivityCompletion,
     ClaimedActivityTask,
     ClaimedWorkflowTask,
     DueReport,
@@ -31,6 +33,7 @@ from durable_rpc.store._api import (
     EagerWorkflowTask,
     HeartbeatResult,
     HistoryPage,
+    InlineWorkflowTask,
     LeaseRef,
     PendingActivity,
     RunDescription,
@@ -44,11 +47,13 @@ from durable_rpc.store._api import (
     StoreOptions,
     StoreStats,
     TaskKind,
+    WorkflowTaskCompletion,
 )
 from durable_rpc.store._children import request_child_cancel, start_child
 from durable_rpc.store._logic import (
     ACTIVITY_TIMEOUT_ERROR,
     AMBIGUOUS_EFFECT_ERROR,
+    CommandPlan,
     activity_retry_delay_ms,
     activity_timeouts,
     duration_ms,
@@ -86,6 +91,7 @@ from durable_rpc.store._shared import (
     ensure_workflow_task,
     fenced_update,
     find_run,
+    has_active_workflow_task,
     lease_miss,
     open_run,
     request_cancel_run,
@@ -111,6 +117,35 @@ class _WorkflowClaim:
     run: Row
     #: The history, when it was short enough to read inside the claiming transaction.
     events: list[bytes] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Decision:
+    """A workflow task's decision as the store records it."""
+
+    worker_id: str
+    build_id: str
+    last_seen_event_id: int
+    #: The workflow clock of the decided activation (the WorkflowTaskCompleted marker's).
+    workflow_time_ms: int
+    commands: list[workflow_task_pb2.Command]
+    plan: CommandPlan
+    eager: EagerActivities | None
+
+
+def _eager_seqs(
+    commands: Sequence[workflow_task_pb2.Command], eager: EagerActivities | None
+) -> list[int]:
+    """The seqs of the scheduled activities eligible for eager dispatch, up to the limit."""
+    if eager is None or eager.limit <= 0:
+        return []
+    return [
+        c.seq
+        for c in commands
+        if c.WhichOneof("kind") == "schedule_activity"
+        and c.schedule_activity.task_queue in ("", eager.task_queue)
+        and c.schedule_activity.activity_type in eager.activity_types
+    ][: eager.limit]
 
 
 # Histories up to this many events are read inside the claiming transaction: cheaper than
@@ -718,7 +753,7 @@ class SqlStore(Store):
             events=events,
         )
 
-    async def complete_workflow_task(
+    async def complete_workflow_task_tracked(
         self,
         namespace: str,
         lease: LeaseRef,
@@ -726,21 +761,11 @@ class SqlStore(Store):
         commands: Sequence[workflow_task_pb2.Command],
         build_id: str = "",
         eager: EagerActivities | None = None,
-    ) -> list[ClaimedActivityTask]:
+    ) -> WorkflowTaskCompletion:
         commands = list(commands)
         plan = validate_commands(commands)
-        eager_seqs: list[int] = []
-        eager_queue = eager.task_queue if eager is not None else None
-        if eager is not None and eager.limit > 0:
-            eager_seqs = [
-                c.seq
-                for c in commands
-                if c.WhichOneof("kind") == "schedule_activity"
-                and c.schedule_activity.task_queue in ("", eager.task_queue)
-                and c.schedule_activity.activity_type in eager.activity_types
-            ][: eager.limit]
 
-        def op(tx: Tx) -> list[ClaimedActivityTask]:
+        def op(tx: Tx) -> WorkflowTaskCompletion:
             require_namespace(tx, namespace)
             now = tx.now_ms()
             task = fenced_update(
@@ -754,78 +779,123 @@ class SqlStore(Store):
             )
             if task is None:
                 lease_miss(tx, namespace, lease, "workflow", "completed")
-                return []
-            run_id: str = task["run_id"]
-            run = open_run(tx, namespace, run_id)
+                return WorkflowTaskCompletion([], [], 0)
+            run = open_run(tx, namespace, task["run_id"])
             if not 0 <= last_seen_event_id <= run["history_length"]:
                 raise InvalidArgumentError(
                     f"last_seen_event_id {last_seen_event_id} is outside the history "
                     f"(1..{run['history_length']})"
                 )
-            if plan.new_seqs:
-                marks = ", ".join("?" for _ in plan.new_seqs)
-                used = tx.all(
-                    "SELECT seq FROM tasks WHERE namespace = ? AND run_id = ? "
-                    f"AND seq IN ({marks})",
-                    (namespace, run_id, *plan.new_seqs),
-                )
-                if used:
-                    seqs = sorted(row["seq"] for row in used)
-                    raise InvalidArgumentError(f"seq {seqs} already used in run {run_id}")
-            for timer_seq in plan.cancelled_existing_timers:
-                timer = tx.one(
-                    "SELECT kind FROM tasks WHERE namespace = ? AND run_id = ? AND seq = ?",
-                    (namespace, run_id, timer_seq),
-                )
-                if timer is None or timer["kind"] != "timer":
-                    raise InvalidArgumentError(f"cancel_timer: no timer with seq {timer_seq}")
-
-            marker = history_pb2.WorkflowTaskCompleted(
-                last_seen_event_id=last_seen_event_id,
-                worker_id=lease.worker_id,
-                build_id=build_id,
-            )
-            marker.workflow_time.FromMilliseconds(task["claimed_at_ms"])
             # A task that saw no new input and decided nothing (e.g. it only rejected
             # updates) records nothing: rejected updates leave no trace in history.
-            if commands or saw_new_input(tx, namespace, run_id, last_seen_event_id):
-                append_event(tx, namespace, run_id, now, "workflow_task_completed", marker)
-            closed = False
-            for command in commands:
-                closed = self._apply_command(tx, namespace, run, command, now) or closed
-            if not closed:
-                self._append_immediate_cancellations(tx, namespace, run_id, commands, now)
-                new_input = tx.one(
-                    "SELECT event_id FROM history WHERE namespace = ? AND run_id = ? "
-                    f"AND event_id > ? AND kind IN {INPUT_KINDS_SQL} LIMIT 1",
-                    (namespace, run_id, last_seen_event_id),
-                )
-                if new_input is not None:
-                    ensure_workflow_task(tx, namespace, run_id, run["task_queue"], now)
-            if run["wft_attempt"] != 1 or run["last_wft_failure"] is not None:
-                tx.run(
-                    "UPDATE runs SET wft_attempt = 1, last_wft_failure = NULL "
-                    "WHERE namespace = ? AND run_id = ?",
-                    (namespace, run_id),
-                )
-            if closed or not eager_seqs or run["task_queue"] != eager_queue:
-                return []
-            claimed = self._claim_eager_activities(
-                tx, namespace, run_id, run["workflow_id"], lease.worker_id, eager_seqs, now
+            self._check_decision(tx, run, plan)
+            marker_needed = bool(commands) or saw_new_input(
+                tx, namespace, run["run_id"], last_seen_event_id
             )
-            on_queue = sum(
-                1
-                for c in commands
-                if c.WhichOneof("kind") == "schedule_activity"
-                and (c.schedule_activity.task_queue or run["task_queue"]) == eager_queue
+            return self._record_decision(
+                tx,
+                run,
+                _Decision(
+                    lease.worker_id,
+                    build_id,
+                    last_seen_event_id,
+                    task["claimed_at_ms"],
+                    commands,
+                    plan,
+                    eager,
+                ),
+                marker_needed,
+                now,
             )
-            if claimed and len(claimed) == on_queue:
-                # Every activity scheduled on that queue went to this worker: waking a
-                # poller would only cost it a claim that finds nothing.
-                tx.notes.tasks.discard((namespace, run["task_queue"], "activity"))
-            return claimed
 
         return await self._write(op)
+
+    def _check_decision(self, tx: Tx, run: Row, plan: CommandPlan) -> None:
+        """The checks of a decision that need stored state (before anything is written):
+        new seqs are unused, cancelled timers exist. Raises InvalidArgumentError."""
+        namespace: str = run["namespace"]
+        run_id: str = run["run_id"]
+        if plan.new_seqs:
+            marks = ", ".join("?" for _ in plan.new_seqs)
+            used = tx.all(
+                f"SELECT seq FROM tasks WHERE namespace = ? AND run_id = ? AND seq IN ({marks})",
+                (namespace, run_id, *plan.new_seqs),
+            )
+            if used:
+                seqs = sorted(row["seq"] for row in used)
+                raise InvalidArgumentError(f"seq {seqs} already used in run {run_id}")
+        for timer_seq in plan.cancelled_existing_timers:
+            timer = tx.one(
+                "SELECT kind FROM tasks WHERE namespace = ? AND run_id = ? AND seq = ?",
+                (namespace, run_id, timer_seq),
+            )
+            if timer is None or timer["kind"] != "timer":
+                raise InvalidArgumentError(f"cancel_timer: no timer with seq {timer_seq}")
+
+    def _decision_acceptable(self, tx: Tx, run: Row, plan: CommandPlan) -> bool:
+        try:
+            self._check_decision(tx, run, plan)
+        except InvalidArgumentError:
+            return False
+        return True
+
+    def _record_decision(
+        self, tx: Tx, run: Row, decision: _Decision, marker_needed: bool, now: int
+    ) -> WorkflowTaskCompletion:
+        """Records a workflow task's decision on an open run, inside the completing
+        transaction (the task's fence already checked): the WorkflowTaskCompleted marker,
+        one event and effect per command, a follow-up task for input that arrived
+        meanwhile, and the eager activity claims. The caller ran ``_check_decision``."""
+        namespace: str = run["namespace"]
+        run_id: str = run["run_id"]
+        commands = decision.commands
+        if marker_needed:
+            marker = history_pb2.WorkflowTaskCompleted(
+                last_seen_event_id=decision.last_seen_event_id,
+                worker_id=decision.worker_id,
+                build_id=decision.build_id,
+            )
+            marker.workflow_time.FromMilliseconds(decision.workflow_time_ms)
+            append_event(tx, namespace, run_id, now, "workflow_task_completed", marker)
+        closed = False
+        for command in commands:
+            closed = self._apply_command(tx, namespace, run, command, now) or closed
+        if not closed:
+            self._append_immediate_cancellations(tx, namespace, run_id, commands, now)
+            new_input = tx.one(
+                "SELECT event_id FROM history WHERE namespace = ? AND run_id = ? "
+                f"AND event_id > ? AND kind IN {INPUT_KINDS_SQL} LIMIT 1",
+                (namespace, run_id, decision.last_seen_event_id),
+            )
+            if new_input is not None:
+                ensure_workflow_task(tx, namespace, run_id, run["task_queue"], now)
+        if run["wft_attempt"] != 1 or run["last_wft_failure"] is not None:
+            tx.run(
+                "UPDATE runs SET wft_attempt = 1, last_wft_failure = NULL "
+                "WHERE namespace = ? AND run_id = ?",
+                (namespace, run_id),
+            )
+        appended = [data for appended_run, data in tx.appended if appended_run == run_id]
+        # `run` was read (and, on PostgreSQL, locked) before this operation appended.
+        history_length = run["history_length"] + len(appended)
+        eager = decision.eager
+        eager_seqs = _eager_seqs(commands, eager)
+        if closed or eager is None or not eager_seqs or run["task_queue"] != eager.task_queue:
+            return WorkflowTaskCompletion([], appended, history_length)
+        claimed = self._claim_eager_activities(
+            tx, namespace, run_id, run["workflow_id"], decision.worker_id, eager_seqs, now
+        )
+        on_queue = sum(
+            1
+            for c in commands
+            if c.WhichOneof("kind") == "schedule_activity"
+            and (c.schedule_activity.task_queue or run["task_queue"]) == eager.task_queue
+        )
+        if claimed and len(claimed) == on_queue:
+            # Every activity scheduled on that queue went to this worker: waking a
+            # poller would only cost it a claim that finds nothing.
+            tx.notes.tasks.discard((namespace, run["task_queue"], "activity"))
+        return WorkflowTaskCompletion(claimed, appended, history_length)
 
     def _claim_eager_activities(
         self,
@@ -1219,16 +1289,24 @@ class SqlStore(Store):
 
         return await self._write(op)
 
-    async def complete_activity_task(
+    async def complete_activity_task_inline(
         self,
         namespace: str,
         lease: LeaseRef,
         result: bytes,
         eager: EagerWorkflowTask | None = None,
-    ) -> ClaimedWorkflowTask | None:
+        inline: InlineWorkflowTask | None = None,
+    ) -> ActivityCompletion:
         payload = parse_payload(result, "result")
+        inline_commands = list(inline.commands) if inline is not None else []
+        inline_plan = None
+        if inline is not None:
+            # A decision the server refuses never costs the activity its result: the
+            # completion is recorded alone and the ordinary workflow task follows.
+            with contextlib.suppress(InvalidArgumentError):
+                inline_plan = validate_commands(inline_commands)
 
-        def op(tx: Tx) -> _WorkflowClaim | None:
+        def op(tx: Tx) -> ActivityCompletion | _WorkflowClaim:
             require_namespace(tx, namespace)
             now = tx.now_ms()
             task = fenced_update(
@@ -1242,9 +1320,9 @@ class SqlStore(Store):
             )
             if task is None:
                 lease_miss(tx, namespace, lease, "activity", "completed")
-                return None
+                return ActivityCompletion()
             run = open_run(tx, namespace, task["run_id"])
-            append_event(
+            event_id = append_event(
                 tx,
                 namespace,
                 task["run_id"],
@@ -1258,9 +1336,32 @@ class SqlStore(Store):
                     fencing_token=lease.fencing_token,
                 ),
             )
+            if (
+                inline is not None
+                and inline_plan is not None
+                and inline.run_id == task["run_id"]
+                and inline.last_seen_event_id + 1 == event_id
+                and not has_active_workflow_task(tx, namespace, task["run_id"])
+                and self._decision_acceptable(tx, run, inline_plan)
+            ):
+                # This result is the task's only new input: record the worker's decision
+                # as that task, at this transaction's database time, under the
+                # activity's fence. No task row is needed for a task nobody can claim.
+                decision = _Decision(
+                    lease.worker_id,
+                    inline.build_id,
+                    event_id,
+                    now,
+                    inline_commands,
+                    inline_plan,
+                    inline.eager,
+                )
+                return ActivityCompletion(
+                    inline=self._record_decision(tx, run, decision, True, now)
+                )
             ensure_workflow_task(tx, namespace, task["run_id"], run["task_queue"], now)
             if eager is None or run["task_queue"] != eager.task_queue:
-                return None
+                return ActivityCompletion()
             # The run's workflow task, if it is claimable right now (not leased elsewhere).
             claim = self._lease_workflow_task(
                 tx,
@@ -1273,14 +1374,17 @@ class SqlStore(Store):
                 f"{tx.claim_lock_suffix}",
                 (namespace, task["run_id"], now),
             )
-            if claim is not None:
-                # Nobody else needs waking for the task this worker just took.
-                tx.notes.tasks.discard((namespace, run["task_queue"], "workflow"))
+            if claim is None:
+                return ActivityCompletion()
+            # Nobody else needs waking for the task this worker just took.
+            tx.notes.tasks.discard((namespace, run["task_queue"], "workflow"))
             return claim
 
-        claim = await self._write(op)
-        return (
-            None if claim is None else await self._with_history(namespace, lease.worker_id, claim)
+        done = await self._write(op)
+        if isinstance(done, ActivityCompletion):
+            return done
+        return ActivityCompletion(
+            workflow_task=await self._with_history(namespace, lease.worker_id, done)
         )
 
     async def fail_activity_task(self, namespace: str, lease: LeaseRef, failure: bytes) -> None:

@@ -96,11 +96,13 @@ def append_event(
         (namespace, run_id),
     )
     assert isinstance(event_id, int)
+    data = make_event(event_id, now, kind, attributes)
     tx.run(
         "INSERT INTO history (namespace, run_id, event_id, kind, event_time_ms, data) "
         "VALUES (?, ?, ?, ?, ?, ?)",
-        (namespace, run_id, event_id, kind, now, make_event(event_id, now, kind, attributes)),
+        (namespace, run_id, event_id, kind, now, data),
     )
+    tx.appended.append((run_id, data))
     return event_id
 
 
@@ -121,6 +123,16 @@ def saw_new_input(tx: Tx, namespace: str, run_id: str, last_seen_event_id: int) 
         "SELECT event_id FROM history WHERE namespace = ? AND run_id = ? "
         f"AND event_id > ? AND event_id <= ? AND kind IN {INPUT_KINDS_SQL} LIMIT 1",
         (namespace, run_id, seen, last_seen_event_id),
+    )
+    return row is not None
+
+
+def has_active_workflow_task(tx: Tx, namespace: str, run_id: str) -> bool:
+    """Whether the run has a workflow task queued, leased or waiting (a retry backoff)."""
+    row = tx.one(
+        "SELECT 1 AS present FROM tasks WHERE namespace = ? AND run_id = ? "
+        f"AND kind = 'workflow' AND state IN {ACTIVE} LIMIT 1",
+        (namespace, run_id),
     )
     return row is not None
 

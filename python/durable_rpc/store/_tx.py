@@ -46,6 +46,9 @@ class Tx(abc.ABC):
 
     def __init__(self, known_namespaces: set[str] | None = None) -> None:
         self.notes = Notes()
+        # Events this operation appended, as (run_id, serialized HistoryEvent), in order:
+        # a sticky worker extends its copy of the history with them.
+        self.appended: list[tuple[str, bytes]] = []
         # Namespaces this store has already seen exist (shared by its transactions).
         # Namespaces are never deleted, so a positive answer can be remembered and the
         # existence check, once per operation, skipped.

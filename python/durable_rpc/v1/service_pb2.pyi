@@ -1110,6 +1110,7 @@ class CompleteWorkflowTaskRequest(_message.Message):
     EAGER_ACTIVITY_TYPES_FIELD_NUMBER: _builtins.int
     EAGER_TASK_QUEUE_FIELD_NUMBER: _builtins.int
     REJECTED_UPDATES_FIELD_NUMBER: _builtins.int
+    RETURN_APPENDED_EVENTS_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     last_seen_event_id: _builtins.int
     """The last history event the worker saw (the history it was handed)."""
@@ -1121,6 +1122,11 @@ class CompleteWorkflowTaskRequest(_message.Message):
     worker asks only for as many as it has free slots.
     """
     eager_task_queue: _builtins.str
+    return_appended_events: _builtins.bool
+    """Sticky history: return the events this completion appended (`appended`), so a
+    worker that keeps the run's history can decide its next workflow task inline with
+    an activity completion (see CompleteActivityTaskRequest.inline_workflow_task).
+    """
     @_builtins.property
     def lease(self) -> Global___Lease: ...
     @_builtins.property
@@ -1145,10 +1151,11 @@ class CompleteWorkflowTaskRequest(_message.Message):
         eager_activity_types: _abc.Iterable[_builtins.str] | None = ...,
         eager_task_queue: _builtins.str = ...,
         rejected_updates: _abc.Iterable[Global___RejectedUpdate] | None = ...,
+        return_appended_events: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["build_id", b"build_id", "commands", b"commands", "eager_activity_types", b"eager_activity_types", "eager_task_queue", b"eager_task_queue", "last_seen_event_id", b"last_seen_event_id", "lease", b"lease", "max_eager_activities", b"max_eager_activities", "namespace", b"namespace", "rejected_updates", b"rejected_updates"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["build_id", b"build_id", "commands", b"commands", "eager_activity_types", b"eager_activity_types", "eager_task_queue", b"eager_task_queue", "last_seen_event_id", b"last_seen_event_id", "lease", b"lease", "max_eager_activities", b"max_eager_activities", "namespace", b"namespace", "rejected_updates", b"rejected_updates", "return_appended_events", b"return_appended_events"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1159,18 +1166,30 @@ class CompleteWorkflowTaskResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     EAGER_ACTIVITIES_FIELD_NUMBER: _builtins.int
+    APPENDED_FIELD_NUMBER: _builtins.int
+    HISTORY_LENGTH_FIELD_NUMBER: _builtins.int
+    history_length: _builtins.int
     @_builtins.property
     def eager_activities(self) -> _containers.RepeatedCompositeFieldContainer[Global___PollActivityTaskResponse]:
         """Activity attempts claimed for this worker under the same fencing rules as a poll."""
+
+    @_builtins.property
+    def appended(self) -> _history_pb2.History:
+        """With return_appended_events: the events this completion appended, in order, and
+        the run's history length after it. When the length is not the worker's history
+        plus `appended`, other events arrived meanwhile: the worker's copy is stale.
+        """
 
     def __init__(
         self,
         *,
         eager_activities: _abc.Iterable[Global___PollActivityTaskResponse] | None = ...,
+        appended: _history_pb2.History | None = ...,
+        history_length: _builtins.int = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["appended", b"appended"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["eager_activities", b"eager_activities"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["appended", b"appended", "eager_activities", b"eager_activities", "history_length", b"history_length"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1367,6 +1386,7 @@ class CompleteActivityTaskRequest(_message.Message):
     LEASE_FIELD_NUMBER: _builtins.int
     RESULT_FIELD_NUMBER: _builtins.int
     EAGER_WORKFLOW_TASK_QUEUE_FIELD_NUMBER: _builtins.int
+    INLINE_WORKFLOW_TASK_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     eager_workflow_task_queue: _builtins.str
     """Eager workflow task: when this completion makes the run's workflow task claimable
@@ -1377,6 +1397,16 @@ class CompleteActivityTaskRequest(_message.Message):
     def lease(self) -> Global___Lease: ...
     @_builtins.property
     def result(self) -> _payload_pb2.Payload: ...
+    @_builtins.property
+    def inline_workflow_task(self) -> Global___InlineWorkflowTask:
+        """Inline workflow task: the worker keeps this run's history and already decided the
+        workflow task this completion causes (its only new input is this activity's
+        ActivityCompleted event). The server records the decision in the same transaction
+        as the completion, under the activity's fenced lease, when the run's history still
+        ends at `last_seen_event_id` and the run has no other workflow task; otherwise it
+        completes the activity alone (and `eager_workflow_task_queue` applies).
+        """
+
     def __init__(
         self,
         *,
@@ -1384,32 +1414,98 @@ class CompleteActivityTaskRequest(_message.Message):
         lease: Global___Lease | None = ...,
         result: _payload_pb2.Payload | None = ...,
         eager_workflow_task_queue: _builtins.str = ...,
+        inline_workflow_task: Global___InlineWorkflowTask | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease", "result", b"result"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["inline_workflow_task", b"inline_workflow_task", "lease", b"lease", "result", b"result"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["eager_workflow_task_queue", b"eager_workflow_task_queue", "lease", b"lease", "namespace", b"namespace", "result", b"result"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["eager_workflow_task_queue", b"eager_workflow_task_queue", "inline_workflow_task", b"inline_workflow_task", "lease", b"lease", "namespace", b"namespace", "result", b"result"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___CompleteActivityTaskRequest: _TypeAlias = CompleteActivityTaskRequest  # noqa: Y015
 
 @_typing.final
+class InlineWorkflowTask(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    LAST_SEEN_EVENT_ID_FIELD_NUMBER: _builtins.int
+    COMMANDS_FIELD_NUMBER: _builtins.int
+    BUILD_ID_FIELD_NUMBER: _builtins.int
+    MAX_EAGER_ACTIVITIES_FIELD_NUMBER: _builtins.int
+    EAGER_ACTIVITY_TYPES_FIELD_NUMBER: _builtins.int
+    EAGER_TASK_QUEUE_FIELD_NUMBER: _builtins.int
+    run_id: _builtins.str
+    last_seen_event_id: _builtins.int
+    """The last event of the worker's copy of the history, before this activity's event."""
+    build_id: _builtins.str
+    max_eager_activities: _builtins.int
+    """Eager activity dispatch for the commands, as in CompleteWorkflowTaskRequest."""
+    eager_task_queue: _builtins.str
+    @_builtins.property
+    def commands(self) -> _containers.RepeatedCompositeFieldContainer[_workflow_task_pb2.Command]:
+        """The commands the workflow produced after seeing this activity's result. The
+        workflow clock of that activation is the commit's database time, so the worker only
+        decides inline when the code did not read workflow.now().
+        """
+
+    @_builtins.property
+    def eager_activity_types(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        run_id: _builtins.str = ...,
+        last_seen_event_id: _builtins.int = ...,
+        commands: _abc.Iterable[_workflow_task_pb2.Command] | None = ...,
+        build_id: _builtins.str = ...,
+        max_eager_activities: _builtins.int = ...,
+        eager_activity_types: _abc.Iterable[_builtins.str] | None = ...,
+        eager_task_queue: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["build_id", b"build_id", "commands", b"commands", "eager_activity_types", b"eager_activity_types", "eager_task_queue", b"eager_task_queue", "last_seen_event_id", b"last_seen_event_id", "max_eager_activities", b"max_eager_activities", "run_id", b"run_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___InlineWorkflowTask: _TypeAlias = InlineWorkflowTask  # noqa: Y015
+
+@_typing.final
 class CompleteActivityTaskResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     WORKFLOW_TASK_FIELD_NUMBER: _builtins.int
+    INLINE_WORKFLOW_TASK_COMPLETED_FIELD_NUMBER: _builtins.int
+    APPENDED_FIELD_NUMBER: _builtins.int
+    HISTORY_LENGTH_FIELD_NUMBER: _builtins.int
+    EAGER_ACTIVITIES_FIELD_NUMBER: _builtins.int
+    inline_workflow_task_completed: _builtins.bool
+    """True when the inline workflow task was recorded; then `appended` holds every event
+    the transaction appended (ActivityCompleted, the WorkflowTaskCompleted marker, the
+    command events), `history_length` the run's length after it, and
+    `eager_activities` the attempts claimed for this worker.
+    """
+    history_length: _builtins.int
     @_builtins.property
     def workflow_task(self) -> Global___PollWorkflowTaskResponse:
         """Set when a workflow task was claimed for this worker (task_id != 0)."""
 
+    @_builtins.property
+    def appended(self) -> _history_pb2.History: ...
+    @_builtins.property
+    def eager_activities(self) -> _containers.RepeatedCompositeFieldContainer[Global___PollActivityTaskResponse]: ...
     def __init__(
         self,
         *,
         workflow_task: Global___PollWorkflowTaskResponse | None = ...,
+        inline_workflow_task_completed: _builtins.bool = ...,
+        appended: _history_pb2.History | None = ...,
+        history_length: _builtins.int = ...,
+        eager_activities: _abc.Iterable[Global___PollActivityTaskResponse] | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["workflow_task", b"workflow_task"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["appended", b"appended", "workflow_task", b"workflow_task"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["workflow_task", b"workflow_task"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["appended", b"appended", "eager_activities", b"eager_activities", "history_length", b"history_length", "inline_workflow_task_completed", b"inline_workflow_task_completed", "workflow_task", b"workflow_task"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

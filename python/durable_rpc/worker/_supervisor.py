@@ -99,7 +99,8 @@ class SupervisorReport:
     ``failures`` = outcomes accepted by the server; ``lease_losses`` = outcomes dropped
     because another owner took over; ``errors`` = cycles that backed off.
     ``queries`` = queries answered (or failed) by this worker: not tasks, so not in
-    ``claims``/``completions``/``failures``."""
+    ``claims``/``completions``/``failures``. ``inline_workflow_tasks`` = workflow tasks
+    decided inline with an activity completion (also counted as claimed and completed)."""
 
     claims: int = 0
     completions: int = 0
@@ -109,6 +110,12 @@ class SupervisorReport:
     activity_tasks: int = 0
     errors: int = 0
     queries: int = 0
+    inline_workflow_tasks: int = 0
+
+    def count_inline(self) -> None:
+        """A workflow task decided inline with an activity completion and recorded."""
+        self.inline_workflow_tasks += 1
+        self.count_eager("workflow", "completed")
 
     def count_eager(self, kind: TaskKind, outcome: TaskOutcome) -> None:
         """A task the server handed over with another task's completion."""

@@ -21,14 +21,26 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from durable_rpc.activity._definition import ActivityDefinition, must_define
 from durable_rpc.activity._failure import failure_from_exception
-from durable_rpc.errors import DurableRpcError, LeaseLostError, StoreUnavailableError
+from durable_rpc.errors import (
+    DurableRpcError,
+    InvalidArgumentError,
+    LeaseLostError,
+    StoreUnavailableError,
+)
 from durable_rpc.telemetry import activity_span, workflow_task_span
 from durable_rpc.v1 import payload_pb2, service_pb2, workflow_task_pb2
 from durable_rpc.worker._activity_task import AttemptOutcome, run_attempt
 from durable_rpc.worker._client import WorkerClient, call
+from durable_rpc.worker._inline import StickyHistories, StickyRun, sticky_run, with_activity_result
 from durable_rpc.worker._lease_keeper import LeaseKeeper
 from durable_rpc.worker._outcomes import OutcomeSender
-from durable_rpc.worker._workflow_task import Decision, answer_query, decide, last_event_id
+from durable_rpc.worker._workflow_task import (
+    Decision,
+    answer_query,
+    decide,
+    decide_inline,
+    last_event_id,
+)
 from durable_rpc.workflow._definition import WorkflowDefinition, definition_of
 
 if TYPE_CHECKING:
@@ -58,6 +70,8 @@ class OutcomeSink(Protocol):
 
     def count_eager(self, kind: TaskKind, outcome: TaskOutcome) -> None: ...
 
+    def count_inline(self) -> None: ...
+
 
 class DefinitionUnavailableError(Exception):
     """A workflow task names a (type, version) this worker did not register."""
@@ -84,6 +98,7 @@ class Worker:
         allow_definition_change: bool = False,
         workflow_task_deadline: timedelta = timedelta(seconds=10),
         activity_executor: Executor | None = None,
+        sticky_cache_size: int = 1000,
     ) -> None:
         if not task_queue:
             raise ValueError("task_queue must not be empty")
@@ -109,6 +124,8 @@ class Worker:
         # the event loop; its task fails at the deadline.
         self._workflow_executor = ThreadPoolExecutor(thread_name_prefix="durable-workflow")
         self._keeper = LeaseKeeper(client)
+        # Histories of recently decided runs, for inline workflow tasks (0 = none kept).
+        self._sticky = StickyHistories(sticky_cache_size) if sticky_cache_size > 0 else None
         self._outcomes = OutcomeSender(client)
         self._background: list[asyncio.Task[None]] = []
         self._registered = False
@@ -314,6 +331,9 @@ class Worker:
         self, task: service_pb2.PollWorkflowTaskResponse
     ) -> TaskOutcome:
         lease = self._lease(task.task_id, task.fencing_token)
+        if self._sticky is not None:
+            # This task supersedes any kept history; kept again once the server answers.
+            self._sticky.forget(task.run_id)
         try:
             decision = await self._decide(task)
         except Exception as error:
@@ -339,15 +359,23 @@ class Worker:
                 service_pb2.RejectedUpdate(update_id=update_id, failure=failure)
                 for update_id, failure in decision.rejected_updates
             ],
+            return_appended_events=self._sticky is not None,
         )
         eager: list[service_pb2.PollActivityTaskResponse] = []
+
+        def completed(response: service_pb2.CompleteWorkflowTaskResponse) -> None:
+            eager.extend(response.eager_activities)
+            if self._sticky is not None:
+                self._sticky.extend(
+                    sticky_run(task),
+                    task.run_id,
+                    list(commands),
+                    response.appended,
+                    response.history_length,
+                )
+
         try:
-            outcome = await self._report(
-                "complete_workflow_task",
-                complete,
-                "completed",
-                lambda response: eager.extend(response.eager_activities),
-            )
+            outcome = await self._report("complete_workflow_task", complete, "completed", completed)
         finally:
             for _ in range(slots - len(eager)):
                 self._activity_slots.release()
@@ -503,35 +531,123 @@ class Worker:
             log.info("activity task %s lost its lease; its outcome is dropped", task.task_id)
             return "lease_lost"
         if outcome.kind == "completed":
-            complete = service_pb2.CompleteActivityTaskRequest(
-                namespace=self.namespace,
-                lease=lease,
-                result=payload_pb2.Payload(data=outcome.result),
-                # Take the run's next workflow task in the same round trip when it is ours.
-                eager_workflow_task_queue=(
-                    self.task_queue if self._workflows and self.claiming else ""
-                ),
-            )
-            next_task: list[service_pb2.PollWorkflowTaskResponse] = []
-            reported = await self._report(
-                "complete_activity_task",
-                complete,
-                "completed",
-                lambda response: (
-                    next_task.append(response.workflow_task)
-                    if response.workflow_task.task_id
-                    else None
-                ),
-            )
-            for workflow_task in next_task:
-                decided = await self.execute_workflow_task(workflow_task)
-                if self.outcomes is not None:
-                    self.outcomes.count_eager("workflow", decided)
-            return reported
+            return await self._complete_activity(task, lease, outcome.result)
         fail = service_pb2.FailActivityTaskRequest(
             namespace=self.namespace, lease=lease, failure=outcome.failure
         )
         return await self._report("fail_activity_task", fail, "failed")
+
+    async def _complete_activity(
+        self, task: service_pb2.PollActivityTaskResponse, lease: service_pb2.Lease, result: bytes
+    ) -> TaskOutcome:
+        """Report a result; with it, the run's next workflow task decided inline (see
+        ``_inline.py``) or, failing that, that task claimed eagerly when it is ours."""
+        complete = service_pb2.CompleteActivityTaskRequest(
+            namespace=self.namespace,
+            lease=lease,
+            result=payload_pb2.Payload(data=result),
+            eager_workflow_task_queue=(
+                self.task_queue if self._workflows and self.claiming else ""
+            ),
+        )
+        sticky = self._sticky.get(task.run_id) if self._sticky is not None else None
+        inline = None
+        last_seen = 0
+        if sticky is not None and self.claiming:
+            last_seen = sticky.history_length
+            inline = await self._decide_inline(sticky, task, result)
+        slots = 0
+        if inline is not None:
+            slots = await self._reserve_activity_slots(inline.commands)
+            complete.inline_workflow_task.CopyFrom(
+                service_pb2.InlineWorkflowTask(
+                    run_id=task.run_id,
+                    last_seen_event_id=last_seen,
+                    commands=inline.commands,
+                    build_id=self.build_id,
+                    max_eager_activities=slots,
+                    eager_activity_types=self.activity_names if slots else (),
+                    eager_task_queue=self.task_queue if slots else "",
+                )
+            )
+        next_task: list[service_pb2.PollWorkflowTaskResponse] = []
+        eager: list[service_pb2.PollActivityTaskResponse] = []
+        decided_inline = False
+
+        def completed(response: service_pb2.CompleteActivityTaskResponse) -> None:
+            nonlocal decided_inline
+            if response.workflow_task.task_id:
+                next_task.append(response.workflow_task)
+            if sticky is None or self._sticky is None:
+                return
+            if response.inline_workflow_task_completed and inline is not None:
+                decided_inline = True
+                eager.extend(response.eager_activities)
+                self._sticky.extend(
+                    sticky,
+                    task.run_id,
+                    list(inline.commands),
+                    response.appended,
+                    response.history_length,
+                )
+            else:
+                self._sticky.forget(task.run_id)  # the ordinary workflow task follows
+
+        try:
+            try:
+                reported = await self._report(
+                    "complete_activity_task", complete, "completed", completed
+                )
+            except InvalidArgumentError:
+                if inline is None:
+                    raise
+                # The server refused the decision (a bug on either side): never let that
+                # cost the result. Report it alone; the ordinary workflow task follows.
+                log.warning("inline workflow task of %s refused; reporting alone", task.run_id)
+                complete.ClearField("inline_workflow_task")
+                inline = None
+                reported = await self._report(
+                    "complete_activity_task", complete, "completed", completed
+                )
+        finally:
+            for _ in range(slots - len(eager)):
+                self._activity_slots.release()
+        if sticky is not None and not decided_inline and self._sticky is not None:
+            self._sticky.forget(task.run_id)
+        if decided_inline and self.outcomes is not None:
+            self.outcomes.count_inline()
+        for activity in eager:
+            self._start_eager_activity(activity)
+        for workflow_task in next_task:
+            decided = await self.execute_workflow_task(workflow_task)
+            if self.outcomes is not None:
+                self.outcomes.count_eager("workflow", decided)
+        return reported
+
+    async def _decide_inline(
+        self, run: StickyRun, task: service_pb2.PollActivityTaskResponse, result: bytes
+    ) -> Decision | None:
+        """The run's next workflow task decided from its kept history plus this result,
+        or None when it cannot be decided inline (see ``decide_inline``)."""
+        definition = self._workflows.get((run.workflow_type, run.workflow_version or "1"))
+        if definition is None:
+            return None
+        history = with_activity_result(run, task, self.worker_id, result)
+        seconds = self.workflow_task_deadline.total_seconds()
+        decide = functools.partial(
+            decide_inline,
+            definition,
+            history,
+            task_queue=self.task_queue,
+            deadline=time.monotonic() + seconds,
+        )
+        with workflow_task_span(
+            run.workflow_type, run.workflow_id, task.run_id, 1, run.trace_context or None
+        ):
+            try:
+                return await self._run_workflow_code(decide, "inline workflow task")
+            except TimeoutError:
+                return None
 
     # --- reporting ------------------------------------------------------------------
 

@@ -42,23 +42,60 @@ def decide(
 ) -> Decision:
     """Replay ``history``, then deliver ``pending_updates`` (requests not in history yet)
     after the new input events. Raises what :func:`replay` raises."""
-    machine = _core.ReplayMachine(history, task_time_ms)
-    for update in pending_updates:
-        machine.add_pending_update(update.SerializeToString())
-    instance = WorkflowInstance(definition, task_queue=task_queue, deadline=deadline)
-    while (raw := machine.next_activation()) is not None:
-        if deadline is not None and time.monotonic() > deadline:
-            raise WorkflowTaskError("replay ran past the workflow task deadline")
-        completion = instance.activate(workflow_task_pb2.Activation.FromString(raw))
-        machine.complete_activation(completion.SerializeToString())
-    commands = workflow_task_pb2.ActivationCompletion.FromString(machine.take_new_commands())
-    new_commands = list(commands.commands)
+    instance, new_commands = _run(
+        definition, history, task_time_ms, task_queue, pending_updates, deadline, inline=False
+    )
     # Local activities the live code waits for: run them here, then resolve them in a
     # follow-up activation of the same task (recorded as local_activity markers).
     while pending := instance.pending_local_activities():
         outcomes = [run_local_activity(request, deadline) for request in pending]
         new_commands.extend(instance.resolve_local_activities(outcomes))
     return Decision(new_commands, list(instance.rejected_updates))
+
+
+def decide_inline(
+    definition: WorkflowDefinition,
+    history: bytes,
+    *,
+    task_queue: str,
+    deadline: float | None = None,
+) -> Decision | None:
+    """Decide the workflow task whose only new input is the last event of ``history``
+    before the server creates it (see worker/_inline.py). Its clock is the database time
+    of the commit that will record it, unknown now: ``None`` when the code read the
+    clock, waits for a local activity (never run for a decision that may be dropped) or
+    fails in any way (the ordinary task then meets the same failure and reports it)."""
+    try:
+        instance, new_commands = _run(definition, history, 0, task_queue, (), deadline, inline=True)
+    except Exception:
+        return None
+    if instance.read_unknown_clock or instance.pending_local_activities():
+        return None
+    return Decision(new_commands, [])
+
+
+def _run(
+    definition: WorkflowDefinition,
+    history: bytes,
+    task_time_ms: int,
+    task_queue: str,
+    pending_updates: Sequence[workflow_task_pb2.DoUpdateJob],
+    deadline: float | None,
+    *,
+    inline: bool,
+) -> tuple[WorkflowInstance, list[workflow_task_pb2.Command]]:
+    machine = _core.ReplayMachine(history, task_time_ms)
+    for update in pending_updates:
+        machine.add_pending_update(update.SerializeToString())
+    instance = WorkflowInstance(definition, task_queue=task_queue, deadline=deadline)
+    instance.clock_unknown_when_live = inline
+    while (raw := machine.next_activation()) is not None:
+        if deadline is not None and time.monotonic() > deadline:
+            raise WorkflowTaskError("replay ran past the workflow task deadline")
+        completion = instance.activate(workflow_task_pb2.Activation.FromString(raw))
+        machine.complete_activation(completion.SerializeToString())
+    commands = workflow_task_pb2.ActivationCompletion.FromString(machine.take_new_commands())
+    return instance, list(commands.commands)
 
 
 def replay(
@@ -108,4 +145,12 @@ def answer_query(
     return instance.query(query_name, query_input)
 
 
-__all__ = ["Decision", "QueryError", "answer_query", "decide", "last_event_id", "replay"]
+__all__ = [
+    "Decision",
+    "QueryError",
+    "answer_query",
+    "decide",
+    "decide_inline",
+    "last_event_id",
+    "replay",
+]

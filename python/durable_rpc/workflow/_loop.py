@@ -48,6 +48,10 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
         self.owner = owner
         self._ready: deque[asyncio.Handle] = deque()
         self._workflow_time = 0.0
+        # While True (an inline decision's live activation) the clock is unknown and any
+        # read of it is remembered in `clock_read_while_unknown`.
+        self.clock_unknown = False
+        self.clock_read_while_unknown = False
         self._running = False
         self.violation: BaseException | None = None
 
@@ -76,6 +80,8 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
         return asyncio.Task(coro, loop=self, name=name, context=context)
 
     def time(self) -> float:
+        if self.clock_unknown:
+            self.clock_read_while_unknown = True
         return self._workflow_time
 
     def set_time(self, seconds: float) -> None:

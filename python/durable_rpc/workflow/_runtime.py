@@ -124,7 +124,11 @@ class WorkflowInstance:
         # Absolute time.monotonic() after which a still-running activation fails the task.
         self.deadline = deadline
         self.loop: WorkflowLoop = new_loop(self)
-        self.now = datetime.fromtimestamp(0, UTC)
+        self._now = datetime.fromtimestamp(0, UTC)
+        # Set for a workflow task decided inline with an activity completion: its clock
+        # is the database time of the commit that records it, unknown while the code
+        # runs. Reading it then marks the decision unusable (see worker/_inline.py).
+        self.clock_unknown_when_live = False
         self.is_replaying = False
         self.random = random.Random(0)
         self.info: WorkflowInfo | None = None
@@ -165,6 +169,18 @@ class WorkflowInstance:
         self.rejected_updates: list[tuple[str, payload_pb2.Failure]] = []
         _sandbox.install()
 
+    @property
+    def now(self) -> datetime:
+        """The workflow clock of the current activation."""
+        return (
+            datetime.fromtimestamp(self.loop.time(), UTC) if self.loop.clock_unknown else self._now
+        )
+
+    @property
+    def read_unknown_clock(self) -> bool:
+        """Whether live code read the clock while it was unknown."""
+        return self.loop.clock_read_while_unknown
+
     # --- activation -----------------------------------------------------------------
 
     def activate(
@@ -187,8 +203,9 @@ class WorkflowInstance:
             elif marker.kind == LOCAL_ACTIVITY_MARKER:
                 self._recorded_locals[marker.seq] = (marker.id, payload_data(marker.payload))
         if activation.HasField("timestamp"):
-            self.now = activation.timestamp.ToDatetime(tzinfo=UTC)
+            self._now = activation.timestamp.ToDatetime(tzinfo=UTC)
             self.loop.set_time(activation.timestamp.ToNanoseconds() / 1e9)
+        self.loop.clock_unknown = self.clock_unknown_when_live and not self.is_replaying
         with self.loop.running(), _sandbox.restricted():
             start: workflow_task_pb2.StartWorkflowJob | None = None
             cancel_reason: str | None = None

@@ -1,0 +1,115 @@
+"""Inline workflow tasks: decide a run's next workflow task together with the activity
+completion that causes it, saving a round trip and a durable commit per activity.
+
+After a workflow-task completion the server answers the events it appended; the worker
+keeps the run's whole history (`StickyHistories`, bounded, least recently used out).
+When one of the run's activities completes on this worker, the worker appends the
+``ActivityCompleted`` event the server would append, replays, and sends the resulting
+commands with the completion (``CompleteActivityTaskRequest.inline_workflow_task``).
+The server records them in the completion's transaction under the activity's fenced
+lease only if its history still ends where the worker's copy does and no other workflow
+task exists; otherwise it completes the activity alone and the ordinary workflow task
+follows. Either way nothing is decided twice or from a stale history.
+
+The decided activation's clock is the database time of that commit, which the code
+cannot know while it runs: a decision whose code read ``workflow.now()`` is dropped
+(:func:`durable_rpc.worker._workflow_task.decide_inline`).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from durable_rpc.v1 import history_pb2, payload_pb2, service_pb2, workflow_task_pb2
+
+# Commands after which the run has no next workflow task to decide.
+_CLOSING = frozenset({"complete_workflow", "fail_workflow", "cancel_workflow", "continue_as_new"})
+
+
+@dataclass(slots=True)
+class StickyRun:
+    workflow_id: str
+    workflow_type: str
+    workflow_version: str
+    #: A serialized History: event ids 1..history_length, exactly as stored.
+    history: bytes
+    history_length: int
+    trace_context: dict[str, str]
+
+
+class StickyHistories:
+    """The histories of the runs this worker decided last, by run id (LRU, bounded)."""
+
+    def __init__(self, capacity: int) -> None:
+        self._capacity = capacity
+        self._runs: OrderedDict[str, StickyRun] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._runs)
+
+    def get(self, run_id: str) -> StickyRun | None:
+        run = self._runs.get(run_id)
+        if run is not None:
+            self._runs.move_to_end(run_id)
+        return run
+
+    def forget(self, run_id: str) -> None:
+        self._runs.pop(run_id, None)
+
+    def extend(
+        self,
+        run: StickyRun,
+        run_id: str,
+        commands: list[workflow_task_pb2.Command],
+        appended: history_pb2.History,
+        history_length: int,
+    ) -> None:
+        """Keep ``run``'s history plus ``appended``, the events the server appended with
+        a decision; forget the run when that left gaps (other events arrived meanwhile)
+        or closed it."""
+        closing = any(c.WhichOneof("kind") in _CLOSING for c in commands)
+        if closing or run.history_length + len(appended.events) != history_length:
+            self.forget(run_id)
+            return
+        run.history += appended.SerializeToString()
+        run.history_length = history_length
+        self._runs[run_id] = run
+        self._runs.move_to_end(run_id)
+        while len(self._runs) > self._capacity:
+            self._runs.popitem(last=False)
+
+
+def sticky_run(task: service_pb2.PollWorkflowTaskResponse) -> StickyRun:
+    """A workflow task's run, with the history it was handed."""
+    events = task.history.events
+    started = events[0].workflow_started if events else None
+    return StickyRun(
+        workflow_id=task.workflow_id,
+        workflow_type=task.workflow_type,
+        workflow_version=task.workflow_version,
+        history=task.history.SerializeToString(),
+        history_length=events[-1].event_id if events else 0,
+        trace_context=dict(started.trace_context) if started is not None else {},
+    )
+
+
+def with_activity_result(
+    run: StickyRun, task: service_pb2.PollActivityTaskResponse, worker_id: str, result: bytes
+) -> bytes:
+    """``run``'s history plus the ActivityCompleted event completing ``task`` would append
+    (its time is not known yet; replay never reads an input event's time)."""
+    event = history_pb2.HistoryEvent(
+        event_id=run.history_length + 1,
+        activity_completed=history_pb2.ActivityCompleted(
+            seq=task.seq,
+            result=payload_pb2.Payload(data=result),
+            attempt=task.attempt,
+            worker_id=worker_id,
+            fencing_token=task.fencing_token,
+        ),
+    )
+    return run.history + history_pb2.History(events=[event]).SerializeToString()
+
+
+__all__ = ["StickyHistories", "StickyRun", "sticky_run", "with_activity_result"]
