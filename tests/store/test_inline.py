@@ -8,6 +8,7 @@ import pytest
 from durable_rpc.errors import LeaseLostError
 from durable_rpc.store import (
     ClaimedActivityTask,
+    DirectClaim,
     EagerActivities,
     InlineWorkflowTask,
     LeaseRef,
@@ -182,3 +183,69 @@ async def test_tracked_completion_reports_appended_events(store: Store) -> None:
     assert history_pb2.HistoryEvent.FromString(done.appended_events[0]).HasField(
         "workflow_task_completed"
     )
+
+
+# --- direct dispatch: a start claims its first workflow task for a waiting worker --------
+
+
+async def test_start_claims_the_first_task_for_the_named_worker(store: Store) -> None:
+    result = await store.start_workflow(
+        NS,
+        "wf-1",
+        "Order",
+        "1",
+        QUEUE,
+        payload(b"args"),
+        "req-1",
+        claim_for=DirectClaim("w1", 30_000),
+    )
+    task = result.workflow_task
+    assert task is not None and result.started
+    assert (task.run_id, task.worker_id, task.fencing_token, task.attempt) == (
+        result.run_id,
+        "w1",
+        1,
+        1,
+    )
+    assert kinds(task.events) == ["workflow_started"]
+    now = await store.now_ms()
+    assert now < task.lease_expires_at_ms <= now + 30_000
+    # Nobody else can claim it; its lease completes it as usual.
+    assert await store.claim_workflow_task(NS, QUEUE, "w2", 30_000) is None
+    await store.complete_workflow_task(NS, task.lease, 1, [complete(1)])
+    assert (await store.get_outcome(NS, "wf-1", None)).status == "completed"
+    # A duplicate start claims nothing.
+    again = await store.start_workflow(
+        NS,
+        "wf-1",
+        "Order",
+        "1",
+        QUEUE,
+        payload(b"args"),
+        "req-1",
+        claim_for=DirectClaim("w1", 30_000),
+    )
+    assert (again.started, again.workflow_task) == (False, None)
+
+
+async def test_a_released_task_is_claimable_again_and_its_old_lease_is_dead(store: Store) -> None:
+    result = await store.start_workflow(
+        NS,
+        "wf-1",
+        "Order",
+        "1",
+        QUEUE,
+        payload(b"args"),
+        "req-1",
+        claim_for=DirectClaim("w1", 30_000),
+    )
+    task = result.workflow_task
+    assert task is not None
+    assert await store.release_workflow_task(NS, task.lease)
+    assert not await store.release_workflow_task(NS, task.lease)  # fenced: once only
+    retaken = await claim(store, "w2")
+    assert (retaken.task_id, retaken.fencing_token, retaken.attempt) == (task.task_id, 2, 1)
+    with pytest.raises(LeaseLostError):
+        await store.complete_workflow_task(NS, task.lease, 1, [complete(1)])
+    assert not await store.release_workflow_task(NS, task.lease)
+    await store.complete_workflow_task(NS, retaken.lease, 1, [complete(1)])

@@ -14,6 +14,7 @@ from grpc_health.v1.health import aio as health_aio
 from grpc_reflection.v1alpha import reflection
 
 from durable_rpc.server._due import DueLoop
+from durable_rpc.server._handoff import Handoffs
 from durable_rpc.server._interceptor import ErrorInterceptor
 from durable_rpc.server._notify import Notifier
 from durable_rpc.server._queries import QueryRouter
@@ -57,6 +58,7 @@ class Server:
         self._shutting_down = asyncio.Event()
         self._health = health_aio.HealthServicer()
         self.port: int | None = None
+        self.handoffs: Handoffs | None = None
 
     async def start(self) -> None:
         await self.store.open()
@@ -81,8 +83,18 @@ class Server:
         queries = QueryRouter()
         # Pending update requests too (until a workflow accepts them: docs/engine.md).
         updates = UpdateRegistry()
+        # A start hands its run's first task straight to a waiting poll (_handoff.py).
+        handoffs = self.handoffs = Handoffs(notifier.tasks)
         service_pb2_grpc.add_WorkflowServiceServicer_to_server(
-            WorkflowService(self.store, notifier, queries, updates), server
+            WorkflowService(
+                self.store,
+                notifier,
+                queries,
+                updates,
+                handoffs=handoffs,
+                workflow_task_lease_ms=self.config.workflow_task_lease_ms,
+            ),
+            server,
         )
         service_pb2_grpc.add_WorkerServiceServicer_to_server(
             WorkerService(
@@ -93,6 +105,7 @@ class Server:
                 shutting_down=self._shutting_down,
                 queries=queries,
                 updates=updates,
+                handoffs=handoffs,
             ),
             server,
         )

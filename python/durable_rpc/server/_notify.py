@@ -23,8 +23,11 @@ class Waiters:
     """
 
     def __init__(self) -> None:
-        # dict as an ordered set: insertion order is wake order.
-        self._waiting: defaultdict[Hashable, dict[asyncio.Future[None], None]] = defaultdict(dict)
+        # Insertion order is wake order; the value names the waiting worker once the
+        # poll waits (`name_waiter`), which lets a start hand it a task (`reserve`).
+        self._waiting: defaultdict[Hashable, dict[asyncio.Future[None], str | None]] = defaultdict(
+            dict
+        )
 
     def register(self, key: Hashable) -> asyncio.Future[None]:
         """Register before checking for work, so an arrival in between is not missed."""
@@ -32,6 +35,27 @@ class Waiters:
         self._waiting[key][future] = None
         future.add_done_callback(lambda f: self._discard(key, f))
         return future
+
+    def name_waiter(self, key: Hashable, future: asyncio.Future[None], worker_id: str) -> None:
+        """Say which worker ``future`` (registered under ``key``) waits for."""
+        waiting = self._waiting.get(key)
+        if waiting is not None and future in waiting:
+            waiting[future] = worker_id
+
+    def named(self, key: Hashable) -> int:
+        """How many waiters of ``key`` named their worker and still wait."""
+        waiting = self._waiting.get(key, {})
+        return sum(1 for f, w in waiting.items() if w is not None and not f.done())
+
+    def reserve(self, key: Hashable) -> tuple[asyncio.Future[None], str] | None:
+        """Take the oldest waiter of ``key`` that named its worker out of the wake order
+        (no notification reaches it any more): the caller will resolve it."""
+        waiting = self._waiting.get(key)
+        for future, worker_id in list((waiting or {}).items()):
+            if worker_id is not None and not future.done():
+                self._discard(key, future)
+                return future, worker_id
+        return None
 
     def _discard(self, key: Hashable, future: asyncio.Future[None]) -> None:
         waiting = self._waiting.get(key)

@@ -19,6 +19,7 @@ from durable_rpc.errors import (
 )
 from durable_rpc.payload import PayloadError
 from durable_rpc.server import _convert, _validate
+from durable_rpc.server._handoff import Handoffs
 from durable_rpc.server._notify import Notifier, wait
 from durable_rpc.server._queries import PendingQuery, QueryRouter
 from durable_rpc.server._updates import UpdateRegistry
@@ -125,6 +126,7 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
         shutting_down: asyncio.Event,
         queries: QueryRouter | None = None,
         updates: UpdateRegistry | None = None,
+        handoffs: Handoffs | None = None,
     ) -> None:
         self._queries = queries or QueryRouter()
         self._updates = updates or UpdateRegistry()
@@ -133,9 +135,15 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
         self._poll_timeout_s = poll_timeout_s
         self._workflow_task_lease_ms = workflow_task_lease_ms
         self._shutting_down = shutting_down
+        self.handoffs = handoffs or Handoffs(notifier.tasks)
+        self._background: set[asyncio.Future[None]] = set()
 
     async def _long_poll(
-        self, key: tuple[str, str, str], claim: Callable[[], Awaitable[T | None]]
+        self,
+        key: tuple[str, str, str],
+        claim: Callable[[], Awaitable[T | None]],
+        handed_over: Callable[[asyncio.Future[None]], T | None] | None = None,
+        worker_id: str | None = None,
     ) -> T | None:
         """Claim, or wait for a wake-up on `key` and claim again, until the poll timeout.
 
@@ -145,6 +153,9 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
         one that was woken but leaves without claiming (deadline, cancelled call) hands
         it back, so no announced task is left waiting for the next notification.
         Shutdown wakes every waiter (`Notifier.wake_all_pollers`).
+
+        With `handed_over` (workflow tasks, see `_handoff.py`) the waiting poll names
+        `worker_id`, so a start may claim its first task for it and hand it over.
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._poll_timeout_s
@@ -163,13 +174,36 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
                     remaining = deadline - loop.time()
                     if remaining <= 0:
                         return None
+                    if handed_over is not None and worker_id is not None:
+                        # Only while waiting: a poll busy claiming takes nothing handed.
+                        self._notifier.tasks.name_waiter(key, arrival, worker_id)
                     unclaimed_wakeup = await wait(arrival, remaining)
+                    if handed_over is not None and (handed := handed_over(arrival)) is not None:
+                        unclaimed_wakeup = False
+                        return handed
                 finally:
                     arrival.cancel()
+                    if handed_over is not None and (left := handed_over(arrival)) is not None:
+                        # Handed over as this poll was cancelled: give it back.
+                        self._release_later(key[0], left)
             return None
         finally:
             if unclaimed_wakeup:
                 self._notifier.tasks.notify(key)
+
+    def _release_later(self, namespace: str, task: object) -> None:
+        if not isinstance(task, ClaimedWorkflowTask):
+            return
+
+        async def release() -> None:
+            try:
+                await self._store.release_workflow_task(namespace, task.lease)
+            except DurableRpcError as error:  # its lease will expire instead
+                log.warning("could not release workflow task %s: %s", task.task_id, error)
+
+        background = asyncio.ensure_future(release())
+        self._background.add(background)
+        background.add_done_callback(self._background.discard)
 
     async def RegisterWorker(
         self, request: service_pb2.RegisterWorkerRequest, context: grpc.aio.ServicerContext
@@ -222,6 +256,8 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
             lambda: self._store.claim_workflow_task(
                 ns, queue, worker_id, self._workflow_task_lease_ms
             ),
+            self.handoffs.take,
+            worker_id,
         )
         if task is None:
             return service_pb2.PollWorkflowTaskResponse()

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from typing import Any
 
 import grpc
 
 from durable_rpc.errors import (
+    DurableRpcError,
     InvalidArgumentError,
     QueryFailedError,
     QueryTimeoutError,
@@ -17,11 +19,12 @@ from durable_rpc.errors import (
     WorkflowNotRunningError,
 )
 from durable_rpc.server import _convert, _validate
+from durable_rpc.server._handoff import Handoffs
 from durable_rpc.server._notify import Notifier
 from durable_rpc.server._notify import wait as wait_for_wakeup
 from durable_rpc.server._queries import QueryRouter
 from durable_rpc.server._updates import UpdateRegistry
-from durable_rpc.store import RunInfo, StartOptions, Store
+from durable_rpc.store import ClaimedWorkflowTask, DirectClaim, RunInfo, StartOptions, Store
 from durable_rpc.telemetry import current_trace_context
 from durable_rpc.v1 import (
     history_pb2,
@@ -30,6 +33,8 @@ from durable_rpc.v1 import (
     service_pb2,
     service_pb2_grpc,
 )
+
+log = logging.getLogger(__name__)
 
 DEFAULT_RESULT_WAIT_S = 30.0
 MAX_RESULT_WAIT_S = 60.0
@@ -108,9 +113,14 @@ class WorkflowService(service_pb2_grpc.WorkflowServiceServicer):
         notifier: Notifier,
         queries: QueryRouter | None = None,
         updates: UpdateRegistry | None = None,
+        handoffs: Handoffs | None = None,
+        workflow_task_lease_ms: int = 0,
     ) -> None:
         self._store = store
         self._notifier = notifier
+        # Direct dispatch of a new run's first task to a waiting poll (_handoff.py).
+        self._handoffs = handoffs
+        self._workflow_task_lease_ms = workflow_task_lease_ms
         self._queries = queries or QueryRouter()
         self._updates = updates or UpdateRegistry()
 
@@ -118,7 +128,7 @@ class WorkflowService(service_pb2_grpc.WorkflowServiceServicer):
         self, request: service_pb2.StartWorkflowRequest, context: grpc.aio.ServicerContext
     ) -> service_pb2.StartWorkflowResponse:
         ns = _validate.namespace(request.namespace)
-        result = await self._store.start_workflow(
+        arguments = (
             ns,
             _validate.name("workflow_id", request.workflow_id),
             _validate.name("workflow_type", request.workflow_type),
@@ -130,7 +140,32 @@ class WorkflowService(service_pb2_grpc.WorkflowServiceServicer):
             current_trace_context(),
             _start_options(request),
         )
+        reservation = None
+        if self._handoffs is not None and self._workflow_task_lease_ms > 0:
+            reservation = self._handoffs.reserve((ns, request.task_queue, "workflow"))
+        if reservation is None:
+            result = await self._store.start_workflow(*arguments)
+            return service_pb2.StartWorkflowResponse(run_id=result.run_id, started=result.started)
+        handed: ClaimedWorkflowTask | None = None
+        try:
+            result = await self._store.start_workflow(
+                *arguments,
+                claim_for=DirectClaim(reservation.worker_id, self._workflow_task_lease_ms),
+            )
+            handed = result.workflow_task
+        finally:
+            if handed is None:  # a duplicate start, or an error: nothing to hand over
+                reservation.cancel()
+            elif not reservation.deliver(handed):
+                # The poll left while the run started: give its task back.
+                await self._release(ns, handed)
         return service_pb2.StartWorkflowResponse(run_id=result.run_id, started=result.started)
+
+    async def _release(self, namespace: str, task: ClaimedWorkflowTask) -> None:
+        try:
+            await self._store.release_workflow_task(namespace, task.lease)
+        except DurableRpcError as error:  # its lease will expire instead
+            log.warning("could not release workflow task %s: %s", task.task_id, error)
 
     async def SignalWorkflow(
         self, request: service_pb2.SignalWorkflowRequest, context: grpc.aio.ServicerContext

@@ -106,6 +106,17 @@ class StartResult:
     run_id: str
     #: False when the request id matched an earlier start (nothing new was created).
     started: bool
+    #: The run's first workflow task, when the start was asked to claim it (``claim_for``).
+    workflow_task: ClaimedWorkflowTask | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DirectClaim:
+    """Claim the new run's first workflow task for ``worker_id`` in the starting
+    transaction: the server hands it to that worker's waiting poll, saving a claim."""
+
+    worker_id: str
+    lease_ms: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -341,6 +352,7 @@ class Store(abc.ABC):
         request_id: str,
         trace_context: Mapping[str, str] | None = None,
         options: StartOptions | None = None,
+        claim_for: DirectClaim | None = None,
     ) -> StartResult: ...
 
     @abc.abstractmethod
@@ -469,6 +481,12 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def fail_workflow_task(self, namespace: str, lease: LeaseRef, failure: bytes) -> None: ...
+
+    @abc.abstractmethod
+    async def release_workflow_task(self, namespace: str, lease: LeaseRef) -> bool:
+        """Give a claimed workflow task back unchanged (queued again, claimable at once),
+        e.g. when the worker it was claimed for left before it could be handed over.
+        Fenced like every write after a claim; False when the lease no longer holds."""
 
     @abc.abstractmethod
     async def request_workflow_task(self, namespace: str, run_id: str) -> bool:

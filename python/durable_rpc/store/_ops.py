@@ -28,6 +28,7 @@ from durable_rpc.store._api import (
     ActivityCompletion,
     ClaimedActivityTask,
     ClaimedWorkflowTask,
+    DirectClaim,
     DueReport,
     EagerActivities,
     EagerWorkflowTask,
@@ -228,6 +229,7 @@ class SqlStore(Store):
         request_id: str,
         trace_context: Mapping[str, str] | None = None,
         options: StartOptions | None = None,
+        claim_for: DirectClaim | None = None,
     ) -> StartResult:
         require(workflow_id, "workflow_id")
         require(workflow_type, "workflow_type")
@@ -236,7 +238,12 @@ class SqlStore(Store):
         payload = parse_payload(input, "input")
         checked = check_start_options(options)
 
-        def op(tx: Tx) -> StartResult:
+        if claim_for is not None:
+            require(claim_for.worker_id, "worker_id")
+            if claim_for.lease_ms <= 0:
+                raise InvalidArgumentError("lease_ms must be positive")
+
+        def op(tx: Tx) -> StartResult | tuple[str, _WorkflowClaim]:
             require_namespace(tx, namespace)
             earlier = earlier_start(tx, namespace, workflow_id, request_id)
             if earlier is not None:
@@ -263,9 +270,31 @@ class SqlStore(Store):
                 trace_context,
                 checked,
             )
-            return StartResult(run_id, started=True)
+            if claim_for is None:
+                return StartResult(run_id, started=True)
+            claim = self._lease_workflow_task(
+                tx,
+                namespace,
+                claim_for.worker_id,
+                claim_for.lease_ms,
+                tx.now_ms(),
+                "SELECT task_id FROM tasks WHERE namespace = ? AND run_id = ? "
+                f"AND kind = 'workflow' AND state = 'queued'{tx.claim_lock_suffix}",
+                (namespace, run_id),
+            )
+            if claim is None:  # pragma: no cover - a new run always has its first task
+                return StartResult(run_id, started=True)
+            # The poller it is claimed for needs no wake-up; others would find nothing.
+            tx.notes.tasks.discard((namespace, task_queue, "workflow"))
+            return run_id, claim
 
-        return await self._write(op)
+        done = await self._write(op)
+        if isinstance(done, StartResult):
+            return done
+        run_id, claim = done
+        assert claim_for is not None
+        task = await self._with_history(namespace, claim_for.worker_id, claim)
+        return StartResult(run_id, started=True, workflow_task=task)
 
     async def signal_workflow(
         self,
@@ -1119,6 +1148,27 @@ class SqlStore(Store):
             if run is None or run["status"] != "running":
                 return False
             ensure_workflow_task(tx, namespace, run_id, run["task_queue"], tx.now_ms())
+            return True
+
+        return await self._write(op)
+
+    async def release_workflow_task(self, namespace: str, lease: LeaseRef) -> bool:
+        def op(tx: Tx) -> bool:
+            require_namespace(tx, namespace)
+            now = tx.now_ms()
+            released = fenced_update(
+                tx,
+                namespace,
+                lease,
+                "workflow",
+                now,
+                "state = 'queued', worker_id = NULL, expires_at_ms = NULL, "
+                "claimed_at_ms = NULL, due_ms = ?, visible_at_ms = ?",
+                (now, now),
+            )
+            if released is None:
+                return False
+            tx.notes.tasks.add((namespace, released["task_queue"], "workflow"))
             return True
 
         return await self._write(op)
