@@ -7,7 +7,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from durable_rpc.store import ClaimedWorkflowTask, Store
+from durable_rpc.store import ClaimedWorkflowTask, RunOutcome, Store
 from durable_rpc.v1 import history_pb2, options_pb2, payload_pb2, workflow_task_pb2
 
 T = TypeVar("T")
@@ -178,6 +178,7 @@ class RecordingListener:
         self.tasks: list[tuple[str, str, str]] = []
         self.due: list[int] = []
         self.closed: list[tuple[str, str]] = []
+        self.outcomes: list[RunOutcome | None] = []
         self.changed = asyncio.Event()
 
     def tasks_available(self, namespace: str, task_queue: str, kind: str) -> None:
@@ -188,8 +189,9 @@ class RecordingListener:
         self.due.append(due_ms)
         self.changed.set()
 
-    def run_closed(self, namespace: str, run_id: str) -> None:
+    def run_closed(self, namespace: str, run_id: str, outcome: RunOutcome | None = None) -> None:
         self.closed.append((namespace, run_id))
+        self.outcomes.append(outcome)
         self.changed.set()
 
     async def wait_for(self, predicate: Callable[[], bool], what: str) -> None:

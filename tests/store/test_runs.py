@@ -204,6 +204,20 @@ async def test_terminate_closes_run_and_cancels_tasks(
     with pytest.raises(WorkflowNotRunningError):
         await store.terminate(NS, "wf-1", None, "again")
     await listener.wait_for(lambda: (NS, run_id) in listener.closed, "run_closed")
+    # The notification carries the outcome the store answers (result polls reuse it).
+    assert listener.outcomes[listener.closed.index((NS, run_id))] == outcome
+
+
+async def test_close_notification_carries_the_stored_outcome(
+    store: Store, listener: RecordingListener
+) -> None:
+    run_id = await start(store)
+    task = await claim(store)
+    await store.complete_workflow_task(NS, task.lease, 1, [complete(1, b"done!")])
+    await listener.wait_for(lambda: (NS, run_id) in listener.closed, "run_closed")
+    notified = listener.outcomes[listener.closed.index((NS, run_id))]
+    assert notified == await store.get_outcome(NS, "wf-1", run_id)
+    assert notified is not None and notified.status == "completed"
 
 
 async def test_outcome_of_completed_and_failed_runs(store: Store) -> None:

@@ -18,7 +18,7 @@ from durable_rpc.errors import (
     StoreUnavailableError,
     WorkflowAlreadyStartedError,
 )
-from durable_rpc.store import SQLiteStore, Store, StoreOptions, open_store
+from durable_rpc.store import RunOutcome, SQLiteStore, Store, StoreOptions, open_store
 from tests.store.conftest import BACKEND, FAST
 from tests.store.helpers import (
     NS,
@@ -236,7 +236,9 @@ async def test_listener_runs_after_commit(file_store: Store, db_path: Path) -> N
         def due_at(self, due_ms: int) -> None:
             pass
 
-        def run_closed(self, namespace: str, run_id: str) -> None:
+        def run_closed(
+            self, namespace: str, run_id: str, outcome: RunOutcome | None = None
+        ) -> None:
             pass
 
     file_store.set_listener(Checker())

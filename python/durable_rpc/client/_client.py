@@ -16,7 +16,7 @@ from durable_rpc.client._handle import WorkflowHandle, WorkflowInfo, info_from_p
 from durable_rpc.client._refs import signal_name, workflow_ref
 from durable_rpc.search_attributes import memo_to_proto
 from durable_rpc.search_attributes import to_proto as sa_to_proto
-from durable_rpc.telemetry import tracing_client_interceptors
+from durable_rpc.telemetry import TracingChannel
 from durable_rpc.v1 import payload_pb2, service_pb2, service_pb2_grpc
 
 DEFAULT_ADDRESS = "127.0.0.1:7233"
@@ -41,13 +41,15 @@ class Client:
         cls, address: str | None = None, *, namespace: str = "default", timeout: float = 10.0
     ) -> Client:
         """Connect to ``address`` (default: ``DURABLE_RPC_ADDRESS``) and wait until ready."""
-        channel = grpc.aio.insecure_channel(
-            address or default_address(),
-            interceptors=tracing_client_interceptors(),
-            options=[
-                ("grpc.max_receive_message_length", 64 * 1024 * 1024),
-                ("grpc.keepalive_time_ms", 30_000),
-            ],
+        # Traced by a channel wrapper: grpc client interceptors add tasks to every call.
+        channel = TracingChannel(
+            grpc.aio.insecure_channel(
+                address or default_address(),
+                options=[
+                    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+                    ("grpc.keepalive_time_ms", 30_000),
+                ],
+            )
         )
         try:
             await channel.channel_ready() if timeout is None else await _ready(channel, timeout)

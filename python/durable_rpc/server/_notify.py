@@ -8,8 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Hashable
+
+from durable_rpc.store import RunOutcome
+
+# Outcomes of recently closed runs kept for result long polls (see Notifier.outcome_of).
+_KEPT_OUTCOMES = 4096
 
 
 class Waiters:
@@ -115,6 +120,7 @@ class Notifier:
         self._on_due = on_due
         self.tasks = Waiters()
         self.closed_runs = Waiters()
+        self._outcomes: OrderedDict[tuple[str, str], RunOutcome] = OrderedDict()
 
     def _call(self, fn: Callable[..., None], *args: object) -> None:
         if threading.get_ident() == self._loop_thread:
@@ -126,8 +132,19 @@ class Notifier:
     def tasks_available(self, namespace: str, task_queue: str, kind: str) -> None:
         self._call(self.tasks.notify, (namespace, task_queue, kind))
 
-    def run_closed(self, namespace: str, run_id: str) -> None:
-        self._call(self.closed_runs.notify_every, (namespace, run_id))
+    def run_closed(self, namespace: str, run_id: str, outcome: RunOutcome | None = None) -> None:
+        self._call(self._closed, (namespace, run_id), outcome)
+
+    def _closed(self, key: tuple[str, str], outcome: RunOutcome | None) -> None:
+        if outcome is not None:
+            self._outcomes[key] = outcome
+            while len(self._outcomes) > _KEPT_OUTCOMES:
+                self._outcomes.popitem(last=False)
+        self.closed_runs.notify_every(key)
+
+    def outcome_of(self, namespace: str, run_id: str) -> RunOutcome | None:
+        """The outcome of a run this process closed recently (terminal: never stale)."""
+        return self._outcomes.get((namespace, run_id))
 
     def due_at(self, due_ms: int) -> None:
         self._call(self._on_due, due_ms)

@@ -292,7 +292,9 @@ class WorkflowService(service_pb2_grpc.WorkflowServiceServicer):
                     closed = self._notifier.closed_runs.register((ns, outcome.run_id))
                     outcome = await self._store.get_outcome(ns, workflow_id, outcome.run_id)
                 if outcome.status == "running" and await wait_for_wakeup(closed, wait):
-                    outcome = await self._store.get_outcome(ns, workflow_id, outcome.run_id)
+                    outcome = self._notifier.outcome_of(
+                        ns, outcome.run_id
+                    ) or await self._store.get_outcome(ns, workflow_id, outcome.run_id)
         finally:
             if closed is not None:
                 closed.cancel()

@@ -42,8 +42,8 @@ class StoreListener(Protocol):
         """Something (timer, retry backoff, lease expiry, deadline) is due at ``due_ms``:
         call :meth:`Store.process_due` then (and wake pollers)."""
 
-    def run_closed(self, namespace: str, run_id: str) -> None:
-        """The run reached a terminal status."""
+    def run_closed(self, namespace: str, run_id: str, outcome: RunOutcome | None = None) -> None:
+        """The run reached a terminal status (``outcome``, when this process closed it)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ from durable_rpc.errors import (
     NotFoundError,
     WorkflowNotRunningError,
 )
-from durable_rpc.store._api import LeaseRef, RunInfo
+from durable_rpc.store._api import LeaseRef, RunInfo, RunOutcome
 from durable_rpc.store._logic import INPUT_EVENT_KINDS, lease_lost_message, make_event
 from durable_rpc.store._tx import Row, Tx
 from durable_rpc.v1 import history_pb2, payload_pb2
@@ -177,6 +177,8 @@ def close_run(
         (namespace, run_id),
     )
     tx.notes.closed.append((namespace, run_id))
+    if status != "continued_as_new":  # its outcome names the next run: read it instead
+        tx.notes.outcomes[(namespace, run_id)] = RunOutcome(run_id, status, result, failure)
     if closed is not None and closed["parent_run_id"] and status != "continued_as_new":
         _notify_parent(
             tx,

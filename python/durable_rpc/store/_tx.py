@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from durable_rpc.store._api import StoreListener, TaskKind
+from durable_rpc.store._api import RunOutcome, StoreListener, TaskKind
 
 Row = dict[str, Any]
 
@@ -24,6 +24,9 @@ class Notes:
     tasks: set[tuple[str, str, TaskKind]] = field(default_factory=set)
     due: set[int] = field(default_factory=set)
     closed: list[tuple[str, str]] = field(default_factory=list)
+    #: Outcomes of the runs closed here, by (namespace, run id): long polls for a result
+    #: answer from them without reading the store again (not sent to other replicas).
+    outcomes: dict[tuple[str, str], RunOutcome] = field(default_factory=dict)
 
     def deliver(self, listener: StoreListener) -> None:
         for namespace, task_queue, kind in sorted(self.tasks):
@@ -31,7 +34,7 @@ class Notes:
         if self.due:
             listener.due_at(min(self.due))
         for namespace, run_id in self.closed:
-            listener.run_closed(namespace, run_id)
+            listener.run_closed(namespace, run_id, self.outcomes.get((namespace, run_id)))
 
 
 class Tx(abc.ABC):

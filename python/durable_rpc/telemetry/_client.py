@@ -1,4 +1,9 @@
-"""Client-side tracing: one CLIENT span per unary-unary call, context sent as metadata."""
+"""Client-side tracing: one CLIENT span per unary-unary call, context sent as metadata.
+
+:class:`TracingChannel` does it without grpc's interceptor machinery (which turns every call
+into an intercepted call with extra tasks); :func:`tracing_client_interceptors` is the same
+thing as grpc.aio client interceptors, for channels built elsewhere.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ from typing import Any
 
 import grpc
 from opentelemetry import propagate, trace
+from opentelemetry.context import Context
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from durable_rpc.telemetry._common import (
@@ -15,6 +21,7 @@ from durable_rpc.telemetry._common import (
     get_tracer,
     method_name,
     rpc_method_info,
+    tracing_enabled,
 )
 
 
@@ -64,10 +71,134 @@ class _TracingUnaryUnaryClientInterceptor(grpc.aio.UnaryUnaryClientInterceptor):
             return call
 
 
-def _with_trace_context(metadata: Iterable[tuple[str, Any]] | None) -> grpc.aio.Metadata:
-    """``metadata`` plus the current trace context (replacing any propagation fields in it)."""
+class TracingChannel(grpc.aio.Channel):  # type: ignore[misc]
+    """A ``grpc.aio.Channel`` whose unary-unary calls are traced as with
+    :func:`tracing_client_interceptors`, at a fraction of the cost.
+
+    Each unary-unary call gets a CLIENT span (``package.Service/Method``, the RPC attributes,
+    ``rpc.grpc.status_code``, ERROR status on any non-OK code or cancellation) and the trace
+    context is injected into the outgoing metadata with the global OTel propagator.
+
+    With no SDK configured (no provider passed in and the global one is OTel's no-op/proxy
+    default, checked per call) there is no span: the current trace context is still injected
+    when there is one, and otherwise the call goes straight to the wrapped channel, returning
+    grpc's own call object. A traced call returns an awaitable of the response instead (await
+    it; task cancellation cancels the RPC). Other call kinds and all channel methods go
+    straight to the wrapped channel.
+    """
+
+    def __init__(
+        self, channel: grpc.aio.Channel, tracer_provider: trace.TracerProvider | None = None
+    ) -> None:
+        self.channel = channel
+        self._tracer_provider = tracer_provider
+        self._tracer = get_tracer(tracer_provider)
+
+    async def __aenter__(self) -> TracingChannel:
+        return self
+
+    async def __aexit__(self, exc_type: Any, exc_val: Any, exc_tb: Any) -> None:
+        await self.channel.__aexit__(exc_type, exc_val, exc_tb)
+
+    async def close(self, grace: float | None = None) -> None:
+        await self.channel.close(grace)
+
+    def get_state(self, try_to_connect: bool = False) -> grpc.ChannelConnectivity:
+        return self.channel.get_state(try_to_connect)
+
+    async def wait_for_state_change(self, last_observed_state: grpc.ChannelConnectivity) -> None:
+        await self.channel.wait_for_state_change(last_observed_state)
+
+    async def channel_ready(self) -> None:
+        await self.channel.channel_ready()
+
+    def unary_unary(self, method: str, *args: Any, **kwargs: Any) -> _TracedUnaryUnary:
+        return _TracedUnaryUnary(
+            self.channel.unary_unary(method, *args, **kwargs),
+            method,
+            self._tracer,
+            self._tracer_provider,
+        )
+
+    def unary_stream(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        return self.channel.unary_stream(method, *args, **kwargs)
+
+    def stream_unary(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        return self.channel.stream_unary(method, *args, **kwargs)
+
+    def stream_stream(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        return self.channel.stream_stream(method, *args, **kwargs)
+
+
+class _TracedUnaryUnary:
+    """A unary-unary multicallable: the wrapped one, plus a CLIENT span per call."""
+
+    __slots__ = ("_attributes", "_inner", "_name", "_tracer", "_tracer_provider")
+
+    def __init__(
+        self,
+        inner: Any,
+        method: str | bytes,
+        tracer: trace.Tracer,
+        tracer_provider: trace.TracerProvider | None,
+    ) -> None:
+        self._inner = inner
+        self._name, self._attributes = rpc_method_info(method_name(method))
+        self._tracer = tracer
+        self._tracer_provider = tracer_provider
+
+    def __call__(self, request: Any, **kwargs: Any) -> Any:
+        if tracing_enabled(self._tracer_provider):
+            return self._traced(request, kwargs)
+        if trace.get_current_span().get_span_context().is_valid:
+            # No span to record, but the caller's trace goes on on the other side.
+            kwargs["metadata"] = _with_trace_context(kwargs.get("metadata"))
+        return self._inner(request, **kwargs)
+
+    async def _traced(self, request: Any, kwargs: dict[str, Any]) -> Any:
+        span = self._tracer.start_span(
+            self._name,
+            kind=SpanKind.CLIENT,
+            attributes=self._attributes,
+            record_exception=False,
+            set_status_on_exception=False,
+        )
+        try:
+            kwargs["metadata"] = _with_trace_context(
+                kwargs.get("metadata"), trace.set_span_in_context(span)
+            )
+            response = await self._inner(request, **kwargs)
+        except asyncio.CancelledError:
+            if span.is_recording():
+                span.set_attribute(RPC_GRPC_STATUS_CODE, grpc.StatusCode.CANCELLED.value[0])
+                span.set_status(Status(StatusCode.ERROR, "CANCELLED"))
+            raise
+        except grpc.aio.AioRpcError as exc:
+            if span.is_recording():
+                code: grpc.StatusCode = exc.code()
+                span.set_attribute(RPC_GRPC_STATUS_CODE, code.value[0])
+                span.set_status(Status(StatusCode.ERROR, exc.details() or code.name))
+            raise
+        except Exception as exc:
+            if span.is_recording():
+                span.record_exception(exc)
+                span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+            raise
+        else:
+            if span.is_recording():
+                span.set_attribute(RPC_GRPC_STATUS_CODE, grpc.StatusCode.OK.value[0])
+            return response
+        finally:
+            span.end()
+
+
+def _with_trace_context(
+    metadata: Iterable[tuple[str, Any]] | None, context: Context | None = None
+) -> grpc.aio.Metadata:
+    """``metadata`` plus the trace context of ``context`` (default: the current one), replacing
+    any propagation fields in it."""
     fields: dict[str, str] = {}
-    propagate.inject(fields)
+    propagate.inject(fields, context)
     kept = [(k, v) for k, v in metadata or () if k not in fields]
     return grpc.aio.Metadata(*kept, *fields.items())
 
@@ -78,6 +209,7 @@ def tracing_client_interceptors(tracer_provider: trace.TracerProvider | None = N
     Each unary-unary call gets a CLIENT span (``package.Service/Method``, same attributes as
     the server span, ERROR status on any non-OK code) and the trace context is injected into
     the outgoing metadata with the global OTel propagator (``traceparent``/``tracestate`` by
-    default). Other call kinds are not intercepted.
+    default). Other call kinds are not intercepted. :class:`TracingChannel` does the same
+    more cheaply.
     """
     return [_TracingUnaryUnaryClientInterceptor(get_tracer(tracer_provider))]

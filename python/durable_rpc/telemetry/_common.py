@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from functools import lru_cache
 
-from opentelemetry import trace
-from opentelemetry.propagators.textmap import Getter
+from opentelemetry import propagate, trace
+from opentelemetry.propagators.textmap import Getter, TextMapPropagator
 from opentelemetry.util.types import AttributeValue
 
 #: Instrumentation scope of every tracer and meter this package creates.
@@ -31,6 +31,35 @@ def get_tracer(tracer_provider: trace.TracerProvider | None) -> trace.Tracer:
     set later and is a no-op until then.
     """
     return trace.get_tracer(SCOPE, tracer_provider=tracer_provider)
+
+
+# What OTel hands out while no SDK is configured: every span it makes is non-recording.
+_DEFAULT_PROVIDERS = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
+
+
+def tracing_enabled(tracer_provider: trace.TracerProvider | None) -> bool:
+    """Whether spans can be recorded: ``tracer_provider`` (or, if ``None``, the global provider)
+    is not OTel's no-op or proxy default.
+
+    Cheap enough to ask on every call, so a global provider set later is honoured at once.
+    """
+    provider = trace.get_tracer_provider() if tracer_provider is None else tracer_provider
+    return not isinstance(provider, _DEFAULT_PROVIDERS)
+
+
+_fields: tuple[TextMapPropagator | None, frozenset[str]] = (None, frozenset())
+
+
+def propagation_fields() -> frozenset[str]:
+    """The carrier keys the global propagator reads (``traceparent``, ``tracestate``,
+    ``baggage`` by default), cached until the global propagator changes."""
+    global _fields
+    textmap = propagate.get_global_textmap()
+    cached, fields = _fields
+    if textmap is not cached:
+        fields = frozenset(key.lower() for key in textmap.fields)
+        _fields = (textmap, fields)
+    return fields
 
 
 @lru_cache(maxsize=512)

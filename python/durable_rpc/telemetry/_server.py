@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
+from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
@@ -15,7 +16,9 @@ from durable_rpc.telemetry._common import (
     RPC_GRPC_STATUS_CODE,
     get_tracer,
     method_name,
+    propagation_fields,
     rpc_method_info,
+    tracing_enabled,
 )
 
 Handler = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
@@ -49,33 +52,59 @@ class TracingServerInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc
     handlers are returned unwrapped. Put it first in ``grpc.aio.server(interceptors=[...])`` so
     it is outermost and sees the final status set by the other interceptors.
 
-    With no tracer provider configured the tracer is OTel's no-op one: no span is recorded, only
-    the incoming context is made current.
+    With no SDK configured (no provider passed in and the global one is OTel's no-op/proxy
+    default, checked per call so a provider installed later is honoured) no span is made: the
+    incoming trace context, if the metadata carries one, is only made current for the handler.
     """
 
     def __init__(self, tracer_provider: trace.TracerProvider | None = None) -> None:
+        self._tracer_provider = tracer_provider
         self._tracer = get_tracer(tracer_provider)
+        # Wrapped handlers by method: built once, not on every call (this is a hot path).
+        self._wrapped: dict[str, grpc.RpcMethodHandler] = {}
 
     async def intercept_service(
         self,
         continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
         details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler:
+        wrapped = self._wrapped.get(details.method)
+        if wrapped is not None:
+            return wrapped
         handler = await continuation(details)
         if handler is None or handler.unary_unary is None:
             return handler
-        return grpc.unary_unary_rpc_method_handler(
-            self._wrap(handler.unary_unary, details),
+        wrapped = grpc.unary_unary_rpc_method_handler(
+            self._wrap(handler.unary_unary, method_name(details.method)),
             request_deserializer=handler.request_deserializer,
             response_serializer=handler.response_serializer,
         )
+        self._wrapped[details.method] = wrapped
+        return wrapped
 
-    def _wrap(self, inner: Handler, details: grpc.HandlerCallDetails) -> Handler:
+    def _wrap(self, inner: Handler, method: str) -> Handler:
         tracer = self._tracer
-        name, attributes = rpc_method_info(method_name(details.method))
-        metadata = details.invocation_metadata
+        tracer_provider = self._tracer_provider
+        name, attributes = rpc_method_info(method)
 
         async def handle(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            metadata = context.invocation_metadata()
+            if not tracing_enabled(tracer_provider):
+                # No SDK: no span to record. Only make an incoming span context current, so
+                # what the handler stores in history still belongs to the caller's trace (as
+                # with a span: incoming baggage is not made current either way).
+                fields = propagation_fields()
+                if not metadata or not any(key in fields for key, _ in metadata):
+                    return await inner(request, context)
+                caller = trace.get_current_span(propagate.extract(metadata, getter=METADATA_GETTER))
+                if not caller.get_span_context().is_valid:
+                    return await inner(request, context)
+                token = otel_context.attach(trace.set_span_in_context(caller))
+                try:
+                    return await inner(request, context)
+                finally:
+                    otel_context.detach(token)
+
             parent = propagate.extract(metadata, getter=METADATA_GETTER)
             with tracer.start_as_current_span(
                 name,

@@ -461,12 +461,25 @@ class Worker:
             thread.append(threading.get_ident())
             return fn()
 
+        future = loop.run_in_executor(self._workflow_executor, run)
+        timed_out = False
+
+        def expire() -> None:
+            nonlocal timed_out
+            if not future.done():
+                timed_out = True
+                future.cancel()  # the thread runs on; its late result is dropped
+
+        # A plain timer rather than asyncio.wait_for: no extra task on this hot path.
+        deadline = loop.call_later(seconds, expire)
         try:
-            return await asyncio.wait_for(
-                loop.run_in_executor(self._workflow_executor, run), seconds
-            )
-        except TimeoutError:
-            raise _blocked_error(what, seconds, thread[0] if thread else None) from None
+            return await future
+        except asyncio.CancelledError:
+            if timed_out:
+                raise _blocked_error(what, seconds, thread[0] if thread else None) from None
+            raise
+        finally:
+            deadline.cancel()
 
     # --- query tasks ----------------------------------------------------------------
 
