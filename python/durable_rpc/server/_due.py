@@ -25,6 +25,10 @@ log = logging.getLogger(__name__)
 MAX_SLEEP_S = 5.0
 # Backoff when the store is unavailable.
 ERROR_SLEEP_S = 0.5
+# Due times this close together are handled by one pass: under load every claim adds a
+# lease expiry, and a pass per millisecond would be a write transaction per millisecond.
+# Timers fire at most this much after their due time.
+DUE_GRANULARITY_S = 0.01
 
 
 class DueLoop:
@@ -74,9 +78,8 @@ class DueLoop:
             self._index.pop_due(report.db_now_ms)
             if report.next_due_ms is not None:
                 self._index.schedule(str(report.next_due_ms), report.next_due_ms)
-            if self.notifier is not None:
-                # Expired workflow-task leases become claimable by time alone.
-                self.notifier.wake_all_pollers()
+            # What became claimable (fired timers, ended backoffs, expired leases put back
+            # in the queue) was announced by the pass's own notifications.
             await self._sleep_until_next_due()
 
     async def _sleep_until_next_due(self) -> None:
@@ -88,9 +91,8 @@ class DueLoop:
             next_due = self._index.next_due()
             delay = MAX_SLEEP_S
             if next_due is not None:
-                delay = min(MAX_SLEEP_S, max(0.0, (next_due - self._db_now_estimate()) / 1000))
-            if delay <= 0:
-                return
+                until_due = max(0.0, (next_due - self._db_now_estimate()) / 1000)
+                delay = min(MAX_SLEEP_S, until_due + DUE_GRANULARITY_S)
             try:
                 await asyncio.wait_for(self._changed.wait(), timeout=delay)
             except TimeoutError:

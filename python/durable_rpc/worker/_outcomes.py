@@ -1,10 +1,11 @@
 """Reports task outcomes, coalescing those that pile up while a report is in flight.
 
-At most one CompleteTasks call is in flight per worker: an outcome arriving while idle is
-sent at once (no added latency); outcomes arriving meanwhile are sent together in the
-next call. Under load this turns N round trips into one, and the server applies the items
-of a call together (one group commit). Each item keeps the semantics of its single call:
-fencing, idempotence, its own error.
+At most one report is in flight per worker: an outcome arriving while idle is sent at
+once through its own method (CompleteActivityTask, ...: no added latency, no batch
+envelope); outcomes arriving meanwhile are sent together in the next call, a
+CompleteTasks batch. Under load this turns N round trips into one, and the server applies
+the items of a call together (one group commit). Each item keeps the semantics of its
+single call: fencing, idempotence, its own error.
 """
 
 from __future__ import annotations
@@ -20,7 +21,15 @@ from durable_rpc.worker._client import WorkerClient, call
 
 MAX_OUTCOMES_PER_CALL = 256
 
-_Pending = tuple[service_pb2.TaskOutcome, "asyncio.Future[Any]"]
+# An outcome sent alone goes through its own method: no batch envelope to build and parse.
+_METHODS = {
+    "complete_workflow_task": "CompleteWorkflowTask",
+    "fail_workflow_task": "FailWorkflowTask",
+    "complete_activity_task": "CompleteActivityTask",
+    "fail_activity_task": "FailActivityTask",
+}
+
+_Pending = tuple[str, Any, "asyncio.Future[Any]"]
 
 
 class OutcomeSender:
@@ -29,11 +38,15 @@ class OutcomeSender:
         self._pending: list[_Pending] = []
         self._sending: asyncio.Task[None] | None = None
 
-    async def send(self, outcome: service_pb2.TaskOutcome) -> Any:
-        """The item's response message (e.g. CompleteWorkflowTaskResponse); raises the
-        item's DurableRpcError (LeaseLostError, ...) or the call's."""
+    async def send(self, kind: str, request: Any) -> Any:
+        """Report ``request``, the ``kind`` field of a TaskOutcome
+        (``complete_workflow_task``, ...). The item's response message (e.g.
+        CompleteWorkflowTaskResponse); raises the item's DurableRpcError
+        (LeaseLostError, ...) or the call's."""
+        if kind not in _METHODS:
+            raise ValueError(f"unknown outcome kind {kind!r}")
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._pending.append((outcome, future))
+        self._pending.append((kind, request, future))
         if self._sending is None:
             self._sending = asyncio.ensure_future(self._drain())
         return await future
@@ -48,20 +61,31 @@ class OutcomeSender:
             self._sending = None
 
     async def _send_batch(self, batch: list[_Pending]) -> None:
-        request = service_pb2.CompleteTasksRequest(outcomes=[outcome for outcome, _ in batch])
+        if len(batch) == 1:
+            kind, single, future = batch[0]
+            method = getattr(self._client.worker_service, _METHODS[kind])
+        else:
+            single = service_pb2.CompleteTasksRequest(
+                outcomes=[service_pb2.TaskOutcome(**{kind: item}) for kind, item, _ in batch]
+            )
+            method = self._client.worker_service.CompleteTasks
         try:
-            response = await call(self._client.worker_service.CompleteTasks, request)
+            response = await call(method, single)
         except DurableRpcError as error:
-            for _, future in batch:
+            for _, _, future in batch:
                 if not future.done():
                     future.set_exception(error)
             return
         except BaseException as error:  # cancelled: nobody may be left waiting
-            for _, future in batch:
+            for _, _, future in batch:
                 if not future.done():
                     future.set_exception(error)
             raise
-        for (_, future), result in zip(batch, response.results, strict=False):
+        if len(batch) == 1:
+            if not future.done():
+                future.set_result(response)
+            return
+        for (_, _, future), result in zip(batch, response.results, strict=False):
             if future.done():
                 continue
             kind = result.WhichOneof("result")
@@ -69,7 +93,7 @@ class OutcomeSender:
                 future.set_exception(error_from_status(result.error))
             else:
                 future.set_result(getattr(result, kind) if kind else None)
-        for _, future in batch[len(response.results) :]:
+        for _, _, future in batch[len(response.results) :]:
             if not future.done():
                 future.set_exception(DurableRpcError("the server answered fewer outcomes"))
 

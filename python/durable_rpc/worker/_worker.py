@@ -673,10 +673,9 @@ class Worker:
     ) -> TaskOutcome:
         """Send a completion; LEASE_LOST means another owner took over: drop silently.
         ``kind`` names the TaskOutcome field (``complete_workflow_task``, ...)."""
-        item = service_pb2.TaskOutcome(**{kind: request})
         for attempt in range(_REPORT_ATTEMPTS):
             try:
-                response = await self._outcomes.send(item)
+                response = await self._outcomes.send(kind, request)
                 if on_response is not None:
                     on_response(response)
                 return outcome
