@@ -139,6 +139,7 @@ class WorkflowSupervisor:
     def __init__(self, worker: Worker, config: WorkflowSupervisorConfig | None = None) -> None:
         self.worker = worker
         self.config = config or WorkflowSupervisorConfig.default()
+        self._stopped: asyncio.Future[None] | None = None
 
     async def run(self, token: CancellationToken) -> SupervisorReport:
         report = SupervisorReport()
@@ -153,6 +154,8 @@ class WorkflowSupervisor:
             self.worker.claiming = False
 
         stopper = asyncio.ensure_future(stop_claiming())
+        # Done once the token is cancelled: every poll of this run waits on it too.
+        self._stopped = stopper
         try:
             cycles = [
                 asyncio.ensure_future(self._cycle(kinds, token, report)) for kinds in self._plan()
@@ -161,6 +164,7 @@ class WorkflowSupervisor:
             await asyncio.gather(*cycles)
         finally:
             stopper.cancel()
+            self._stopped = None
             self.worker.claiming = False
             await self.worker.drain()
             await self.worker.stop()
@@ -262,11 +266,14 @@ class WorkflowSupervisor:
             "query": self.worker.poll_query_task,
         }
         poll: asyncio.Future[Any] = asyncio.ensure_future(polls[kind]())
-        stop = asyncio.ensure_future(token.wait())
+        shared = self._stopped
+        # One future per run for all polls (not a task per poll: this is a hot path).
+        stop = shared if shared is not None else asyncio.ensure_future(token.wait())
         try:
             await asyncio.wait({poll, stop}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            stop.cancel()
+            if stop is not shared:
+                stop.cancel()
         if not poll.done():
             poll.cancel()
             with contextlib.suppress(asyncio.CancelledError, DurableRpcError):
