@@ -20,6 +20,10 @@ from typing import Any
 from durable_rpc.errors import DurableRpcError, StoreUnavailableError
 from durable_rpc.worker._worker import TaskKind, TaskOutcome, Worker
 
+# Longest a workflow cycle waits, before polling again, for the activities its task handed
+# over eagerly to report (see Worker.eager_settled).
+EAGER_HEAD_START_S = 0.005
+
 log = logging.getLogger("durable_rpc.worker")
 
 
@@ -232,6 +236,8 @@ class WorkflowSupervisor:
                 continue
             if claimed:
                 errors = 0
+                if kind == "workflow":
+                    await self.worker.eager_settled(EAGER_HEAD_START_S)
 
     async def _claim_and_execute(
         self, kind: TaskKind, token: CancellationToken, report: SupervisorReport

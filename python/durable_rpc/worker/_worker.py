@@ -135,6 +135,9 @@ class Worker:
         # Activities handed out eagerly with a workflow-task completion run as tasks of
         # their own (each holding an activity slot); `drain()` waits for them.
         self._eager_runs: set[asyncio.Task[None]] = set()
+        # Set while no eager activity is between its hand-over and its report.
+        self._eager_settled = asyncio.Event()
+        self._eager_settled.set()
         # Where outcomes of eager work are counted (set by the supervisor).
         self.outcomes: OutcomeSink | None = None
         # Eager dispatch is a claim: once shutdown begins, completions stop asking for it.
@@ -402,7 +405,17 @@ class Worker:
             taken += 1
         return taken
 
+    async def eager_settled(self, timeout: float) -> None:
+        """Wait (at most ``timeout`` seconds) until the activities handed over eagerly have
+        reported: a cycle about to poll again lets that work go first, since a poll is
+        never urgent while other polls of this worker wait and the handed-over work is."""
+        if not self._eager_settled.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._eager_settled.wait(), timeout)
+
     def _start_eager_activity(self, task: service_pb2.PollActivityTaskResponse) -> None:
+        self._eager_settled.clear()
+
         async def run() -> None:
             try:
                 outcome = await self.execute_activity_task(task)
@@ -412,6 +425,8 @@ class Worker:
                 log.exception("eager activity task %s failed to run", task.task_id)
             finally:
                 self._activity_slots.release()
+                if not any(not t.done() for t in self._eager_runs if t is not run_task):
+                    self._eager_settled.set()
 
         run_task = asyncio.ensure_future(run())
         self._eager_runs.add(run_task)
