@@ -12,6 +12,7 @@ from durable_rpc.store import (
     EagerActivities,
     InlineWorkflowTask,
     LeaseRef,
+    StartResult,
     Store,
 )
 from durable_rpc.v1 import history_pb2
@@ -188,8 +189,9 @@ async def test_tracked_completion_reports_appended_events(store: Store) -> None:
 # --- direct dispatch: a start claims its first workflow task for a waiting worker --------
 
 
-async def test_start_claims_the_first_task_for_the_named_worker(store: Store) -> None:
-    result = await store.start_workflow(
+async def start_claimed(store: Store) -> StartResult:
+    """Starts wf-1 (request req-1), claiming its first workflow task for w1."""
+    return await store.start_workflow(
         NS,
         "wf-1",
         "Order",
@@ -199,6 +201,10 @@ async def test_start_claims_the_first_task_for_the_named_worker(store: Store) ->
         "req-1",
         claim_for=DirectClaim("w1", 30_000),
     )
+
+
+async def test_start_claims_the_first_task_for_the_named_worker(store: Store) -> None:
+    result = await start_claimed(store)
     task = result.workflow_task
     assert task is not None and result.started
     assert (task.run_id, task.worker_id, task.fencing_token, task.attempt) == (
@@ -215,30 +221,12 @@ async def test_start_claims_the_first_task_for_the_named_worker(store: Store) ->
     await store.complete_workflow_task(NS, task.lease, 1, [complete(1)])
     assert (await store.get_outcome(NS, "wf-1", None)).status == "completed"
     # A duplicate start claims nothing.
-    again = await store.start_workflow(
-        NS,
-        "wf-1",
-        "Order",
-        "1",
-        QUEUE,
-        payload(b"args"),
-        "req-1",
-        claim_for=DirectClaim("w1", 30_000),
-    )
+    again = await start_claimed(store)
     assert (again.started, again.workflow_task) == (False, None)
 
 
 async def test_a_released_task_is_claimable_again_and_its_old_lease_is_dead(store: Store) -> None:
-    result = await store.start_workflow(
-        NS,
-        "wf-1",
-        "Order",
-        "1",
-        QUEUE,
-        payload(b"args"),
-        "req-1",
-        claim_for=DirectClaim("w1", 30_000),
-    )
+    result = await start_claimed(store)
     task = result.workflow_task
     assert task is not None
     assert await store.release_workflow_task(NS, task.lease)

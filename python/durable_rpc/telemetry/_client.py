@@ -14,7 +14,7 @@ from typing import Any
 import grpc
 from opentelemetry import propagate, trace
 from opentelemetry.context import Context
-from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from durable_rpc.telemetry._common import (
     RPC_GRPC_STATUS_CODE,
@@ -54,14 +54,10 @@ class _TracingUnaryUnaryClientInterceptor(grpc.aio.UnaryUnaryClientInterceptor):
                 call = await continuation(call_details, request)
                 code: grpc.StatusCode = await call.code()  # waits for the call to finish
             except asyncio.CancelledError:
-                if span.is_recording():
-                    span.set_attribute(RPC_GRPC_STATUS_CODE, grpc.StatusCode.CANCELLED.value[0])
-                    span.set_status(Status(StatusCode.ERROR, "CANCELLED"))
+                _record_cancelled(span)
                 raise
             except Exception as exc:
-                if span.is_recording():
-                    span.record_exception(exc)
-                    span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+                _record_failure(span, exc)
                 raise
             if span.is_recording():
                 span.set_attribute(RPC_GRPC_STATUS_CODE, code.value[0])
@@ -169,9 +165,7 @@ class _TracedUnaryUnary:
             )
             response = await self._inner(request, **kwargs)
         except asyncio.CancelledError:
-            if span.is_recording():
-                span.set_attribute(RPC_GRPC_STATUS_CODE, grpc.StatusCode.CANCELLED.value[0])
-                span.set_status(Status(StatusCode.ERROR, "CANCELLED"))
+            _record_cancelled(span)
             raise
         except grpc.aio.AioRpcError as exc:
             if span.is_recording():
@@ -180,9 +174,7 @@ class _TracedUnaryUnary:
                 span.set_status(Status(StatusCode.ERROR, exc.details() or code.name))
             raise
         except Exception as exc:
-            if span.is_recording():
-                span.record_exception(exc)
-                span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+            _record_failure(span, exc)
             raise
         else:
             if span.is_recording():
@@ -213,3 +205,17 @@ def tracing_client_interceptors(tracer_provider: trace.TracerProvider | None = N
     more cheaply.
     """
     return [_TracingUnaryUnaryClientInterceptor(get_tracer(tracer_provider))]
+
+
+def _record_cancelled(span: Span) -> None:
+    """The call was cancelled (the caller's task, or the deadline)."""
+    if span.is_recording():
+        span.set_attribute(RPC_GRPC_STATUS_CODE, grpc.StatusCode.CANCELLED.value[0])
+        span.set_status(Status(StatusCode.ERROR, "CANCELLED"))
+
+
+def _record_failure(span: Span, exc: BaseException) -> None:
+    """The call failed before it had a status."""
+    if span.is_recording():
+        span.record_exception(exc)
+        span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
