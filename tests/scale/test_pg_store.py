@@ -20,7 +20,7 @@ from durable_rpc.errors import (
     WorkflowNotRunningError,
 )
 from durable_rpc.store import ClaimedWorkflowTask, StartResult, Store, StoreOptions, open_store
-from durable_rpc.store._ops import lease_check_at
+from durable_rpc.store._ops_leases import lease_check_at
 from durable_rpc.v1 import workflow_task_pb2
 from tests.scale.cluster import Cluster
 from tests.scale.conftest import FAST, OpenPg

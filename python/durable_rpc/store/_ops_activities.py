@@ -1,0 +1,342 @@
+"""Activity tasks: claim, heartbeat, complete (with an inline decision), fail, retry and
+cancellation outcomes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+
+from durable_rpc.errors import InvalidArgumentError, LeaseLostError
+from durable_rpc.store._api import (
+    ActivityCompletion,
+    ClaimedActivityTask,
+    EagerWorkflowTask,
+    HeartbeatResult,
+    InlineWorkflowTask,
+    LeaseRef,
+)
+from durable_rpc.store._logic import (
+    activity_retry_delay_ms,
+    activity_timeouts,
+    earliest,
+    lease_lost_message,
+    parse_failure,
+    parse_options,
+    parse_payload,
+    validate_commands,
+)
+from durable_rpc.store._ops_leases import _WorkflowClaim
+from durable_rpc.store._ops_workflow_tasks import _Decision, _WorkflowTaskOps
+from durable_rpc.store._shared import (
+    append_event,
+    blob,
+    ensure_workflow_task,
+    fenced_update,
+    has_active_workflow_task,
+    lease_miss,
+    open_run,
+    require,
+    require_namespace,
+)
+from durable_rpc.store._tx import Row, Tx
+from durable_rpc.v1 import history_pb2, payload_pb2
+
+
+class _ActivityOps(_WorkflowTaskOps):
+    """The activity-task operations (a completion may record the run's next workflow
+    task: hence the workflow-task part underneath)."""
+
+    async def claim_activity_task(
+        self,
+        namespace: str,
+        task_queue: str,
+        worker_id: str,
+        activity_types: Sequence[str],
+    ) -> ClaimedActivityTask | None:
+        require(worker_id, "worker_id")
+        types = list(dict.fromkeys(activity_types))
+        type_filter = ""
+        if types:
+            type_filter = f" AND activity_type IN ({', '.join('?' for _ in types)})"
+
+        def op(tx: Tx) -> ClaimedActivityTask | None:
+            require_namespace(tx, namespace)
+            now = tx.now_ms()
+            candidate = tx.one(
+                "SELECT task_id, lease_ms, start_to_close_ms, schedule_to_close_deadline_ms "
+                "FROM tasks WHERE namespace = ? AND kind = 'activity' AND task_queue = ? "
+                "AND due_ms IS NOT NULL AND due_ms <= ? AND state IN ('queued', 'waiting') "
+                f"AND (queue_deadline_ms IS NULL OR queue_deadline_ms > ?){type_filter} "
+                f"ORDER BY due_ms, task_id LIMIT 1{tx.claim_lock_suffix}",
+                (namespace, task_queue, now, now, *types),
+            )
+            if candidate is None:
+                return None
+            return self._lease_activity(tx, namespace, candidate, worker_id, now)
+
+        return await self._write(op)
+
+    async def heartbeat_activity_task(
+        self, namespace: str, lease: LeaseRef, details: bytes | None
+    ) -> HeartbeatResult:
+        if details is not None:
+            parse_payload(details, "heartbeat details")
+
+        def op(tx: Tx) -> HeartbeatResult:
+            require_namespace(tx, namespace)
+            now = tx.now_ms()
+            # Extend by the attempt's lease length, never past its start_to_close deadline.
+            extended = (
+                "CASE WHEN attempt_deadline_ms IS NOT NULL AND attempt_deadline_ms < ? + lease_ms "
+                "THEN attempt_deadline_ms ELSE ? + lease_ms END"
+            )
+            row = fenced_update(
+                tx,
+                namespace,
+                lease,
+                "activity",
+                now,
+                f"expires_at_ms = {extended}, due_ms = {extended}, "
+                "heartbeat_details = COALESCE(?, heartbeat_details)",
+                (now, now, now, now, details),
+            )
+            if row is not None:
+                return HeartbeatResult(bool(row["cancel_requested"]), row["expires_at_ms"])
+            stale = tx.one(
+                "SELECT state, worker_id, fencing_token, expires_at_ms FROM tasks "
+                "WHERE task_id = ? AND namespace = ? AND kind = 'activity'",
+                (lease.task_id, namespace),
+            )
+            if (
+                stale is not None
+                and stale["state"] == "cancelled"
+                and stale["worker_id"] == lease.worker_id
+                and stale["fencing_token"] == lease.fencing_token
+            ):
+                return HeartbeatResult(True, stale["expires_at_ms"] or now)
+            raise LeaseLostError(
+                lease_lost_message(lease.task_id, lease.worker_id, lease.fencing_token)
+            )
+
+        return await self._write(op)
+
+    async def complete_activity_task_inline(
+        self,
+        namespace: str,
+        lease: LeaseRef,
+        result: bytes,
+        eager: EagerWorkflowTask | None = None,
+        inline: InlineWorkflowTask | None = None,
+    ) -> ActivityCompletion:
+        payload = parse_payload(result, "result")
+        inline_commands = list(inline.commands) if inline is not None else []
+        inline_plan = None
+        if inline is not None:
+            # A decision the server refuses never costs the activity its result: the
+            # completion is recorded alone and the ordinary workflow task follows.
+            with contextlib.suppress(InvalidArgumentError):
+                inline_plan = validate_commands(inline_commands)
+
+        def op(tx: Tx) -> ActivityCompletion | _WorkflowClaim:
+            require_namespace(tx, namespace)
+            now = tx.now_ms()
+            task = fenced_update(
+                tx,
+                namespace,
+                lease,
+                "activity",
+                now,
+                "state = 'completed', due_ms = NULL, outcome_token = fencing_token, "
+                "outcome_kind = 'completed'",
+            )
+            if task is None:
+                lease_miss(tx, namespace, lease, "activity", "completed")
+                return ActivityCompletion()
+            run = open_run(tx, namespace, task["run_id"])
+            event_id = append_event(
+                tx,
+                namespace,
+                task["run_id"],
+                now,
+                "activity_completed",
+                history_pb2.ActivityCompleted(
+                    seq=task["seq"],
+                    result=payload,
+                    attempt=task["attempt"],
+                    worker_id=lease.worker_id,
+                    fencing_token=lease.fencing_token,
+                ),
+            )
+            if (
+                inline is not None
+                and inline_plan is not None
+                and inline.run_id == task["run_id"]
+                and inline.last_seen_event_id + 1 == event_id
+                and not has_active_workflow_task(tx, namespace, task["run_id"])
+                and self._decision_acceptable(tx, run, inline_plan)
+            ):
+                # This result is the task's only new input: record the worker's decision
+                # as that task, at this transaction's database time, under the
+                # activity's fence. No task row is needed for a task nobody can claim.
+                decision = _Decision(
+                    lease.worker_id,
+                    inline.build_id,
+                    event_id,
+                    now,
+                    inline_commands,
+                    inline_plan,
+                    inline.eager,
+                )
+                return ActivityCompletion(
+                    inline=self._record_decision(tx, run, decision, True, now)
+                )
+            ensure_workflow_task(tx, namespace, task["run_id"], run["task_queue"], now)
+            if eager is None or run["task_queue"] != eager.task_queue:
+                return ActivityCompletion()
+            # The run's workflow task, if it is claimable right now (not leased elsewhere).
+            claim = self._lease_workflow_task(
+                tx,
+                namespace,
+                lease.worker_id,
+                eager.lease_ms,
+                now,
+                "SELECT task_id FROM tasks WHERE namespace = ? AND run_id = ? "
+                "AND kind = 'workflow' AND state = 'queued' AND due_ms <= ?"
+                f"{tx.claim_lock_suffix}",
+                (namespace, task["run_id"], now),
+            )
+            if claim is None:
+                return ActivityCompletion()
+            # Nobody else needs waking for the task this worker just took.
+            tx.notes.tasks.discard((namespace, run["task_queue"], "workflow"))
+            return claim
+
+        done = await self._write(op)
+        if isinstance(done, ActivityCompletion):
+            return done
+        return ActivityCompletion(
+            workflow_task=await self._with_history(namespace, lease.worker_id, done)
+        )
+
+    async def fail_activity_task(self, namespace: str, lease: LeaseRef, failure: bytes) -> None:
+        parsed = parse_failure(failure)
+
+        def op(tx: Tx) -> None:
+            require_namespace(tx, namespace)
+            now = tx.now_ms()
+            task = fenced_update(
+                tx,
+                namespace,
+                lease,
+                "activity",
+                now,
+                "state = 'failed', due_ms = NULL, last_failure = ?, "
+                "outcome_token = fencing_token, outcome_kind = 'failed'",
+                (failure,),
+            )
+            if task is None:
+                lease_miss(tx, namespace, lease, "activity", "failed")
+                return
+            open_run(tx, namespace, task["run_id"])
+            if parsed.type == "CancelledError" and self._cancel_requested_by_workflow(tx, task):
+                self._record_activity_cancelled(tx, task, now)
+                return
+            self._retry_or_fail(tx, task, parsed, now, ambiguous=False)
+
+        await self._write(op)
+
+    def _retry_or_fail(
+        self, tx: Tx, task: Row, failure: payload_pb2.Failure, now: int, *, ambiguous: bool
+    ) -> bool:
+        """After an attempt failed (the task row is already `failed`): schedule the retry
+        (task `waiting`, no history) or record the final ActivityFailed. True = retried."""
+        namespace: str = task["namespace"]
+        run_id: str = task["run_id"]
+        encoded = failure.SerializeToString()
+        options = parse_options(bytes(task["options"]))
+        delay = (
+            None
+            if ambiguous
+            else activity_retry_delay_ms(
+                options, task["attempt"], failure, now, task["schedule_to_close_deadline_ms"]
+            )
+        )
+        if delay is not None:
+            visible = now + delay
+            timeouts = activity_timeouts(options)
+            queue_deadline = earliest(
+                task["schedule_to_close_deadline_ms"],
+                visible + timeouts.schedule_to_start_ms
+                if timeouts.schedule_to_start_ms is not None
+                else None,
+            )
+            tx.run(
+                "UPDATE tasks SET state = 'waiting', attempt = attempt + 1, visible_at_ms = ?, "
+                "due_ms = ?, queue_deadline_ms = ?, expires_at_ms = NULL, last_failure = ? "
+                "WHERE task_id = ?",
+                (visible, visible, queue_deadline, encoded, task["task_id"]),
+            )
+            tx.notes.due.add(visible)
+            return True
+        tx.run(
+            "UPDATE tasks SET state = 'failed', due_ms = NULL, queue_deadline_ms = NULL, "
+            "last_failure = ? WHERE task_id = ?",
+            (encoded, task["task_id"]),
+        )
+        append_event(
+            tx,
+            namespace,
+            run_id,
+            now,
+            "activity_failed",
+            history_pb2.ActivityFailed(
+                seq=task["seq"],
+                failure=failure,
+                attempt=task["attempt"],
+                worker_id=task["worker_id"] or "",
+                fencing_token=task["fencing_token"],
+                ambiguous=ambiguous,
+            ),
+        )
+        queue = tx.value(
+            "SELECT task_queue FROM runs WHERE namespace = ? AND run_id = ?", (namespace, run_id)
+        )
+        ensure_workflow_task(tx, namespace, run_id, str(queue), now)
+        return False
+
+    def _cancel_requested_by_workflow(self, tx: Tx, task: Row) -> bool:
+        """Whether workflow code asked to cancel this activity (an
+        ActivityCancelRequested event for its seq; a run cancellation does not count)."""
+        if not task["cancel_requested"]:
+            return False
+        for row in tx.all(
+            "SELECT data FROM history WHERE namespace = ? AND run_id = ? "
+            "AND kind = 'activity_cancel_requested'",
+            (task["namespace"], task["run_id"]),
+        ):
+            event = history_pb2.HistoryEvent.FromString(blob(row["data"]) or b"")
+            if event.activity_cancel_requested.seq == task["seq"]:
+                return True
+        return False
+
+    def _record_activity_cancelled(self, tx: Tx, task: Row, now: int) -> None:
+        """The attempt stopped after a requested cancellation: ActivityCancelled."""
+        tx.run(
+            "UPDATE tasks SET state = 'cancelled', due_ms = NULL, queue_deadline_ms = NULL "
+            "WHERE task_id = ?",
+            (task["task_id"],),
+        )
+        append_event(
+            tx,
+            task["namespace"],
+            task["run_id"],
+            now,
+            "activity_cancelled",
+            history_pb2.ActivityCancelled(seq=task["seq"], attempt=task["attempt"]),
+        )
+        queue = tx.value(
+            "SELECT task_queue FROM runs WHERE namespace = ? AND run_id = ?",
+            (task["namespace"], task["run_id"]),
+        )
+        ensure_workflow_task(tx, task["namespace"], task["run_id"], str(queue), now)

@@ -1,0 +1,275 @@
+"""The effects of a workflow task's commands: one event and one effect per command."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from durable_rpc.errors import InvalidArgumentError
+from durable_rpc.store._children import request_child_cancel, start_child
+from durable_rpc.store._logic import activity_timeouts, duration_ms, earliest, failure_bytes
+from durable_rpc.store._ops_base import _SqlOpsBase
+from durable_rpc.store._runs import continue_as_new
+from durable_rpc.store._search import parse_search_attributes, write_search_attributes
+from durable_rpc.store._shared import append_event, close_run
+from durable_rpc.store._tx import Row, Tx
+from durable_rpc.v1 import history_pb2, workflow_task_pb2
+
+
+class _CommandOps(_SqlOpsBase):
+    """Applies a decision's commands, inside the completing transaction."""
+
+    def _apply_command(
+        self, tx: Tx, namespace: str, run: Row, command: workflow_task_pb2.Command, now: int
+    ) -> bool:
+        """Appends the command's event and makes its effect; True if it closed the run."""
+        run_id: str = run["run_id"]
+        kind = command.WhichOneof("kind")
+        if kind == "schedule_activity":
+            spec = command.schedule_activity
+            queue = spec.task_queue or run["task_queue"]
+            append_event(
+                tx,
+                namespace,
+                run_id,
+                now,
+                "activity_scheduled",
+                history_pb2.ActivityScheduled(
+                    seq=command.seq,
+                    activity_type=spec.activity_type,
+                    input=spec.input,
+                    task_queue=queue,
+                    options=spec.options,
+                ),
+            )
+            timeouts = activity_timeouts(spec.options)
+            close_deadline = (
+                now + timeouts.schedule_to_close_ms
+                if timeouts.schedule_to_close_ms is not None
+                else None
+            )
+            start_deadline = (
+                now + timeouts.schedule_to_start_ms
+                if timeouts.schedule_to_start_ms is not None
+                else None
+            )
+            queue_deadline = earliest(close_deadline, start_deadline)
+            tx.run(
+                "INSERT INTO tasks (namespace, run_id, kind, task_queue, state, visible_at_ms, "
+                "due_ms, attempt, fencing_token, seq, activity_type, input, options, lease_ms, "
+                "start_to_close_ms, schedule_to_close_deadline_ms, queue_deadline_ms, "
+                "created_at_ms) "
+                "VALUES (?, ?, 'activity', ?, 'queued', ?, ?, 1, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    namespace,
+                    run_id,
+                    queue,
+                    now,
+                    now,
+                    command.seq,
+                    spec.activity_type,
+                    spec.input.SerializeToString(),
+                    spec.options.SerializeToString(),
+                    timeouts.lease_ms(self._options.default_activity_lease_ms),
+                    timeouts.start_to_close_ms,
+                    close_deadline,
+                    queue_deadline,
+                    now,
+                ),
+            )
+            tx.notes.tasks.add((namespace, queue, "activity"))
+            if queue_deadline is not None:
+                tx.notes.due.add(queue_deadline)
+            return False
+        if kind == "start_timer":
+            due = now + duration_ms(command.start_timer.duration)
+            append_event(
+                tx,
+                namespace,
+                run_id,
+                now,
+                "timer_started",
+                history_pb2.TimerStarted(seq=command.seq, duration=command.start_timer.duration),
+            )
+            tx.run(
+                "INSERT INTO tasks (namespace, run_id, kind, task_queue, state, visible_at_ms, "
+                "due_ms, attempt, fencing_token, seq, created_at_ms) "
+                "VALUES (?, ?, 'timer', ?, 'waiting', ?, ?, 1, 0, ?, ?)",
+                (namespace, run_id, run["task_queue"], due, due, command.seq, now),
+            )
+            tx.notes.due.add(due)
+            return False
+        if kind == "cancel_timer":
+            timer_seq = command.cancel_timer.timer_seq
+            append_event(
+                tx,
+                namespace,
+                run_id,
+                now,
+                "timer_cancelled",
+                history_pb2.TimerCancelled(seq=timer_seq),
+            )
+            tx.run(
+                "UPDATE tasks SET state = 'cancelled', due_ms = NULL WHERE namespace = ? "
+                "AND run_id = ? AND seq = ? AND kind = 'timer' AND state = 'waiting'",
+                (namespace, run_id, timer_seq),
+            )
+            return False
+        if kind == "request_cancel_activity":
+            self._request_cancel_activity(tx, namespace, run_id, command.seq, now)
+            return False
+        if kind == "record_marker":
+            # Side-effect values and patch markers: history only, no task.
+            marker = command.record_marker
+            event = history_pb2.MarkerRecorded(seq=command.seq, kind=marker.kind, id=marker.id)
+            if marker.HasField("payload"):
+                event.payload.CopyFrom(marker.payload)
+            append_event(tx, namespace, run_id, now, "marker_recorded", event)
+            return False
+        if kind == "upsert_search_attributes":
+            upsert = command.upsert_search_attributes.search_attributes
+            rows = parse_search_attributes(upsert.SerializeToString())
+            append_event(
+                tx,
+                namespace,
+                run_id,
+                now,
+                "search_attributes_upserted",
+                history_pb2.SearchAttributesUpserted(search_attributes=upsert),
+            )
+            write_search_attributes(tx, namespace, run_id, rows)
+            return False
+        if kind == "accept_update":
+            accepted = command.accept_update
+            append_event(
+                tx,
+                namespace,
+                run_id,
+                now,
+                "update_accepted",
+                history_pb2.UpdateAccepted(
+                    update_id=accepted.update_id,
+                    update_name=accepted.update_name,
+                    input=accepted.input,
+                ),
+            )
+            return False
+        if kind == "complete_update":
+            done = command.complete_update
+            completed = history_pb2.UpdateCompleted(update_id=done.update_id)
+            if done.HasField("failure"):
+                completed.failure.CopyFrom(done.failure)
+            else:
+                completed.result.CopyFrom(done.result)
+            append_event(tx, namespace, run_id, now, "update_completed", completed)
+            return False
+        if kind == "complete_workflow":
+            result = command.complete_workflow.result
+            append_event(
+                tx,
+                namespace,
+                run_id,
+                now,
+                "workflow_completed",
+                history_pb2.WorkflowCompleted(result=result),
+            )
+            close_run(tx, namespace, run_id, "completed", now, result=result.SerializeToString())
+            return True
+        if kind == "fail_workflow":
+            failure = command.fail_workflow.failure
+            append_event(
+                tx,
+                namespace,
+                run_id,
+                now,
+                "workflow_failed",
+                history_pb2.WorkflowFailed(failure=failure),
+            )
+            close_run(tx, namespace, run_id, "failed", now, failure=failure.SerializeToString())
+            return True
+        if kind == "cancel_workflow":
+            append_event(
+                tx,
+                namespace,
+                run_id,
+                now,
+                "workflow_cancelled",
+                history_pb2.WorkflowCancelled(),
+            )
+            cancelled = failure_bytes("workflow cancelled", "CancelledError")
+            close_run(tx, namespace, run_id, "cancelled", now, failure=cancelled)
+            return True
+        if kind == "continue_as_new":
+            continue_as_new(tx, namespace, run, command.continue_as_new.input, now)
+            return True
+        if kind == "start_child_workflow":
+            start_child(tx, namespace, run, command, now)
+            return False
+        if kind == "request_cancel_child_workflow":
+            request_child_cancel(tx, namespace, run, command, now)
+            return False
+        raise InvalidArgumentError(f"unsupported command kind {kind!r}")
+
+    def _request_cancel_activity(
+        self, tx: Tx, namespace: str, run_id: str, seq: int, now: int
+    ) -> None:
+        """Workflow code cancelled activity ``seq``: a queued or waiting attempt is
+        cancelled at once (ActivityCancelled); a leased one is asked to stop
+        (``cancel_requested``, delivered by its heartbeat response) and is cancelled when
+        it reports cancellation or its lease expires. An activity that already has an
+        outcome keeps it: the request is moot."""
+        task = tx.one(
+            "SELECT task_id, kind, state, attempt FROM tasks WHERE namespace = ? "
+            "AND run_id = ? AND seq = ?",
+            (namespace, run_id, seq),
+        )
+        if task is None or task["kind"] != "activity":
+            raise InvalidArgumentError(f"request_cancel_activity: no activity with seq {seq}")
+        append_event(
+            tx,
+            namespace,
+            run_id,
+            now,
+            "activity_cancel_requested",
+            history_pb2.ActivityCancelRequested(seq=seq),
+        )
+        if task["state"] in ("queued", "waiting"):
+            # ActivityCancelled is an input event: appended after the task's command
+            # events (see _append_immediate_cancellations).
+            tx.run(
+                "UPDATE tasks SET state = 'cancelled', due_ms = NULL, queue_deadline_ms = NULL "
+                "WHERE task_id = ?",
+                (task["task_id"],),
+            )
+        elif task["state"] == "leased":
+            tx.run("UPDATE tasks SET cancel_requested = 1 WHERE task_id = ?", (task["task_id"],))
+
+    def _append_immediate_cancellations(
+        self,
+        tx: Tx,
+        namespace: str,
+        run_id: str,
+        commands: Sequence[workflow_task_pb2.Command],
+        now: int,
+    ) -> None:
+        """ActivityCancelled for each activity this task's RequestCancelActivity
+        cancelled at once (it was queued or waiting), after all the command events."""
+        for command in commands:
+            if command.WhichOneof("kind") != "request_cancel_activity":
+                continue
+            task = tx.one(
+                "SELECT state, attempt FROM tasks WHERE namespace = ? AND run_id = ? "
+                "AND seq = ? AND kind = 'activity'",
+                (namespace, run_id, command.seq),
+            )
+            if task is None or task["state"] != "cancelled":
+                continue
+            # The attempt that was due never started (a waiting task's attempt counts
+            # the retry to come).
+            append_event(
+                tx,
+                namespace,
+                run_id,
+                now,
+                "activity_cancelled",
+                history_pb2.ActivityCancelled(seq=command.seq, attempt=task["attempt"] - 1),
+            )

@@ -1,0 +1,181 @@
+"""Taking a lease: the claim of a workflow task (with its history) or an activity task.
+
+Shared by the operations that claim: polls, a start's folded claim, a completion's eager
+claims. Lease expiries are looked at on a grid (:func:`lease_check_at`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from durable_rpc.store._api import ClaimedActivityTask, ClaimedWorkflowTask
+from durable_rpc.store._logic import activity_timeouts, earliest, parse_options
+from durable_rpc.store._ops_base import _SqlOpsBase
+from durable_rpc.store._shared import blob
+from durable_rpc.store._tx import Row, Tx
+
+
+@dataclass(frozen=True, slots=True)
+class _WorkflowClaim:
+    task_id: int
+    fencing_token: int
+    expires_at_ms: int
+    now_ms: int
+    attempt: int
+    run: Row
+    #: The history, when it was short enough to read inside the claiming transaction.
+    events: list[bytes] | None = None
+
+
+# Lease expiries are looked at on this grid (ms): every claim adds one, and almost every
+# lease ends long before it expires, so rounding them up lets one due pass serve many
+# (an expired lease is noticed at most this much late; timers keep their exact times).
+LEASE_CHECK_GRANULARITY_MS = 250
+
+
+def lease_check_at(expires_ms: int) -> int:
+    """When the server should look for the lease expiring at ``expires_ms``."""
+    return -(-expires_ms // LEASE_CHECK_GRANULARITY_MS) * LEASE_CHECK_GRANULARITY_MS
+
+
+# Histories up to this many events are read inside the claiming transaction: cheaper than
+# a second round trip to the reader; longer ones are read after the commit, off the writer.
+INLINE_HISTORY_EVENTS = 256
+
+
+def _read_history(tx: Tx, namespace: str, run_id: str, length: int) -> list[bytes]:
+    rows = tx.all(
+        "SELECT data FROM history WHERE namespace = ? AND run_id = ? AND event_id <= ? "
+        "ORDER BY event_id",
+        (namespace, run_id, length),
+    )
+    return [bytes(row["data"]) for row in rows]
+
+
+class _LeaseOps(_SqlOpsBase):
+    """Leases a picked task to a worker."""
+
+    def _lease_workflow_task(
+        self,
+        tx: Tx,
+        namespace: str,
+        worker_id: str,
+        lease_ms: int,
+        now: int,
+        pick_sql: str,
+        pick_params: Sequence[object],
+    ) -> _WorkflowClaim | None:
+        """Leases the workflow task `pick_sql` selects (one task_id) to `worker_id`."""
+        expires = now + lease_ms
+        row = tx.one(
+            "UPDATE tasks SET state = 'leased', worker_id = ?, "
+            "fencing_token = fencing_token + 1, "
+            "attempt = CASE WHEN state = 'leased' THEN attempt + 1 ELSE attempt END, "
+            "claimed_at_ms = ?, expires_at_ms = ?, due_ms = ?, "
+            "outcome_token = NULL, outcome_kind = NULL "
+            f"WHERE task_id = ({pick_sql}) "
+            "RETURNING task_id, run_id, fencing_token, attempt",
+            (worker_id, now, expires, expires, *pick_params),
+        )
+        if row is None:
+            return None
+        run = tx.one(
+            "UPDATE runs SET wft_attempt = ? WHERE namespace = ? AND run_id = ? RETURNING *",
+            (row["attempt"], namespace, row["run_id"]),
+        )
+        assert run is not None
+        tx.notes.due.add(lease_check_at(expires))
+        length = run["history_length"]
+        return _WorkflowClaim(
+            task_id=row["task_id"],
+            fencing_token=row["fencing_token"],
+            expires_at_ms=expires,
+            now_ms=now,
+            attempt=row["attempt"],
+            run=run,
+            events=(
+                _read_history(tx, namespace, row["run_id"], length)
+                if length <= INLINE_HISTORY_EVENTS
+                else None
+            ),
+        )
+
+    async def _with_history(
+        self, namespace: str, worker_id: str, claim: _WorkflowClaim
+    ) -> ClaimedWorkflowTask:
+        run = claim.run
+        events = claim.events
+        if events is None:
+            # History is append-only: reading it after the claim committed, up to the
+            # length seen by the claim, is the claim's snapshot (big reads stay off the
+            # writer).
+            events = await self._read(
+                lambda tx: _read_history(tx, namespace, run["run_id"], run["history_length"])
+            )
+        return ClaimedWorkflowTask(
+            task_id=claim.task_id,
+            worker_id=worker_id,
+            fencing_token=claim.fencing_token,
+            lease_expires_at_ms=claim.expires_at_ms,
+            workflow_time_ms=claim.now_ms,
+            attempt=claim.attempt,
+            workflow_id=run["workflow_id"],
+            run_id=run["run_id"],
+            workflow_type=run["workflow_type"],
+            workflow_version=run["workflow_version"],
+            task_queue=run["task_queue"],
+            events=events,
+        )
+
+    def _lease_activity(
+        self,
+        tx: Tx,
+        namespace: str,
+        candidate: Row,
+        worker_id: str,
+        now: int,
+        workflow_id: str | None = None,
+    ) -> ClaimedActivityTask:
+        """Leases the queued/waiting activity task `candidate` (task_id, lease_ms,
+        start_to_close_ms, schedule_to_close_deadline_ms) to `worker_id`."""
+        start_to_close = candidate["start_to_close_ms"]
+        attempt_deadline = earliest(
+            now + start_to_close if start_to_close is not None else None,
+            candidate["schedule_to_close_deadline_ms"],
+        )
+        expires = earliest(now + candidate["lease_ms"], attempt_deadline)
+        assert expires is not None
+        row = tx.one(
+            "UPDATE tasks SET state = 'leased', worker_id = ?, "
+            "fencing_token = fencing_token + 1, claimed_at_ms = ?, expires_at_ms = ?, "
+            "due_ms = ?, attempt_deadline_ms = ?, queue_deadline_ms = NULL, "
+            "outcome_token = NULL, outcome_kind = NULL "
+            "WHERE task_id = ? AND state IN ('queued', 'waiting') RETURNING *",
+            (worker_id, now, expires, expires, attempt_deadline, candidate["task_id"]),
+        )
+        assert row is not None
+        if workflow_id is None:
+            workflow_id = tx.value(
+                "SELECT workflow_id FROM runs WHERE namespace = ? AND run_id = ?",
+                (namespace, row["run_id"]),
+            )
+        options_bytes = bytes(row["options"])
+        timeouts = activity_timeouts(parse_options(options_bytes))
+        tx.notes.due.add(lease_check_at(expires))
+        return ClaimedActivityTask(
+            task_id=row["task_id"],
+            worker_id=worker_id,
+            fencing_token=row["fencing_token"],
+            lease_expires_at_ms=expires,
+            workflow_id=str(workflow_id),
+            run_id=row["run_id"],
+            seq=row["seq"],
+            activity_type=row["activity_type"],
+            input=bytes(row["input"]),
+            attempt=row["attempt"],
+            heartbeat_details=blob(row["heartbeat_details"]),
+            heartbeat_timeout_ms=timeouts.heartbeat_ms,
+            start_to_close_timeout_ms=timeouts.start_to_close_ms,
+            options=options_bytes,
+        )

@@ -1,0 +1,414 @@
+"""Runs: start, signal, signal-with-start, cancel, terminate, describe, history, outcome,
+list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+
+from durable_rpc.errors import (
+    InvalidArgumentError,
+    WorkflowAlreadyStartedError,
+    WorkflowNotRunningError,
+)
+from durable_rpc.store._api import (
+    RUN_STATUSES,
+    DirectClaim,
+    HistoryPage,
+    PendingActivity,
+    RunDescription,
+    RunInfo,
+    RunOutcome,
+    SignalWithStartResult,
+    StartOptions,
+    StartResult,
+)
+from durable_rpc.store._logic import failure_bytes, parse_payload
+from durable_rpc.store._ops_leases import _LeaseOps, _WorkflowClaim
+from durable_rpc.store._runs import (
+    check_start_options,
+    create_run,
+    deliver_signal,
+    earlier_start,
+    open_run_of,
+    signal_seen,
+)
+from durable_rpc.store._search import compile_query, read_search_attributes
+from durable_rpc.store._shared import (
+    ACTIVE,
+    LIST_LIMIT_MAX,
+    append_event,
+    blob,
+    close_run,
+    find_run,
+    request_cancel_run,
+    require,
+    require_namespace,
+    run_info,
+    version_or_default,
+)
+from durable_rpc.store._tx import Tx
+from durable_rpc.v1 import history_pb2
+
+
+class _RunOps(_LeaseOps):
+    """The run operations (a start may claim the first workflow task)."""
+
+    async def start_workflow(
+        self,
+        namespace: str,
+        workflow_id: str,
+        workflow_type: str,
+        workflow_version: str,
+        task_queue: str,
+        input: bytes,
+        request_id: str,
+        trace_context: Mapping[str, str] | None = None,
+        options: StartOptions | None = None,
+        claim_for: DirectClaim | None = None,
+    ) -> StartResult:
+        require(workflow_id, "workflow_id")
+        require(workflow_type, "workflow_type")
+        require(task_queue, "task_queue")
+        version = version_or_default(workflow_version)
+        payload = parse_payload(input, "input")
+        checked = check_start_options(options)
+
+        if claim_for is not None:
+            require(claim_for.worker_id, "worker_id")
+            if claim_for.lease_ms <= 0:
+                raise InvalidArgumentError("lease_ms must be positive")
+
+        def op(tx: Tx) -> StartResult | tuple[str, _WorkflowClaim]:
+            require_namespace(tx, namespace)
+            earlier = earlier_start(tx, namespace, workflow_id, request_id)
+            if earlier is not None:
+                return StartResult(earlier, started=False)
+            running = open_run_of(tx, namespace, workflow_id)
+            if running is not None:
+                # PostgreSQL: the row lock may have waited for a racing start of this very
+                # request; a fresh statement sees what it committed.
+                earlier = earlier_start(tx, namespace, workflow_id, request_id)
+                if earlier is not None:
+                    return StartResult(earlier, started=False)
+                raise WorkflowAlreadyStartedError(
+                    f"workflow {workflow_id!r} already has an open run {running['run_id']}"
+                )
+            run_id, _ = create_run(
+                tx,
+                namespace,
+                workflow_id,
+                workflow_type,
+                version,
+                task_queue,
+                payload,
+                request_id,
+                trace_context,
+                checked,
+            )
+            if claim_for is None:
+                return StartResult(run_id, started=True)
+            claim = self._lease_workflow_task(
+                tx,
+                namespace,
+                claim_for.worker_id,
+                claim_for.lease_ms,
+                tx.now_ms(),
+                "SELECT task_id FROM tasks WHERE namespace = ? AND run_id = ? "
+                f"AND kind = 'workflow' AND state = 'queued'{tx.claim_lock_suffix}",
+                (namespace, run_id),
+            )
+            if claim is None:  # pragma: no cover - a new run always has its first task
+                return StartResult(run_id, started=True)
+            # The poller it is claimed for needs no wake-up; others would find nothing.
+            tx.notes.tasks.discard((namespace, task_queue, "workflow"))
+            return run_id, claim
+
+        done = await self._write(op)
+        if isinstance(done, StartResult):
+            return done
+        run_id, claim = done
+        assert claim_for is not None
+        task = await self._with_history(namespace, claim_for.worker_id, claim)
+        return StartResult(run_id, started=True, workflow_task=task)
+
+    async def signal_workflow(
+        self,
+        namespace: str,
+        workflow_id: str,
+        run_id: str | None,
+        signal_name: str,
+        input: bytes,
+        request_id: str,
+    ) -> bool:
+        require(signal_name, "signal_name")
+        payload = parse_payload(input, "input")
+
+        def op(tx: Tx) -> bool:
+            run = find_run(tx, namespace, workflow_id, run_id)
+            if signal_seen(tx, namespace, run["run_id"], request_id):
+                return False
+            if run["status"] != "running":
+                raise WorkflowNotRunningError(f"run {run['run_id']} is {run['status']}")
+            deliver_signal(
+                tx, namespace, run["run_id"], run["task_queue"], signal_name, payload, request_id
+            )
+            return True
+
+        return await self._write(op)
+
+    async def signal_with_start(
+        self,
+        namespace: str,
+        workflow_id: str,
+        workflow_type: str,
+        workflow_version: str,
+        task_queue: str,
+        input: bytes,
+        signal_name: str,
+        signal_input: bytes,
+        request_id: str,
+        trace_context: Mapping[str, str] | None = None,
+        options: StartOptions | None = None,
+    ) -> SignalWithStartResult:
+        require(workflow_id, "workflow_id")
+        require(workflow_type, "workflow_type")
+        require(task_queue, "task_queue")
+        require(signal_name, "signal_name")
+        version = version_or_default(workflow_version)
+        start_payload = parse_payload(input, "input")
+        signal_payload = parse_payload(signal_input, "signal input")
+        checked = check_start_options(options)
+
+        def op(tx: Tx) -> SignalWithStartResult:
+            require_namespace(tx, namespace)
+            run = open_run_of(tx, namespace, workflow_id)
+            if run is not None:
+                run_id = str(run["run_id"])
+                if signal_seen(tx, namespace, run_id, request_id):
+                    return SignalWithStartResult(run_id, started=False, delivered=False)
+                deliver_signal(
+                    tx,
+                    namespace,
+                    run_id,
+                    run["task_queue"],
+                    signal_name,
+                    signal_payload,
+                    request_id,
+                )
+                return SignalWithStartResult(run_id, started=False, delivered=True)
+            earlier = earlier_start(tx, namespace, workflow_id, request_id)
+            if earlier is not None:
+                # This request started a run that has closed since: a retried call.
+                return SignalWithStartResult(earlier, started=False, delivered=False)
+            run_id, _ = create_run(
+                tx,
+                namespace,
+                workflow_id,
+                workflow_type,
+                version,
+                task_queue,
+                start_payload,
+                request_id,
+                trace_context,
+                checked,
+            )
+            # Recorded right after WorkflowStarted and before any workflow task ran, so
+            # the first activation carries both: handlers see it before the main method.
+            deliver_signal(
+                tx, namespace, run_id, task_queue, signal_name, signal_payload, request_id
+            )
+            return SignalWithStartResult(run_id, started=True, delivered=True)
+
+        return await self._write(op)
+
+    async def request_cancel(
+        self, namespace: str, workflow_id: str, run_id: str | None, reason: str
+    ) -> None:
+        def op(tx: Tx) -> None:
+            run = find_run(tx, namespace, workflow_id, run_id)
+            if run["status"] != "running":
+                raise WorkflowNotRunningError(f"run {run['run_id']} is {run['status']}")
+            # Running activities learn about it from their next heartbeat.
+            request_cancel_run(tx, namespace, run, reason, tx.now_ms())
+
+        await self._write(op)
+
+    async def terminate(
+        self, namespace: str, workflow_id: str, run_id: str | None, reason: str
+    ) -> None:
+        def op(tx: Tx) -> None:
+            run = find_run(tx, namespace, workflow_id, run_id)
+            if run["status"] != "running":
+                raise WorkflowNotRunningError(f"run {run['run_id']} is {run['status']}")
+            now = tx.now_ms()
+            append_event(
+                tx,
+                namespace,
+                run["run_id"],
+                now,
+                "workflow_terminated",
+                history_pb2.WorkflowTerminated(reason=reason),
+            )
+            failure = failure_bytes(reason or "terminated", "WorkflowTerminatedError")
+            close_run(tx, namespace, run["run_id"], "terminated", now, failure=failure)
+
+        await self._write(op)
+
+    async def describe(
+        self, namespace: str, workflow_id: str, run_id: str | None
+    ) -> RunDescription:
+        def op(tx: Tx) -> RunDescription:
+            run = find_run(tx, namespace, workflow_id, run_id)
+            rows = tx.all(
+                "SELECT seq, activity_type, state, attempt, last_failure, worker_id FROM tasks "
+                "WHERE namespace = ? AND run_id = ? AND kind = 'activity' "
+                f"AND state IN {ACTIVE} ORDER BY seq",
+                (namespace, run["run_id"]),
+            )
+            live_since = tx.now_ms() - self._options.worker_liveness_ms
+            available = tx.one(
+                "SELECT 1 AS live FROM worker_definitions wd JOIN workers w "
+                "ON w.namespace = wd.namespace AND w.worker_id = wd.worker_id "
+                "WHERE wd.namespace = ? AND wd.name = ? AND wd.version = ? "
+                "AND w.last_heartbeat_ms >= ? LIMIT 1",
+                (namespace, run["workflow_type"], run["workflow_version"], live_since),
+            )
+            info = run_info(run)
+            attrs = read_search_attributes(tx, namespace, [run["run_id"]])
+            info = replace(
+                info,
+                memo=blob(run["memo"]),
+                search_attributes=attrs.get(run["run_id"]),
+            )
+            return RunDescription(
+                info=info,
+                pending_activities=[
+                    PendingActivity(
+                        seq=row["seq"],
+                        activity_type=row["activity_type"],
+                        state=row["state"],
+                        attempt=row["attempt"],
+                        last_failure=blob(row["last_failure"]),
+                        worker_id=row["worker_id"] if row["state"] == "leased" else None,
+                    )
+                    for row in rows
+                ],
+                last_workflow_task_failure=blob(run["last_wft_failure"]),
+                workflow_task_attempt=run["wft_attempt"],
+                definition_available=available is not None,
+                cancel_requested=bool(run["cancel_requested"]),
+            )
+
+        return await self._read(op)
+
+    async def get_history(
+        self,
+        namespace: str,
+        workflow_id: str,
+        run_id: str | None,
+        after_event_id: int,
+        limit: int,
+    ) -> HistoryPage:
+        if after_event_id < 0:
+            raise InvalidArgumentError("after_event_id must not be negative")
+        if limit <= 0:
+            raise InvalidArgumentError("limit must be positive")
+
+        def op(tx: Tx) -> HistoryPage:
+            run = find_run(tx, namespace, workflow_id, run_id)
+            rows = tx.all(
+                "SELECT data FROM history WHERE namespace = ? AND run_id = ? AND event_id > ? "
+                "ORDER BY event_id LIMIT ?",
+                (namespace, run["run_id"], after_event_id, limit + 1),
+            )
+            events = [bytes(row["data"]) for row in rows[:limit]]
+            return HistoryPage(run["run_id"], events, has_more=len(rows) > limit)
+
+        return await self._read(op)
+
+    async def get_outcome(self, namespace: str, workflow_id: str, run_id: str | None) -> RunOutcome:
+        def op(tx: Tx) -> RunOutcome:
+            run = find_run(tx, namespace, workflow_id, run_id)
+            next_run_id = None
+            if run["status"] == "continued_as_new":
+                row = tx.one(
+                    "SELECT data FROM history WHERE namespace = ? AND run_id = ? "
+                    "AND kind = 'workflow_continued_as_new'",
+                    (namespace, run["run_id"]),
+                )
+                if row is not None:
+                    event = history_pb2.HistoryEvent.FromString(blob(row["data"]) or b"")
+                    next_run_id = event.workflow_continued_as_new.new_run_id
+            return RunOutcome(
+                run_id=run["run_id"],
+                status=run["status"],
+                result=blob(run["result"]),
+                failure=blob(run["failure"]),
+                next_run_id=next_run_id,
+            )
+
+        return await self._read(op)
+
+    async def list_runs(
+        self,
+        namespace: str,
+        status: str | None,
+        workflow_type: str | None,
+        started_after_ms: int | None,
+        started_before_ms: int | None,
+        limit: int,
+        cursor: str | None,
+        query: str | None = None,
+    ) -> tuple[list[RunInfo], str | None]:
+        if status and status not in RUN_STATUSES:
+            raise InvalidArgumentError(f"unknown status {status!r}")
+        if limit <= 0:
+            raise InvalidArgumentError("limit must be positive")
+        limit = min(limit, LIST_LIMIT_MAX)
+        where = ["namespace = ?"]
+        params: list[object] = [namespace]
+        if status:
+            where.append("status = ?")
+            params.append(status)
+        if workflow_type:
+            where.append("workflow_type = ?")
+            params.append(workflow_type)
+        if started_after_ms is not None:
+            where.append("start_time_ms >= ?")
+            params.append(started_after_ms)
+        if started_before_ms is not None:
+            where.append("start_time_ms < ?")
+            params.append(started_before_ms)
+        if cursor:
+            try:
+                after_id = int(cursor)
+            except ValueError as exc:
+                raise InvalidArgumentError(f"invalid cursor {cursor!r}") from exc
+            where.append("id < ?")
+            params.append(after_id)
+        if query:
+            conditions, values = compile_query(query)
+            where.extend(conditions)
+            params.extend(values)
+        params.append(limit + 1)
+        sql = f"SELECT * FROM runs WHERE {' AND '.join(where)} ORDER BY id DESC LIMIT ?"
+
+        def op(tx: Tx) -> tuple[list[RunInfo], str | None]:
+            require_namespace(tx, namespace)
+            rows = tx.all(sql, params)
+            page = rows[:limit]
+            next_cursor = str(page[-1]["id"]) if len(rows) > limit else None
+            attrs = read_search_attributes(tx, namespace, [row["run_id"] for row in page])
+            infos = [
+                replace(
+                    run_info(row),
+                    memo=blob(row["memo"]),
+                    search_attributes=attrs.get(row["run_id"]),
+                )
+                for row in page
+            ]
+            return infos, next_cursor
+
+        return await self._read(op)

@@ -1,0 +1,117 @@
+"""Workers: registration (with the definitions they serve), heartbeat, deregistration."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+from durable_rpc.errors import DefinitionChangedError, NotFoundError
+from durable_rpc.store._ops_base import _SqlOpsBase
+from durable_rpc.store._shared import require, require_namespace, version_or_default
+from durable_rpc.store._tx import Tx
+
+
+class _WorkerOps(_SqlOpsBase):
+    """The worker registry."""
+
+    async def register_worker(
+        self,
+        namespace: str,
+        worker_id: str,
+        task_queue: str,
+        definitions: Sequence[tuple[str, str, str]],
+        activities: Sequence[str],
+        build_id: str,
+        allow_definition_change: bool,
+    ) -> None:
+        require(worker_id, "worker_id")
+        require(task_queue, "task_queue")
+        defs = [(name, version_or_default(version), fp) for name, version, fp in definitions]
+        for name, _, fingerprint in defs:
+            require(name, "definition name")
+            require(fingerprint, f"fingerprint of {name!r}")
+
+        activities_json = json.dumps(list(activities))
+
+        def op(tx: Tx) -> None:
+            require_namespace(tx, namespace)
+            now = tx.now_ms()
+            for name, version, fingerprint in defs:
+                known = tx.value(
+                    "SELECT fingerprint FROM definitions "
+                    "WHERE namespace = ? AND name = ? AND version = ?",
+                    (namespace, name, version),
+                )
+                if known is None:
+                    tx.run(
+                        "INSERT INTO definitions (namespace, name, version, fingerprint, "
+                        "registered_at_ms) VALUES (?, ?, ?, ?, ?)",
+                        (namespace, name, version, fingerprint, now),
+                    )
+                elif known != fingerprint:
+                    if not allow_definition_change:
+                        raise DefinitionChangedError(
+                            f"definition ({name!r}, {version!r}) is registered with "
+                            f"fingerprint {known!r}, not {fingerprint!r}"
+                        )
+                    tx.run(
+                        "UPDATE definitions SET fingerprint = ?, registered_at_ms = ? "
+                        "WHERE namespace = ? AND name = ? AND version = ?",
+                        (fingerprint, now, namespace, name, version),
+                    )
+            tx.run(
+                "INSERT INTO workers (namespace, worker_id, task_queue, build_id, activities, "
+                "registered_at_ms, last_heartbeat_ms) VALUES (?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (namespace, worker_id) DO UPDATE SET "
+                "task_queue = excluded.task_queue, "
+                "build_id = excluded.build_id, activities = excluded.activities, "
+                "registered_at_ms = excluded.registered_at_ms, "
+                "last_heartbeat_ms = excluded.last_heartbeat_ms",
+                (
+                    namespace,
+                    worker_id,
+                    task_queue,
+                    build_id,
+                    activities_json,
+                    now,
+                    now,
+                ),
+            )
+            tx.run(
+                "DELETE FROM worker_definitions WHERE namespace = ? AND worker_id = ?",
+                (namespace, worker_id),
+            )
+            for name, version, _ in dict.fromkeys(defs):
+                tx.run(
+                    "INSERT INTO worker_definitions (namespace, worker_id, name, version) "
+                    "VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                    (namespace, worker_id, name, version),
+                )
+
+        await self._write(op)
+
+    async def worker_heartbeat(self, namespace: str, worker_id: str) -> None:
+        def op(tx: Tx) -> None:
+            require_namespace(tx, namespace)
+            changed = tx.run(
+                "UPDATE workers SET last_heartbeat_ms = ? WHERE namespace = ? AND worker_id = ?",
+                (tx.now_ms(), namespace, worker_id),
+            )
+            if not changed:
+                raise NotFoundError(f"worker {worker_id!r} is not registered")
+
+        await self._write(op)
+
+    async def deregister_worker(self, namespace: str, worker_id: str) -> None:
+        def op(tx: Tx) -> None:
+            require_namespace(tx, namespace)
+            tx.run(
+                "DELETE FROM worker_definitions WHERE namespace = ? AND worker_id = ?",
+                (namespace, worker_id),
+            )
+            tx.run(
+                "DELETE FROM workers WHERE namespace = ? AND worker_id = ?",
+                (namespace, worker_id),
+            )
+
+        await self._write(op)

@@ -1,0 +1,336 @@
+"""Workflow tasks: claim, complete (recording the decision), fail, release, request."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from durable_rpc.errors import InvalidArgumentError
+from durable_rpc.store._api import (
+    ClaimedActivityTask,
+    ClaimedWorkflowTask,
+    EagerActivities,
+    LeaseRef,
+    WorkflowTaskCompletion,
+)
+from durable_rpc.store._logic import (
+    CommandPlan,
+    parse_failure,
+    validate_commands,
+    workflow_task_backoff_ms,
+)
+from durable_rpc.store._ops_commands import _CommandOps
+from durable_rpc.store._ops_leases import _LeaseOps, _WorkflowClaim
+from durable_rpc.store._shared import (
+    ACTIVE,
+    INPUT_KINDS_SQL,
+    append_event,
+    ensure_workflow_task,
+    fenced_update,
+    lease_miss,
+    open_run,
+    require,
+    require_namespace,
+    saw_new_input,
+)
+from durable_rpc.store._tx import Row, Tx
+from durable_rpc.v1 import history_pb2, workflow_task_pb2
+
+
+@dataclass(frozen=True, slots=True)
+class _Decision:
+    """A workflow task's decision as the store records it."""
+
+    worker_id: str
+    build_id: str
+    last_seen_event_id: int
+    #: The workflow clock of the decided activation (the WorkflowTaskCompleted marker's).
+    workflow_time_ms: int
+    commands: list[workflow_task_pb2.Command]
+    plan: CommandPlan
+    eager: EagerActivities | None
+
+
+def _eager_seqs(
+    commands: Sequence[workflow_task_pb2.Command], eager: EagerActivities | None
+) -> list[int]:
+    """The seqs of the scheduled activities eligible for eager dispatch, up to the limit."""
+    if eager is None or eager.limit <= 0:
+        return []
+    return [
+        c.seq
+        for c in commands
+        if c.WhichOneof("kind") == "schedule_activity"
+        and c.schedule_activity.task_queue in ("", eager.task_queue)
+        and c.schedule_activity.activity_type in eager.activity_types
+    ][: eager.limit]
+
+
+class _WorkflowTaskOps(_LeaseOps, _CommandOps):
+    """The workflow-task operations and the recording of a decision."""
+
+    async def claim_workflow_task(
+        self, namespace: str, task_queue: str, worker_id: str, lease_ms: int
+    ) -> ClaimedWorkflowTask | None:
+        require(worker_id, "worker_id")
+        if lease_ms <= 0:
+            raise InvalidArgumentError("lease_ms must be positive")
+
+        def op(tx: Tx) -> _WorkflowClaim | None:
+            require_namespace(tx, namespace)
+            now = tx.now_ms()
+            # One statement: pick the best visible task (queued, waiting and due, or leased
+            # with an expired lease), take it over, raise its token.
+            return self._lease_workflow_task(
+                tx,
+                namespace,
+                worker_id,
+                lease_ms,
+                now,
+                "SELECT task_id FROM tasks WHERE namespace = ? AND kind = 'workflow' "
+                "AND task_queue = ? AND due_ms IS NOT NULL "
+                f"AND due_ms <= ? AND state IN {ACTIVE} ORDER BY due_ms, task_id LIMIT 1"
+                f"{tx.claim_lock_suffix}",
+                (namespace, task_queue, now),
+            )
+
+        claim = await self._write(op)
+        return None if claim is None else await self._with_history(namespace, worker_id, claim)
+
+    async def complete_workflow_task_tracked(
+        self,
+        namespace: str,
+        lease: LeaseRef,
+        last_seen_event_id: int,
+        commands: Sequence[workflow_task_pb2.Command],
+        build_id: str = "",
+        eager: EagerActivities | None = None,
+    ) -> WorkflowTaskCompletion:
+        commands = list(commands)
+        plan = validate_commands(commands)
+
+        def op(tx: Tx) -> WorkflowTaskCompletion:
+            require_namespace(tx, namespace)
+            now = tx.now_ms()
+            task = fenced_update(
+                tx,
+                namespace,
+                lease,
+                "workflow",
+                now,
+                "state = 'completed', due_ms = NULL, outcome_token = fencing_token, "
+                "outcome_kind = 'completed'",
+            )
+            if task is None:
+                lease_miss(tx, namespace, lease, "workflow", "completed")
+                return WorkflowTaskCompletion([], [], 0)
+            run = open_run(tx, namespace, task["run_id"])
+            if not 0 <= last_seen_event_id <= run["history_length"]:
+                raise InvalidArgumentError(
+                    f"last_seen_event_id {last_seen_event_id} is outside the history "
+                    f"(1..{run['history_length']})"
+                )
+            # A task that saw no new input and decided nothing (e.g. it only rejected
+            # updates) records nothing: rejected updates leave no trace in history.
+            self._check_decision(tx, run, plan)
+            marker_needed = bool(commands) or saw_new_input(
+                tx, namespace, run["run_id"], last_seen_event_id
+            )
+            return self._record_decision(
+                tx,
+                run,
+                _Decision(
+                    lease.worker_id,
+                    build_id,
+                    last_seen_event_id,
+                    task["claimed_at_ms"],
+                    commands,
+                    plan,
+                    eager,
+                ),
+                marker_needed,
+                now,
+            )
+
+        return await self._write(op)
+
+    def _check_decision(self, tx: Tx, run: Row, plan: CommandPlan) -> None:
+        """The checks of a decision that need stored state (before anything is written):
+        new seqs are unused, cancelled timers exist. Raises InvalidArgumentError."""
+        namespace: str = run["namespace"]
+        run_id: str = run["run_id"]
+        if plan.new_seqs:
+            marks = ", ".join("?" for _ in plan.new_seqs)
+            used = tx.all(
+                f"SELECT seq FROM tasks WHERE namespace = ? AND run_id = ? AND seq IN ({marks})",
+                (namespace, run_id, *plan.new_seqs),
+            )
+            if used:
+                seqs = sorted(row["seq"] for row in used)
+                raise InvalidArgumentError(f"seq {seqs} already used in run {run_id}")
+        for timer_seq in plan.cancelled_existing_timers:
+            timer = tx.one(
+                "SELECT kind FROM tasks WHERE namespace = ? AND run_id = ? AND seq = ?",
+                (namespace, run_id, timer_seq),
+            )
+            if timer is None or timer["kind"] != "timer":
+                raise InvalidArgumentError(f"cancel_timer: no timer with seq {timer_seq}")
+
+    def _decision_acceptable(self, tx: Tx, run: Row, plan: CommandPlan) -> bool:
+        try:
+            self._check_decision(tx, run, plan)
+        except InvalidArgumentError:
+            return False
+        return True
+
+    def _record_decision(
+        self, tx: Tx, run: Row, decision: _Decision, marker_needed: bool, now: int
+    ) -> WorkflowTaskCompletion:
+        """Records a workflow task's decision on an open run, inside the completing
+        transaction (the task's fence already checked): the WorkflowTaskCompleted marker,
+        one event and effect per command, a follow-up task for input that arrived
+        meanwhile, and the eager activity claims. The caller ran ``_check_decision``."""
+        namespace: str = run["namespace"]
+        run_id: str = run["run_id"]
+        commands = decision.commands
+        if marker_needed:
+            marker = history_pb2.WorkflowTaskCompleted(
+                last_seen_event_id=decision.last_seen_event_id,
+                worker_id=decision.worker_id,
+                build_id=decision.build_id,
+            )
+            marker.workflow_time.FromMilliseconds(decision.workflow_time_ms)
+            append_event(tx, namespace, run_id, now, "workflow_task_completed", marker)
+        closed = False
+        for command in commands:
+            closed = self._apply_command(tx, namespace, run, command, now) or closed
+        if not closed:
+            self._append_immediate_cancellations(tx, namespace, run_id, commands, now)
+            new_input = tx.one(
+                "SELECT event_id FROM history WHERE namespace = ? AND run_id = ? "
+                f"AND event_id > ? AND kind IN {INPUT_KINDS_SQL} LIMIT 1",
+                (namespace, run_id, decision.last_seen_event_id),
+            )
+            if new_input is not None:
+                ensure_workflow_task(tx, namespace, run_id, run["task_queue"], now)
+        if run["wft_attempt"] != 1 or run["last_wft_failure"] is not None:
+            tx.run(
+                "UPDATE runs SET wft_attempt = 1, last_wft_failure = NULL "
+                "WHERE namespace = ? AND run_id = ?",
+                (namespace, run_id),
+            )
+        appended = [data for appended_run, data in tx.appended if appended_run == run_id]
+        # `run` was read (and, on PostgreSQL, locked) before this operation appended.
+        history_length = run["history_length"] + len(appended)
+        eager = decision.eager
+        eager_seqs = _eager_seqs(commands, eager)
+        if closed or eager is None or not eager_seqs or run["task_queue"] != eager.task_queue:
+            return WorkflowTaskCompletion([], appended, history_length)
+        claimed = self._claim_eager_activities(
+            tx, namespace, run_id, run["workflow_id"], decision.worker_id, eager_seqs, now
+        )
+        on_queue = sum(
+            1
+            for c in commands
+            if c.WhichOneof("kind") == "schedule_activity"
+            and (c.schedule_activity.task_queue or run["task_queue"]) == eager.task_queue
+        )
+        if claimed and len(claimed) == on_queue:
+            # Every activity scheduled on that queue went to this worker: waking a
+            # poller would only cost it a claim that finds nothing.
+            tx.notes.tasks.discard((namespace, run["task_queue"], "activity"))
+        return WorkflowTaskCompletion(claimed, appended, history_length)
+
+    def _claim_eager_activities(
+        self,
+        tx: Tx,
+        namespace: str,
+        run_id: str,
+        workflow_id: str,
+        worker_id: str,
+        seqs: list[int],
+        now: int,
+    ) -> list[ClaimedActivityTask]:
+        marks = ", ".join("?" for _ in seqs)
+        candidates = tx.all(
+            "SELECT task_id, task_queue, lease_ms, start_to_close_ms, "
+            "schedule_to_close_deadline_ms FROM tasks WHERE namespace = ? AND run_id = ? "
+            f"AND kind = 'activity' AND state = 'queued' AND seq IN ({marks}) ORDER BY seq",
+            (namespace, run_id, *seqs),
+        )
+        return [
+            self._lease_activity(tx, namespace, c, worker_id, now, workflow_id) for c in candidates
+        ]
+
+    async def request_workflow_task(self, namespace: str, run_id: str) -> bool:
+        def op(tx: Tx) -> bool:
+            require_namespace(tx, namespace)
+            run = tx.one(
+                "SELECT status, task_queue FROM runs WHERE namespace = ? AND run_id = ?",
+                (namespace, run_id),
+            )
+            if run is None or run["status"] != "running":
+                return False
+            ensure_workflow_task(tx, namespace, run_id, run["task_queue"], tx.now_ms())
+            return True
+
+        return await self._write(op)
+
+    async def release_workflow_task(self, namespace: str, lease: LeaseRef) -> bool:
+        def op(tx: Tx) -> bool:
+            require_namespace(tx, namespace)
+            now = tx.now_ms()
+            released = fenced_update(
+                tx,
+                namespace,
+                lease,
+                "workflow",
+                now,
+                "state = 'queued', worker_id = NULL, expires_at_ms = NULL, "
+                "claimed_at_ms = NULL, due_ms = ?, visible_at_ms = ?",
+                (now, now),
+            )
+            if released is None:
+                return False
+            tx.notes.tasks.add((namespace, released["task_queue"], "workflow"))
+            return True
+
+        return await self._write(op)
+
+    async def fail_workflow_task(self, namespace: str, lease: LeaseRef, failure: bytes) -> None:
+        parse_failure(failure)
+        options = self._options
+
+        def op(tx: Tx) -> None:
+            require_namespace(tx, namespace)
+            now = tx.now_ms()
+            task = fenced_update(
+                tx,
+                namespace,
+                lease,
+                "workflow",
+                now,
+                "state = 'waiting', attempt = attempt + 1, expires_at_ms = NULL, "
+                "outcome_token = fencing_token, outcome_kind = 'failed'",
+            )
+            if task is None:
+                lease_miss(tx, namespace, lease, "workflow", "failed")
+                return
+            failed_attempt = task["attempt"] - 1
+            visible = now + workflow_task_backoff_ms(
+                failed_attempt,
+                options.workflow_task_initial_backoff_ms,
+                options.workflow_task_max_backoff_ms,
+            )
+            tx.run(
+                "UPDATE tasks SET visible_at_ms = ?, due_ms = ? WHERE task_id = ?",
+                (visible, visible, task["task_id"]),
+            )
+            tx.run(
+                "UPDATE runs SET last_wft_failure = ?, wft_attempt = ? "
+                "WHERE namespace = ? AND run_id = ?",
+                (failure, task["attempt"], namespace, task["run_id"]),
+            )
+            tx.notes.due.add(visible)
+
+        await self._write(op)
