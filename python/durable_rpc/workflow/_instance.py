@@ -1,0 +1,132 @@
+"""The state of one workflow instance, and what every part of the runtime uses: the
+seq counter, the command list and the guard that keeps query handlers read-only."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from durable_rpc.search_attributes import from_proto as sa_from_proto
+from durable_rpc.search_attributes import to_proto as sa_to_proto
+from durable_rpc.v1 import payload_pb2, workflow_task_pb2
+from durable_rpc.workflow import _children, _sandbox
+from durable_rpc.workflow._definition import WorkflowDefinition
+from durable_rpc.workflow._errors import RestrictedOperationError
+from durable_rpc.workflow._loop import WorkflowLoop, new_loop
+from durable_rpc.workflow._values import LocalActivityRequest, PendingActivity, WorkflowInfo
+
+
+class InstanceState:
+    """The state of one workflow execution; the parts of
+    :class:`~durable_rpc.workflow._runtime.WorkflowInstance` build on it."""
+
+    def __init__(
+        self, definition: WorkflowDefinition, *, task_queue: str, deadline: float | None = None
+    ) -> None:
+        self.definition = definition
+        self.task_queue = task_queue
+        # Absolute time.monotonic() after which a still-running activation fails the task.
+        self.deadline = deadline
+        self.loop: WorkflowLoop = new_loop(self)
+        self._now = datetime.fromtimestamp(0, UTC)
+        # Set for a workflow task decided inline with an activity completion: its clock
+        # is the database time of the commit that records it, unknown while the code
+        # runs. Reading it then marks the decision unusable (see worker/_inline.py).
+        self.clock_unknown_when_live = False
+        self.is_replaying = False
+        self.random = random.Random(0)
+        self.info: WorkflowInfo | None = None
+        self._commands: list[workflow_task_pb2.Command] = []
+        self._next_seq = 1
+        self._activities: dict[int, PendingActivity] = {}
+        self._timers: dict[int, asyncio.Future[None]] = {}
+        self._children: dict[int, _children.PendingChild] = {}
+        # Seqs whose awaiting code was cancelled: their late resolutions are expected.
+        self._abandoned: set[int] = set()
+        # Local activities waiting for their outcome, by seq (request, future, hint).
+        self._local: dict[int, tuple[LocalActivityRequest, asyncio.Future[Any], Any]] = {}
+        # Local-activity markers of the replayed task, by seq: (marker id, payload).
+        self._recorded_locals: dict[int, tuple[str, bytes]] = {}
+        # Set once the run's cancellation was delivered: activities awaited by the
+        # cancelled code are then abandoned without a RequestCancelActivity command (the
+        # server already asked every task of the run to stop; histories recorded before
+        # activity cancellation existed replay unchanged).
+        self._run_cancelled = False
+        self._conditions: list[tuple[Callable[[], bool], asyncio.Future[None]]] = []
+        self._obj: Any = None
+        self._main: asyncio.Task[Any] | None = None
+        self._handlers: dict[str, Callable[..., Any]] = {}
+        self._buffered_signals: dict[str, list[bytes]] = {}
+        self._handler_error: BaseException | None = None
+        self._finished = False
+        # Markers recorded by the task the current activation replays (empty when live).
+        self._recorded_side_effects: dict[int, bytes] = {}
+        self._recorded_patches: set[str] = set()
+        # patched() decisions of this run, by change id: one marker and one answer each.
+        self._patches: dict[str, bool] = {}
+        # Set while a query handler runs: producing a command then fails the query.
+        self._querying: str | None = None
+        # Updates accepted by this run (recorded or live), by id: delivered once each.
+        self._updates_seen: set[str] = set()
+        #: Live updates the validator rejected, in delivery order: (update_id, failure).
+        #: Never recorded in history; the worker reports them beside the commands.
+        self.rejected_updates: list[tuple[str, payload_pb2.Failure]] = []
+        _sandbox.install()
+
+    @property
+    def now(self) -> datetime:
+        """The workflow clock of the current activation."""
+        return (
+            datetime.fromtimestamp(self.loop.time(), UTC) if self.loop.clock_unknown else self._now
+        )
+
+    @property
+    def read_unknown_clock(self) -> bool:
+        """Whether live code read the clock while it was unknown."""
+        return self.loop.clock_read_while_unknown
+
+    # --- commands (called by the workflow API) ---------------------------------------
+
+    def _take_seq(self) -> int:
+        self._refuse_in_query()
+        seq = self._next_seq
+        self._next_seq += 1
+        return seq
+
+    def _emit(self, command: workflow_task_pb2.Command) -> None:
+        self._refuse_in_query()
+        if self._finished:
+            return
+        self._commands.append(command)
+
+    def upsert_search_attributes(self, values: Mapping[str, Any]) -> None:
+        """Record an UpsertSearchAttributes command; info() sees the values at once."""
+        attrs = sa_to_proto(values)
+        if self.info is not None:
+            self.info.search_attributes.update(sa_from_proto(attrs))
+        self._emit(
+            workflow_task_pb2.Command(
+                upsert_search_attributes=workflow_task_pb2.UpsertSearchAttributes(
+                    search_attributes=attrs
+                )
+            )
+        )
+
+    # --- queries --------------------------------------------------------------------
+
+    def _refuse_in_query(self) -> None:
+        if self._querying is not None:
+            raise RestrictedOperationError(
+                f"query {self._querying!r} tried to change the workflow (schedule an "
+                "activity, start a timer, wait...): query handlers must only read state"
+            )
+
+    def current_info(self) -> WorkflowInfo:
+        if self.info is None:
+            raise RuntimeError("the workflow has not started")
+        if self.info.is_replaying == self.is_replaying:
+            return self.info
+        return WorkflowInfo(**{**self.info.__dict__, "is_replaying": self.is_replaying})

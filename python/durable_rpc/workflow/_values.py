@@ -1,0 +1,67 @@
+"""The values the workflow runtime shares with workflow code and the worker: the
+run's identity, what it keeps for a scheduled activity, local activity requests and
+outcomes, and the inline data of a received payload."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from durable_rpc.v1 import payload_pb2
+from durable_rpc.workflow._errors import WorkflowTaskError
+
+
+@dataclass(frozen=True)
+class WorkflowInfo:
+    """The identity of the running workflow, as seen by its code."""
+
+    workflow_id: str
+    run_id: str
+    workflow_type: str
+    workflow_version: str
+    task_queue: str
+    is_replaying: bool
+    #: Set at start (memo) and at start or by upsert_search_attributes (search attributes).
+    memo: dict[str, Any] = field(default_factory=dict)
+    search_attributes: dict[str, Any] = field(default_factory=dict)
+    #: The run this one continues (continue-as-new); empty for a run a client started.
+    continued_from_run_id: str = ""
+
+
+@dataclass
+class PendingActivity:
+    future: asyncio.Future[Any]
+    activity_type: str
+    result_hint: Any
+
+
+def payload_data(p: payload_pb2.Payload) -> bytes:
+    """The inline frame of ``p``; the server inlines external payloads for workers."""
+    if not p.data and p.HasField("external"):
+        raise WorkflowTaskError("received an external payload reference without its data")
+    return p.data
+
+
+@dataclass(frozen=True)
+class LocalActivityRequest:
+    """A local activity the workflow is waiting for: the worker runs it during the
+    workflow task and hands the outcome back with ``resolve_local_activities``."""
+
+    seq: int
+    name: str
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    start_to_close_timeout: float | None
+    retry_policy: Any
+
+
+@dataclass(frozen=True)
+class LocalActivityOutcome:
+    """``marker_id`` "" = completed (``data`` the encoded value); "failed" = failed
+    for good (``data`` the encoded ``[type, message, attempt]``)."""
+
+    seq: int
+    marker_id: str
+    data: bytes
