@@ -113,7 +113,7 @@ async def test_a_task_whose_poll_left_is_released_for_others(tmp_path: Path) -> 
         waiting = notifier.tasks.register(KEY)
         notifier.tasks.name_waiter(KEY, waiting, "w1")
         request = start_request("wf-1", "r1")
-        start = asyncio.ensure_future(service.StartWorkflow(request, None))  # type: ignore[arg-type]
+        start = asyncio.ensure_future(service.StartWorkflow(request, None))
         await asyncio.sleep(0)  # the start reserved the poll and now waits on the store
         assert handoffs.waiting(KEY) == 0
         waiting.set_result(None)  # ...leaves (its deadline) before the start commits
@@ -123,6 +123,33 @@ async def test_a_task_whose_poll_left_is_released_for_others(tmp_path: Path) -> 
         assert task is not None
         assert (task.run_id, task.worker_id, task.fencing_token) == (started.run_id, "w2", 2)
         assert handoffs.take(waiting) is None
+    finally:
+        await store.close()
+
+
+async def test_a_start_whose_caller_went_away_still_hands_its_task_over(
+    tmp_path: Path,
+) -> None:
+    store = SQLiteStore(str(tmp_path / "cancelled.db"))
+    await store.open()
+    try:
+        notifier = Notifier(asyncio.get_running_loop(), lambda due_ms: None)
+        store.set_listener(notifier)
+        handoffs = Handoffs(notifier.tasks)
+        service = WorkflowService(store, notifier, handoffs=handoffs, workflow_task_lease_ms=30_000)
+        waiting = notifier.tasks.register(KEY)
+        notifier.tasks.name_waiter(KEY, waiting, "w1")
+        start = asyncio.ensure_future(service.StartWorkflow(start_request("wf-1", "r1"), None))
+        await asyncio.sleep(0)  # reserved; the start now waits on the store
+        start.cancel()  # the caller went away (its RPC was cancelled)
+        with pytest.raises(asyncio.CancelledError):
+            await start
+        # The start itself went on: the reserved poll is woken with its task, claimed
+        # for it (token 1), rather than left to wait while the task waits out a lease.
+        await asyncio.wait_for(waiting, 10)
+        task = handoffs.take(waiting)
+        assert task is not None
+        assert (task.workflow_id, task.worker_id, task.fencing_token) == ("wf-1", "w1", 1)
     finally:
         await store.close()
 

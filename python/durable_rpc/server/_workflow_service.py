@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import uuid
 from typing import Any
@@ -19,12 +20,19 @@ from durable_rpc.errors import (
     WorkflowNotRunningError,
 )
 from durable_rpc.server import _convert, _validate
-from durable_rpc.server._handoff import Handoffs
+from durable_rpc.server._handoff import Handoffs, Reservation
 from durable_rpc.server._notify import Notifier
 from durable_rpc.server._notify import wait as wait_for_wakeup
 from durable_rpc.server._queries import QueryRouter
 from durable_rpc.server._updates import UpdateRegistry
-from durable_rpc.store import ClaimedWorkflowTask, DirectClaim, RunInfo, StartOptions, Store
+from durable_rpc.store import (
+    ClaimedWorkflowTask,
+    DirectClaim,
+    RunInfo,
+    StartOptions,
+    StartResult,
+    Store,
+)
 from durable_rpc.telemetry import current_trace_context
 from durable_rpc.v1 import (
     history_pb2,
@@ -121,6 +129,7 @@ class WorkflowService(service_pb2_grpc.WorkflowServiceServicer):
         # Direct dispatch of a new run's first task to a waiting poll (_handoff.py).
         self._handoffs = handoffs
         self._workflow_task_lease_ms = workflow_task_lease_ms
+        self._background: set[asyncio.Future[None]] = set()
         self._queries = queries or QueryRouter()
         self._updates = updates or UpdateRegistry()
 
@@ -146,20 +155,32 @@ class WorkflowService(service_pb2_grpc.WorkflowServiceServicer):
         if reservation is None:
             result = await self._store.start_workflow(*arguments)
             return service_pb2.StartWorkflowResponse(run_id=result.run_id, started=result.started)
-        handed: ClaimedWorkflowTask | None = None
-        try:
-            result = await self._store.start_workflow(
+        started = asyncio.ensure_future(
+            self._store.start_workflow(
                 *arguments,
                 claim_for=DirectClaim(reservation.worker_id, self._workflow_task_lease_ms),
             )
-            handed = result.workflow_task
-        finally:
-            if handed is None:  # a duplicate start, or an error: nothing to hand over
-                reservation.cancel()
-            elif not reservation.deliver(handed):
-                # The poll left while the run started: give its task back.
-                await self._release(ns, handed)
+        )
+        # Settled when the start ends, even if this call is cancelled first (the caller
+        # went away): the reserved poll gets the task or is woken, and a task nobody can
+        # take any more goes back to the queue instead of waiting out its lease.
+        started.add_done_callback(functools.partial(self._settle, ns, reservation))
+        result = await asyncio.shield(started)
         return service_pb2.StartWorkflowResponse(run_id=result.run_id, started=result.started)
+
+    def _settle(
+        self, namespace: str, reservation: Reservation, started: asyncio.Future[StartResult]
+    ) -> None:
+        handed = None
+        if not started.cancelled() and started.exception() is None:
+            handed = started.result().workflow_task
+        if handed is None:  # a duplicate start, or an error: nothing to hand over
+            reservation.cancel()
+        elif not reservation.deliver(handed):
+            # The poll left while the run started: give its task back.
+            release = asyncio.ensure_future(self._release(namespace, handed))
+            self._background.add(release)
+            release.add_done_callback(self._background.discard)
 
     async def _release(self, namespace: str, task: ClaimedWorkflowTask) -> None:
         try:
