@@ -43,6 +43,14 @@ def executions(log: Path) -> Counter[str]:
     return Counter(re.sub(r" pid=\d+$", "", line) for line in log.read_text().splitlines())
 
 
+def started_by(log: Path, prefix: str, pid: int) -> bool:
+    """Whether process ``pid`` wrote an execution line starting with ``prefix``."""
+    return any(
+        line.startswith(prefix) and line.endswith(f" pid={pid}")
+        for line in log.read_text().splitlines()
+    )
+
+
 async def start_all(client: Client, queue: str, two_steps: int, sleepers: int) -> None:
     gate = asyncio.Semaphore(50)
 
@@ -104,7 +112,12 @@ async def test_replica_and_worker_sigkill_mid_run_loses_nothing(
     try:
         await start_all(client, queue, two_steps=200, sleepers=20)
         deadline = time.monotonic() + 60
-        while sum(1 for k in executions(test_log) if k.startswith("step:")) < 60:
+        # Kill only once the doomed worker holds attempts (it blocks in slow_step): which
+        # worker gets which task is up to the servers (a start hands its first task to a
+        # poll waiting on the replica it reached), so it may take a while to get one.
+        while sum(1 for k in executions(test_log) if k.startswith("step:")) < 60 or not started_by(
+            test_log, "slow_step-start:", doomed_worker.proc.pid
+        ):
             assert time.monotonic() < deadline, "the workers made no progress"
             await asyncio.sleep(0.02)
         a.kill()  # SIGKILL: the client and worker 2 must move to B
