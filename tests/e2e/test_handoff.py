@@ -107,7 +107,7 @@ async def test_a_task_whose_poll_left_is_released_for_others(tmp_path: Path) -> 
     try:
         notifier = Notifier(asyncio.get_running_loop(), lambda due_ms: None)
         store.set_listener(notifier)
-        handoffs = Handoffs(notifier.tasks)
+        handoffs = Handoffs(notifier.tasks, store)
         service = WorkflowService(store, notifier, handoffs=handoffs, workflow_task_lease_ms=30_000)
         # A poll waiting for w1...
         waiting = notifier.tasks.register(KEY)
@@ -135,7 +135,7 @@ async def test_a_start_whose_caller_went_away_still_hands_its_task_over(
     try:
         notifier = Notifier(asyncio.get_running_loop(), lambda due_ms: None)
         store.set_listener(notifier)
-        handoffs = Handoffs(notifier.tasks)
+        handoffs = Handoffs(notifier.tasks, store)
         service = WorkflowService(store, notifier, handoffs=handoffs, workflow_task_lease_ms=30_000)
         waiting = notifier.tasks.register(KEY)
         notifier.tasks.name_waiter(KEY, waiting, "w1")
@@ -156,7 +156,7 @@ async def test_a_start_whose_caller_went_away_still_hands_its_task_over(
 
 async def test_only_named_waiting_polls_can_be_reserved() -> None:
     waiters = Waiters()
-    handoffs = Handoffs(waiters)
+    handoffs = Handoffs(waiters, SQLiteStore(":memory:"))  # never released to: unopened
     anonymous = waiters.register(KEY)
     assert handoffs.reserve(KEY) is None
     named = waiters.register(KEY)

@@ -59,11 +59,12 @@ class Server:
         self._health = health_aio.HealthServicer()
         self.port: int | None = None
         self.handoffs: Handoffs | None = None
+        self._notifier: Notifier | None = None
 
     async def start(self) -> None:
         await self.store.open()
         notifier = Notifier(asyncio.get_running_loop(), self._due.schedule)
-        self._due.notifier = notifier
+        self._notifier = notifier
         self.store.set_listener(notifier)
         server = grpc.aio.server(
             # Tracing first: the outermost interceptor sees the final status.
@@ -84,7 +85,7 @@ class Server:
         # Pending update requests too (until a workflow accepts them: docs/engine.md).
         updates = UpdateRegistry()
         # A start hands its run's first task straight to a waiting poll (_handoff.py).
-        handoffs = self.handoffs = Handoffs(notifier.tasks)
+        handoffs = self.handoffs = Handoffs(notifier.tasks, self.store)
         service_pb2_grpc.add_WorkflowServiceServicer_to_server(
             WorkflowService(
                 self.store,
@@ -135,8 +136,8 @@ class Server:
     async def stop(self) -> None:
         """Stop accepting calls, let in-flight ones finish, then close the store."""
         self._shutting_down.set()  # long polls answer "nothing" right away
-        if self._due.notifier is not None:
-            self._due.notifier.wake_all_pollers()
+        if self._notifier is not None:
+            self._notifier.wake_all_pollers()
         await self._health.enter_graceful_shutdown()
         if self._grpc is not None:
             await self._grpc.stop(self.config.shutdown_grace_s)

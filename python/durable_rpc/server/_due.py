@@ -15,7 +15,6 @@ import time
 
 from durable_rpc._core import DueIndex
 from durable_rpc.errors import DurableRpcError
-from durable_rpc.server._notify import Notifier
 from durable_rpc.store import Store
 
 log = logging.getLogger(__name__)
@@ -39,7 +38,6 @@ class DueLoop:
         self._offset_ms = 0  # database clock minus process clock, refreshed every pass
         self._task: asyncio.Task[None] | None = None
         self._run_now = False
-        self.notifier: Notifier | None = None
 
     def schedule(self, due_ms: int) -> None:
         """A new due time (database clock); wakes the loop if it is the earliest."""

@@ -14,16 +14,22 @@ cancelled call) is released back to the queue under its lease (see
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Hashable
 
+from durable_rpc.errors import DurableRpcError
 from durable_rpc.server._notify import Waiters
-from durable_rpc.store import ClaimedWorkflowTask
+from durable_rpc.store import ClaimedWorkflowTask, StartResult, Store
+
+log = logging.getLogger(__name__)
 
 
 class Handoffs:
-    def __init__(self, waiters: Waiters) -> None:
+    def __init__(self, waiters: Waiters, store: Store) -> None:
         self._waiters = waiters
+        self._store = store
         self._delivered: dict[asyncio.Future[None], ClaimedWorkflowTask] = {}
+        self._releasing: set[asyncio.Future[None]] = set()
 
     def reserve(self, key: Hashable) -> Reservation | None:
         """Reserve the oldest poll of ``key`` waiting with its worker id, if any."""
@@ -40,6 +46,39 @@ class Handoffs:
     def take(self, woken: asyncio.Future[None]) -> ClaimedWorkflowTask | None:
         """For a woken poll: the task handed to it, if that is what woke it."""
         return self._delivered.pop(woken, None)
+
+    def settle(
+        self, namespace: str, reservation: Reservation, started: asyncio.Future[StartResult]
+    ) -> None:
+        """When the start ``reservation`` was made for has ended (a done-callback, so it
+        runs even if the start's caller went away): hand its task to the reserved poll,
+        wake the poll when there is none, or give the task back when the poll left."""
+        handed = None
+        if not started.cancelled() and started.exception() is None:
+            handed = started.result().workflow_task
+        if handed is None:  # a duplicate start, or an error: nothing to hand over
+            reservation.cancel()
+        elif not reservation.deliver(handed):
+            self._give_back(namespace, handed)
+
+    def give_back_leftover(self, namespace: str, woken: asyncio.Future[None]) -> None:
+        """A poll leaving (cancelled) without taking what was handed to it gives it back."""
+        left = self.take(woken)
+        if left is not None:
+            self._give_back(namespace, left)
+
+    def _give_back(self, namespace: str, task: ClaimedWorkflowTask) -> None:
+        """Release ``task`` to the queue in the background (its lease would expire anyway)."""
+
+        async def release() -> None:
+            try:
+                await self._store.release_workflow_task(namespace, task.lease)
+            except DurableRpcError as error:  # its lease will expire instead
+                log.warning("could not release workflow task %s: %s", task.task_id, error)
+
+        releasing = asyncio.ensure_future(release())
+        self._releasing.add(releasing)
+        releasing.add_done_callback(self._releasing.discard)
 
 
 class Reservation:

@@ -135,8 +135,7 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
         self._poll_timeout_s = poll_timeout_s
         self._workflow_task_lease_ms = workflow_task_lease_ms
         self._shutting_down = shutting_down
-        self.handoffs = handoffs or Handoffs(notifier.tasks)
-        self._background: set[asyncio.Future[None]] = set()
+        self.handoffs = handoffs or Handoffs(notifier.tasks, store)
 
     async def _long_poll(
         self,
@@ -183,27 +182,13 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
                         return handed
                 finally:
                     arrival.cancel()
-                    if handed_over is not None and (left := handed_over(arrival)) is not None:
+                    if handed_over is not None:
                         # Handed over as this poll was cancelled: give it back.
-                        self._release_later(key[0], left)
+                        self.handoffs.give_back_leftover(key[0], arrival)
             return None
         finally:
             if unclaimed_wakeup:
                 self._notifier.tasks.notify(key)
-
-    def _release_later(self, namespace: str, task: object) -> None:
-        if not isinstance(task, ClaimedWorkflowTask):
-            return
-
-        async def release() -> None:
-            try:
-                await self._store.release_workflow_task(namespace, task.lease)
-            except DurableRpcError as error:  # its lease will expire instead
-                log.warning("could not release workflow task %s: %s", task.task_id, error)
-
-        background = asyncio.ensure_future(release())
-        self._background.add(background)
-        background.add_done_callback(self._background.discard)
 
     async def RegisterWorker(
         self, request: service_pb2.RegisterWorkerRequest, context: grpc.aio.ServicerContext

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import logging
 import uuid
 from typing import Any
 
 import grpc
 
 from durable_rpc.errors import (
-    DurableRpcError,
     InvalidArgumentError,
     QueryFailedError,
     QueryTimeoutError,
@@ -20,17 +18,15 @@ from durable_rpc.errors import (
     WorkflowNotRunningError,
 )
 from durable_rpc.server import _convert, _validate
-from durable_rpc.server._handoff import Handoffs, Reservation
+from durable_rpc.server._handoff import Handoffs
 from durable_rpc.server._notify import Notifier
 from durable_rpc.server._notify import wait as wait_for_wakeup
 from durable_rpc.server._queries import QueryRouter
 from durable_rpc.server._updates import UpdateRegistry
 from durable_rpc.store import (
-    ClaimedWorkflowTask,
     DirectClaim,
     RunInfo,
     StartOptions,
-    StartResult,
     Store,
 )
 from durable_rpc.telemetry import current_trace_context
@@ -41,8 +37,6 @@ from durable_rpc.v1 import (
     service_pb2,
     service_pb2_grpc,
 )
-
-log = logging.getLogger(__name__)
 
 DEFAULT_RESULT_WAIT_S = 30.0
 MAX_RESULT_WAIT_S = 60.0
@@ -129,7 +123,6 @@ class WorkflowService(service_pb2_grpc.WorkflowServiceServicer):
         # Direct dispatch of a new run's first task to a waiting poll (_handoff.py).
         self._handoffs = handoffs
         self._workflow_task_lease_ms = workflow_task_lease_ms
-        self._background: set[asyncio.Future[None]] = set()
         self._queries = queries or QueryRouter()
         self._updates = updates or UpdateRegistry()
 
@@ -149,10 +142,11 @@ class WorkflowService(service_pb2_grpc.WorkflowServiceServicer):
             current_trace_context(),
             _start_options(request),
         )
+        handoffs = self._handoffs
         reservation = None
-        if self._handoffs is not None and self._workflow_task_lease_ms > 0:
-            reservation = self._handoffs.reserve((ns, request.task_queue, "workflow"))
-        if reservation is None:
+        if handoffs is not None and self._workflow_task_lease_ms > 0:
+            reservation = handoffs.reserve((ns, request.task_queue, "workflow"))
+        if handoffs is None or reservation is None:
             result = await self._store.start_workflow(*arguments)
             return service_pb2.StartWorkflowResponse(run_id=result.run_id, started=result.started)
         started = asyncio.ensure_future(
@@ -164,29 +158,9 @@ class WorkflowService(service_pb2_grpc.WorkflowServiceServicer):
         # Settled when the start ends, even if this call is cancelled first (the caller
         # went away): the reserved poll gets the task or is woken, and a task nobody can
         # take any more goes back to the queue instead of waiting out its lease.
-        started.add_done_callback(functools.partial(self._settle, ns, reservation))
+        started.add_done_callback(functools.partial(handoffs.settle, ns, reservation))
         result = await asyncio.shield(started)
         return service_pb2.StartWorkflowResponse(run_id=result.run_id, started=result.started)
-
-    def _settle(
-        self, namespace: str, reservation: Reservation, started: asyncio.Future[StartResult]
-    ) -> None:
-        handed = None
-        if not started.cancelled() and started.exception() is None:
-            handed = started.result().workflow_task
-        if handed is None:  # a duplicate start, or an error: nothing to hand over
-            reservation.cancel()
-        elif not reservation.deliver(handed):
-            # The poll left while the run started: give its task back.
-            release = asyncio.ensure_future(self._release(namespace, handed))
-            self._background.add(release)
-            release.add_done_callback(self._background.discard)
-
-    async def _release(self, namespace: str, task: ClaimedWorkflowTask) -> None:
-        try:
-            await self._store.release_workflow_task(namespace, task.lease)
-        except DurableRpcError as error:  # its lease will expire instead
-            log.warning("could not release workflow task %s: %s", task.task_id, error)
 
     async def SignalWorkflow(
         self, request: service_pb2.SignalWorkflowRequest, context: grpc.aio.ServicerContext

@@ -80,15 +80,15 @@ class StickyHistories:
             self._runs.popitem(last=False)
 
 
-def sticky_run(task: service_pb2.PollWorkflowTaskResponse) -> StickyRun:
-    """A workflow task's run, with the history it was handed."""
+def sticky_run(task: service_pb2.PollWorkflowTaskResponse, history: bytes) -> StickyRun:
+    """A workflow task's run, with the history it was handed (``history``, serialized)."""
     events = task.history.events
     started = events[0].workflow_started if events else None
     return StickyRun(
         workflow_id=task.workflow_id,
         workflow_type=task.workflow_type,
         workflow_version=task.workflow_version,
-        history=task.history.SerializeToString(),
+        history=history,
         history_length=events[-1].event_id if events else 0,
         trace_context=dict(started.trace_context) if started is not None else {},
     )

@@ -337,8 +337,10 @@ class Worker:
         if self._sticky is not None:
             # This task supersedes any kept history; kept again once the server answers.
             self._sticky.forget(task.run_id)
+        # Serialized once: replay reads it, and the kept history (inline tasks) starts from it.
+        history = task.history.SerializeToString()
         try:
-            decision = await self._decide(task)
+            decision = await self._decide(task, history)
         except Exception as error:
             # Never the workflow: the run stays open, the task is retried and the failure
             # is shown by describe (NondeterminismError, deadline, missing definition...).
@@ -370,7 +372,7 @@ class Worker:
             eager.extend(response.eager_activities)
             if self._sticky is not None:
                 self._sticky.extend(
-                    sticky_run(task),
+                    sticky_run(task, history),
                     task.run_id,
                     list(commands),
                     response.appended,
@@ -441,13 +443,14 @@ class Worker:
             )
         return definition
 
-    async def _decide(self, task: service_pb2.PollWorkflowTaskResponse) -> Decision:
+    async def _decide(self, task: service_pb2.PollWorkflowTaskResponse, history: bytes) -> Decision:
+        """Decide ``task``; ``history`` is its history, serialized."""
         definition = self._definition(task.workflow_type, task.workflow_version)
         seconds = self.workflow_task_deadline.total_seconds()
         run = functools.partial(
             decide,
             definition,
-            task.history.SerializeToString(),
+            history,
             task.workflow_time.ToMilliseconds(),
             task_queue=self.task_queue,
             pending_updates=[
@@ -606,20 +609,17 @@ class Worker:
             nonlocal decided_inline
             if response.workflow_task.task_id:
                 next_task.append(response.workflow_task)
-            if sticky is None or self._sticky is None:
-                return
             if response.inline_workflow_task_completed and inline is not None:
                 decided_inline = True
                 eager.extend(response.eager_activities)
-                self._sticky.extend(
-                    sticky,
-                    task.run_id,
-                    list(inline.commands),
-                    response.appended,
-                    response.history_length,
-                )
-            else:
-                self._sticky.forget(task.run_id)  # the ordinary workflow task follows
+                if sticky is not None and self._sticky is not None:
+                    self._sticky.extend(
+                        sticky,
+                        task.run_id,
+                        list(inline.commands),
+                        response.appended,
+                        response.history_length,
+                    )
 
         try:
             try:
@@ -640,8 +640,8 @@ class Worker:
         finally:
             for _ in range(slots - len(eager)):
                 self._activity_slots.release()
-        if sticky is not None and not decided_inline and self._sticky is not None:
-            self._sticky.forget(task.run_id)
+            if sticky is not None and not decided_inline and self._sticky is not None:
+                self._sticky.forget(task.run_id)  # the ordinary workflow task follows
         if decided_inline and self.outcomes is not None:
             self.outcomes.count_inline()
         for activity in eager:
