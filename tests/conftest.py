@@ -8,8 +8,19 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-# The interop files live beside the project (../shared/interop); CI lays them there too.
-INTEROP = Path(os.environ.get("DURABLE_RPC_INTEROP_DIR", ROOT.parent / "shared" / "interop"))
+# The interop files are shared with the Durable Workflow SDKs and live beside the project
+# (../shared/interop). A checkout on its own uses the copy in tests/fixtures/interop, which
+# tests/codec/test_golden.py checks is byte for byte the shared one whenever both exist.
+SHARED_INTEROP = ROOT.parent / "shared" / "interop"
+VENDORED_INTEROP = ROOT / "tests" / "fixtures" / "interop"
+INTEROP = Path(
+    os.environ.get(
+        "DURABLE_RPC_INTEROP_DIR",
+        SHARED_INTEROP
+        if (SHARED_INTEROP / "golden-avro-value-v1.json").is_file()
+        else VENDORED_INTEROP,
+    )
+)
 
 
 @pytest.fixture(scope="session")

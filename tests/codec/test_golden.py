@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from durable_rpc import payload
-from tests.conftest import INTEROP
+from tests.conftest import INTEROP, SHARED_INTEROP, VENDORED_INTEROP
 
 
 def _golden() -> dict[str, Any]:
@@ -27,6 +27,15 @@ def test_golden_file_is_present(interop_dir: Path) -> None:
 
 def test_fingerprint_is_computed_to_the_contract() -> None:
     assert payload.VALUE_SCHEMA_FINGERPRINT.hex() == GOLDEN["fingerprint"] == "e2a33dff55802237"
+
+
+@pytest.mark.skipif(
+    not (SHARED_INTEROP / "golden-avro-value-v1.json").is_file(),
+    reason="no shared interop files beside this checkout to compare the copy with",
+)
+@pytest.mark.parametrize("name", ["golden-avro-value-v1.json", "value.avsc"])
+def test_the_vendored_copy_is_the_shared_file(name: str) -> None:
+    assert (VENDORED_INTEROP / name).read_bytes() == (SHARED_INTEROP / name).read_bytes()
 
 
 def test_schema_is_the_shared_one(interop_dir: Path) -> None:
