@@ -53,12 +53,14 @@ class _CommandOps(_SqlOpsBase):
                 else None
             )
             queue_deadline = earliest(close_deadline, start_deadline)
-            tx.run(
+            lease_ms = timeouts.lease_ms(self._options.default_activity_lease_ms)
+            task_id = tx.value(
                 "INSERT INTO tasks (namespace, run_id, kind, task_queue, state, visible_at_ms, "
                 "due_ms, attempt, fencing_token, seq, activity_type, input, options, lease_ms, "
                 "start_to_close_ms, schedule_to_close_deadline_ms, queue_deadline_ms, "
                 "created_at_ms) "
-                "VALUES (?, ?, 'activity', ?, 'queued', ?, ?, 1, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "VALUES (?, ?, 'activity', ?, 'queued', ?, ?, 1, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                "RETURNING task_id",
                 (
                     namespace,
                     run_id,
@@ -69,13 +71,20 @@ class _CommandOps(_SqlOpsBase):
                     spec.activity_type,
                     spec.input.SerializeToString(),
                     spec.options.SerializeToString(),
-                    timeouts.lease_ms(self._options.default_activity_lease_ms),
+                    lease_ms,
                     timeouts.start_to_close_ms,
                     close_deadline,
                     queue_deadline,
                     now,
                 ),
             )
+            tx.queued_activities[(namespace, run_id, command.seq)] = {
+                "task_id": task_id,
+                "task_queue": queue,
+                "lease_ms": lease_ms,
+                "start_to_close_ms": timeouts.start_to_close_ms,
+                "schedule_to_close_deadline_ms": close_deadline,
+            }
             tx.notes.tasks.add((namespace, queue, "activity"))
             if queue_deadline is not None:
                 tx.notes.due.add(queue_deadline)
@@ -217,6 +226,7 @@ class _CommandOps(_SqlOpsBase):
         (``cancel_requested``, delivered by its heartbeat response) and is cancelled when
         it reports cancellation or its lease expires. An activity that already has an
         outcome keeps it: the request is moot."""
+        tx.queued_activities.pop((namespace, run_id, seq), None)
         task = tx.one(
             "SELECT task_id, kind, state, attempt FROM tasks WHERE namespace = ? "
             "AND run_id = ? AND seq = ?",

@@ -14,6 +14,7 @@ from durable_rpc.store._api import (
     WorkflowTaskCompletion,
 )
 from durable_rpc.store._logic import (
+    INPUT_EVENT_KINDS,
     CommandPlan,
     parse_failure,
     validate_commands,
@@ -206,12 +207,19 @@ class _WorkflowTaskOps(_LeaseOps, _CommandOps):
             closed = self._apply_command(tx, namespace, run, command, now) or closed
         if not closed:
             self._append_immediate_cancellations(tx, namespace, run_id, commands, now)
-            new_input = tx.one(
-                "SELECT event_id FROM history WHERE namespace = ? AND run_id = ? "
-                f"AND event_id > ? AND kind IN {INPUT_KINDS_SQL} LIMIT 1",
-                (namespace, run_id, decision.last_seen_event_id),
+            new_input = tx.appended_after(
+                namespace, run_id, decision.last_seen_event_id, INPUT_EVENT_KINDS
             )
-            if new_input is not None:
+            if new_input is None:
+                new_input = (
+                    tx.one(
+                        "SELECT event_id FROM history WHERE namespace = ? AND run_id = ? "
+                        f"AND event_id > ? AND kind IN {INPUT_KINDS_SQL} LIMIT 1",
+                        (namespace, run_id, decision.last_seen_event_id),
+                    )
+                    is not None
+                )
+            if new_input:
                 ensure_workflow_task(tx, namespace, run_id, run["task_queue"], now)
         if run["wft_attempt"] != 1 or run["last_wft_failure"] is not None:
             tx.run(
@@ -251,13 +259,17 @@ class _WorkflowTaskOps(_LeaseOps, _CommandOps):
         seqs: list[int],
         now: int,
     ) -> list[ClaimedActivityTask]:
-        marks = ", ".join("?" for _ in seqs)
-        candidates = tx.all(
-            "SELECT task_id, task_queue, lease_ms, start_to_close_ms, "
-            "schedule_to_close_deadline_ms FROM tasks WHERE namespace = ? AND run_id = ? "
-            f"AND kind = 'activity' AND state = 'queued' AND seq IN ({marks}) ORDER BY seq",
-            (namespace, run_id, *seqs),
-        )
+        # Tasks queued by this transaction are still queued (nobody else sees them yet).
+        queued = [tx.queued_activities.get((namespace, run_id, seq)) for seq in sorted(seqs)]
+        candidates = [row for row in queued if row is not None]
+        if len(candidates) < len(seqs):
+            marks = ", ".join("?" for _ in seqs)
+            candidates = tx.all(
+                "SELECT task_id, task_queue, lease_ms, start_to_close_ms, "
+                "schedule_to_close_deadline_ms FROM tasks WHERE namespace = ? AND run_id = ? "
+                f"AND kind = 'activity' AND state = 'queued' AND seq IN ({marks}) ORDER BY seq",
+                (namespace, run_id, *seqs),
+            )
         return [
             self._lease_activity(tx, namespace, c, worker_id, now, workflow_id) for c in candidates
         ]

@@ -115,19 +115,28 @@ class _PgTx(Tx):
         assert row is not None
         self._now: int = row["now_ms"]
 
-    def all(self, sql_: str, params: Sequence[Any] = ()) -> list[Row]:
+    def _fetch(self, sql_: str, params: Sequence[Any]) -> list[Row]:
         cursor = self._cursor.execute(_to_pg(sql_), tuple(params))
         if cursor.description is None:
             return []
         rows: list[Row] = cursor.fetchall()
         return rows
 
-    def one(self, sql_: str, params: Sequence[Any] = ()) -> Row | None:
-        rows = self.all(sql_, params)
-        return rows[0] if rows else None
-
-    def run(self, sql_: str, params: Sequence[Any] = ()) -> int:
+    def _execute(self, sql_: str, params: Sequence[Any]) -> int:
         return self._cursor.execute(_to_pg(sql_), tuple(params)).rowcount
+
+    def _write_events(
+        self, namespace: str, run_id: str, length: int, rows: list[tuple[Any, ...]]
+    ) -> None:
+        # One round trip: the length update rides along as a data-modifying CTE.
+        placeholders = ", ".join(["(?, ?, ?, ?, ?, ?)"] * len(rows))
+        self._execute(
+            "WITH grown AS (UPDATE runs SET history_length = ? "
+            "WHERE namespace = ? AND run_id = ?) "
+            "INSERT INTO history (namespace, run_id, event_id, kind, event_time_ms, data) "
+            f"VALUES {placeholders}",
+            [length, namespace, run_id, *(value for row in rows for value in row)],
+        )
 
     def now_ms(self) -> int:
         return self._now
@@ -333,7 +342,7 @@ class PostgresStore(SqlStore):
             discard = False
             try:
                 tx = _PgTx(conn, write=write, known_namespaces=self.known_namespaces)
-                result = fn(tx)
+                result = tx.perform(fn)
                 committing = True
                 self._commit(conn, tx.notes if write else None)
             except DurableRpcError:

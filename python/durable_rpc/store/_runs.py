@@ -65,11 +65,13 @@ def earlier_start(tx: Tx, namespace: str, workflow_id: str, request_id: str) -> 
 
 def open_run_of(tx: Tx, namespace: str, workflow_id: str) -> Row | None:
     """The open run of ``workflow_id`` (locked for the rest of the transaction), if any."""
-    return tx.one(
+    run = tx.one(
         "SELECT * FROM runs WHERE namespace = ? AND workflow_id = ? AND status = 'running'"
         f"{tx.row_lock_suffix}",
         (namespace, workflow_id),
     )
+    tx.remember_run(run)
+    return run
 
 
 def create_run(
@@ -114,6 +116,7 @@ def create_run(
             fingerprint or "",
         ),
     )
+    tx.remember_history_length(namespace, run_id, 0)
     started_extra: dict[str, object] = {}
     if parent is not None:
         tx.run(

@@ -53,6 +53,7 @@ def find_run(tx: Tx, namespace: str, workflow_id: str, run_id: str | None) -> Ro
         )
         if row is None or (workflow_id and row["workflow_id"] != workflow_id):
             raise NotFoundError(f"run {run_id!r} of workflow {workflow_id!r} not found")
+        tx.remember_run(row)
         return row
     require(workflow_id, "workflow_id")
     row = tx.one(
@@ -62,6 +63,7 @@ def find_run(tx: Tx, namespace: str, workflow_id: str, run_id: str | None) -> Ro
     )
     if row is None:
         raise NotFoundError(f"workflow {workflow_id!r} not found")
+    tx.remember_run(row)
     return row
 
 
@@ -89,20 +91,12 @@ def blob(value: object) -> bytes | None:
 def append_event(
     tx: Tx, namespace: str, run_id: str, now: int, kind: str, attributes: Message
 ) -> int:
-    """Appends one event (event_id = history_length + 1); returns its event id."""
-    event_id = tx.value(
-        "UPDATE runs SET history_length = history_length + 1 "
-        "WHERE namespace = ? AND run_id = ? RETURNING history_length",
-        (namespace, run_id),
+    """Appends one event (event_id = history_length + 1); returns its event id. The row is
+    written with the transaction's other appends to the run (``Tx.flush_events``)."""
+    event_id = tx.next_event_id(namespace, run_id)
+    tx.add_event(
+        namespace, run_id, event_id, kind, now, make_event(event_id, now, kind, attributes)
     )
-    assert isinstance(event_id, int)
-    data = make_event(event_id, now, kind, attributes)
-    tx.run(
-        "INSERT INTO history (namespace, run_id, event_id, kind, event_time_ms, data) "
-        "VALUES (?, ?, ?, ?, ?, ?)",
-        (namespace, run_id, event_id, kind, now, data),
-    )
-    tx.appended.append((run_id, data))
     return event_id
 
 
@@ -295,6 +289,7 @@ def open_run(tx: Tx, namespace: str, run_id: str) -> Row:
         raise NotFoundError(f"run {run_id!r} not found")
     if run["status"] != "running":
         raise WorkflowNotRunningError(f"run {run_id!r} is {run['status']}")
+    tx.remember_run(run)
     return run
 
 

@@ -53,7 +53,7 @@ class _SQLiteTx(Tx):
         self._now_ms = now_ms
         self._clock_offset_ms = clock_offset_ms
 
-    def all(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+    def _fetch(self, sql: str, params: Sequence[Any]) -> list[Row]:
         if self._hook is not None:
             self._hook(sql)
         cursor = self._conn.execute(sql, tuple(params))
@@ -63,11 +63,7 @@ class _SQLiteTx(Tx):
             cursor.close()
         return rows
 
-    def one(self, sql: str, params: Sequence[Any] = ()) -> Row | None:
-        rows = self.all(sql, params)
-        return rows[0] if rows else None
-
-    def run(self, sql: str, params: Sequence[Any] = ()) -> int:
+    def _execute(self, sql: str, params: Sequence[Any]) -> int:
         if self._hook is not None:
             self._hook(sql)
         cursor = self._conn.execute(sql, tuple(params))
@@ -354,7 +350,7 @@ class SQLiteStore(SqlStore):
                 if not alone:
                     conn.execute("SAVEPOINT op")
                 try:
-                    result = op.fn(tx)
+                    result = tx.perform(op.fn)
                 except Exception as exc:
                     if isinstance(exc, sqlite3.Error) and not conn.in_transaction:
                         raise  # SQLite rolled the whole transaction back
