@@ -143,12 +143,14 @@ class Tx(abc.ABC):
         key = (namespace, run_id)
         length = self._history_lengths.get(key)
         if length is None:
-            length = self.value(
+            # No flush first: other runs' buffered rows do not change this run's length.
+            rows = self._fetch(
                 "SELECT history_length FROM runs WHERE namespace = ? AND run_id = ?"
                 f"{self.row_lock_suffix}",
                 key,
             )
-            assert isinstance(length, int), f"append to unknown run {run_id!r}"
+            assert rows, f"append to unknown run {run_id!r}"
+            length = int(rows[0]["history_length"])
             self._history_bases.setdefault(key, length)
         self._history_lengths[key] = length + 1
         return length + 1
