@@ -145,3 +145,15 @@ async def test_a_decision_writes_its_events_in_one_statement(tmp_path: Path) -> 
         ]
     finally:
         await store.close()
+
+
+def test_whole_history_only_for_a_run_created_here(conn: sqlite3.Connection) -> None:
+    tx = _tx(conn, [])
+    conn.execute("INSERT INTO runs VALUES ('ns', 'new', 0)")
+    tx.remember_history_length("ns", "new", 0)
+    tx.add_event("ns", "new", tx.next_event_id("ns", "new"), "workflow_started", 0, b"s")
+    tx.add_event("ns", "a", tx.next_event_id("ns", "a"), "timer_started", 0, b"t")
+    tx.add_event("ns", "new", tx.next_event_id("ns", "new"), "workflow_task_scheduled", 0, b"w")
+    assert tx.whole_history("ns", "new") == [b"s", b"w"]
+    assert tx.whole_history("ns", "a") is None  # events 1-2 are stored, not here
+    assert tx.whole_history("ns", "b") is None  # never touched

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -14,12 +15,17 @@ from durable_rpc import converter
 from durable_rpc._rpc_status import from_rpc_error
 from durable_rpc.client._handle import WorkflowHandle, WorkflowInfo, info_from_proto
 from durable_rpc.client._refs import signal_name, workflow_ref
+from durable_rpc.errors import StoreUnavailableError
 from durable_rpc.search_attributes import memo_to_proto
 from durable_rpc.search_attributes import to_proto as sa_to_proto
 from durable_rpc.telemetry import TracingChannel
 from durable_rpc.v1 import payload_pb2, service_pb2, service_pb2_grpc
 
 DEFAULT_ADDRESS = "127.0.0.1:7233"
+#: Attempts of a call the server deduplicates by request id when it fails UNAVAILABLE (a
+#: replica went away mid-call, the database is reconnecting), with doubling pauses.
+DEDUPLICATED_CALL_ATTEMPTS = 5
+DEDUPLICATED_CALL_BACKOFF_S = 0.05
 
 
 def default_address() -> str:
@@ -74,6 +80,19 @@ class Client:
         except grpc.RpcError as exc:
             raise from_rpc_error(exc) from None
 
+    async def call_deduplicated(self, method: Callable[..., Any], request: Any) -> Any:
+        """Call a method the server deduplicates by the request's ``request_id``: UNAVAILABLE
+        is retried with the same request (at most ``DEDUPLICATED_CALL_ATTEMPTS`` times), so
+        an attempt that did reach the database is answered by the retry, never repeated."""
+        for attempt in range(DEDUPLICATED_CALL_ATTEMPTS):
+            try:
+                return await self.call(method, request)
+            except StoreUnavailableError:
+                if attempt == DEDUPLICATED_CALL_ATTEMPTS - 1:
+                    raise
+                await asyncio.sleep(DEDUPLICATED_CALL_BACKOFF_S * 2**attempt)
+        raise AssertionError("unreachable")
+
     async def start_workflow(
         self,
         workflow: Callable[..., Any] | str,
@@ -92,6 +111,7 @@ class Client:
 
         Idempotent by ``request_id``: repeating it returns the same run. An open run with
         the same ``id`` started by another request raises WorkflowAlreadyStartedError.
+        UNAVAILABLE is retried with the same request id (``call_deduplicated``).
         """
         workflow_type, defn_version, hint = workflow_ref(workflow)
         request = service_pb2.StartWorkflowRequest(
@@ -104,7 +124,7 @@ class Client:
             request_id=request_id or uuid.uuid4().hex,
         )
         _start_options(request, memo, search_attributes, execution_timeout, run_timeout)
-        response = await self.call(self.workflow_service.StartWorkflow, request)
+        response = await self.call_deduplicated(self.workflow_service.StartWorkflow, request)
         return WorkflowHandle(
             self, id, response.run_id, result_type if result_type is not None else hint
         )
@@ -144,7 +164,9 @@ class Client:
             request_id=request_id or uuid.uuid4().hex,
         )
         _start_options(request, memo, search_attributes, execution_timeout, run_timeout)
-        response = await self.call(self.workflow_service.SignalWithStartWorkflow, request)
+        response = await self.call_deduplicated(
+            self.workflow_service.SignalWithStartWorkflow, request
+        )
         return WorkflowHandle(
             self, id, response.run_id, result_type if result_type is not None else hint
         )
@@ -202,11 +224,7 @@ def _start_options(
 
 
 async def _ready(channel: grpc.aio.Channel, timeout: float) -> None:
-    import asyncio
-
     try:
         await asyncio.wait_for(channel.channel_ready(), timeout)
     except TimeoutError as exc:
-        from durable_rpc.errors import StoreUnavailableError
-
         raise StoreUnavailableError(f"no durable-rpc server answered within {timeout}s") from exc

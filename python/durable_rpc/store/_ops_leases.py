@@ -95,7 +95,8 @@ class _LeaseOps(_SqlOpsBase):
             attempt=row["attempt"],
             run=run,
             events=(
-                _read_history(tx, namespace, row["run_id"], length)
+                tx.whole_history(namespace, row["run_id"])
+                or _read_history(tx, namespace, row["run_id"], length)
                 if length <= INLINE_HISTORY_EVENTS
                 else None
             ),

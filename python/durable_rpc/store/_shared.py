@@ -159,10 +159,14 @@ def close_run(
     A child run tells its parent (a ChildWorkflow* input event and a workflow task, unless
     it continued-as-new: the new run is still the same child); a parent applies the
     parent-close policy of each open child."""
+    # Whether the run has open children comes back with the update (the run row is
+    # locked by it, so no child of this run can start meanwhile).
     closed = tx.one(
         "UPDATE runs SET status = ?, close_time_ms = ?, result = ?, failure = ?, "
         "deadline_ms = NULL WHERE namespace = ? AND run_id = ? "
-        "RETURNING parent_run_id, parent_seq",
+        "RETURNING parent_run_id, parent_seq, EXISTS (SELECT 1 FROM runs AS child "
+        "WHERE child.namespace = runs.namespace AND child.parent_run_id = runs.run_id "
+        "AND child.status = 'running') AS open_children",
         (status, now, result, failure, namespace, run_id),
     )
     tx.run(
@@ -185,7 +189,8 @@ def close_run(
             result,
             failure,
         )
-    _apply_parent_close_policy(tx, namespace, run_id, now)
+    if closed is None or closed["open_children"]:
+        _apply_parent_close_policy(tx, namespace, run_id, now)
 
 
 #: ParentClosePolicy values (StartChildWorkflow.parent_close_policy).

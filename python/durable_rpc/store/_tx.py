@@ -59,7 +59,7 @@ class Tx(abc.ABC):
         # (namespace, run id, event id, kind): enough to answer "did an event of these kinds
         # follow event N" without a query when every earlier event is older than N.
         self._history_bases: dict[tuple[str, str], int] = {}
-        self._appended_kinds: list[tuple[str, str, int, str]] = []
+        self._appended_events: list[tuple[str, str, int, str, bytes]] = []
         # Activity tasks this transaction queued, by (namespace, run id, seq): the claim
         # columns of their rows, so an eager claim of them needs no candidate query.
         self.queued_activities: dict[tuple[str, str, int], Row] = {}
@@ -135,8 +135,19 @@ class Tx(abc.ABC):
             return None
         return any(
             (ns, run) == (namespace, run_id) and appended_id > event_id and kind in kinds
-            for ns, run, appended_id, kind in self._appended_kinds
+            for ns, run, appended_id, kind, _ in self._appended_events
         )
+
+    def whole_history(self, namespace: str, run_id: str) -> list[bytes] | None:
+        """The run's serialized events when this transaction appended all of them (it
+        created the run); None otherwise."""
+        if self._history_bases.get((namespace, run_id)) != 0:
+            return None
+        return [
+            data
+            for ns, run, _, _, data in self._appended_events
+            if (ns, run) == (namespace, run_id)
+        ]
 
     def next_event_id(self, namespace: str, run_id: str) -> int:
         """Reserves the run's next event id (its history length + 1 in this transaction)."""
@@ -163,7 +174,7 @@ class Tx(abc.ABC):
         self._unwritten.setdefault((namespace, run_id), []).append(
             (namespace, run_id, event_id, kind, time_ms, data)
         )
-        self._appended_kinds.append((namespace, run_id, event_id, kind))
+        self._appended_events.append((namespace, run_id, event_id, kind, data))
         self.appended.append((run_id, data))
 
     def flush_events(self) -> None:
