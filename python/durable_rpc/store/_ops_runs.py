@@ -349,7 +349,8 @@ class _RunOps(_LeaseOps):
                 next_run_id=next_run_id,
             )
 
-        return await self._read(op)
+        # The continued-as-new event was committed with the status that sends us to it.
+        return await self._read_latest(op)
 
     async def list_runs(
         self,

@@ -100,6 +100,7 @@ class _PgTx(Tx):
         *,
         write: bool,
         known_namespaces: set[str] | None = None,
+        snapshot: bool = True,
     ) -> None:
         super().__init__(known_namespaces)
         if write:
@@ -108,12 +109,14 @@ class _PgTx(Tx):
             self.row_lock_suffix = " FOR UPDATE"
         # One cursor for the whole transaction (a cursor per statement costs ~20 us).
         self._cursor = conn.cursor()
-        # BEGIN and the clock in one round trip (a multi-statement simple query).
-        self._cursor.execute(_BEGIN_WRITE if write else _BEGIN_READ)
-        self._cursor.nextset()
-        row = self._cursor.fetchone()
-        assert row is not None
-        self._now: int = row["now_ms"]
+        self._now: int | None = None
+        if write or snapshot:
+            # BEGIN and the clock in one round trip (a multi-statement simple query).
+            self._cursor.execute(_BEGIN_WRITE if write else _BEGIN_READ)
+            self._cursor.nextset()
+            row = self._cursor.fetchone()
+            assert row is not None
+            self._now = row["now_ms"]
 
     def _fetch(self, sql_: str, params: Sequence[Any]) -> list[Row]:
         cursor = self._cursor.execute(_to_pg(sql_), tuple(params))
@@ -139,6 +142,10 @@ class _PgTx(Tx):
         )
 
     def now_ms(self) -> int:
+        if self._now is None:  # no transaction (``_read_latest``): read the clock now
+            row = self._cursor.execute(f"SELECT {PG_NOW_MS} AS now_ms").fetchone()
+            assert row is not None
+            self._now = int(row["now_ms"])
         return self._now
 
 
@@ -312,6 +319,9 @@ class PostgresStore(SqlStore):
     async def _read(self, fn: Callable[[Tx], T]) -> T:
         return await self._submit(self._run_read, fn)
 
+    async def _read_latest(self, fn: Callable[[Tx], T]) -> T:
+        return await self._submit(self._run_read_latest, fn)
+
     async def _submit(self, target: Callable[[Callable[[Tx], T]], T], fn: Callable[[Tx], T]) -> T:
         executor = self._executor
         if not self._accepting or executor is None:
@@ -333,7 +343,13 @@ class PostgresStore(SqlStore):
         result, _ = self._attempts(fn, write=False)
         return result
 
-    def _attempts(self, fn: Callable[[Tx], T], *, write: bool) -> tuple[T, Notes | None]:
+    def _run_read_latest(self, fn: Callable[[Tx], T]) -> T:
+        result, _ = self._attempts(fn, write=False, snapshot=False)
+        return result
+
+    def _attempts(
+        self, fn: Callable[[Tx], T], *, write: bool, snapshot: bool = True
+    ) -> tuple[T, Notes | None]:
         conflicts = 0
         lost = 0
         while True:
@@ -341,10 +357,13 @@ class PostgresStore(SqlStore):
             committing = False
             discard = False
             try:
-                tx = _PgTx(conn, write=write, known_namespaces=self.known_namespaces)
+                tx = _PgTx(
+                    conn, write=write, known_namespaces=self.known_namespaces, snapshot=snapshot
+                )
                 result = tx.perform(fn)
                 committing = True
-                self._commit(conn, tx.notes if write else None)
+                if write or snapshot:
+                    self._commit(conn, tx.notes if write else None)
             except DurableRpcError:
                 discard = not _rollback(conn)
                 if write:
