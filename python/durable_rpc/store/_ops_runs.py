@@ -4,6 +4,7 @@ list.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping
 from dataclasses import replace
 
@@ -32,6 +33,7 @@ from durable_rpc.store._runs import (
     deliver_signal,
     earlier_start,
     open_run_of,
+    record_start_request,
     signal_seen,
 )
 from durable_rpc.store._search import compile_query, read_search_attributes
@@ -82,16 +84,13 @@ class _RunOps(_LeaseOps):
 
         def op(tx: Tx) -> StartResult | tuple[str, _WorkflowClaim]:
             require_namespace(tx, namespace)
-            earlier = earlier_start(tx, namespace, workflow_id, request_id)
+            new_run_id = str(uuid.uuid4())
+            earlier = record_start_request(tx, namespace, workflow_id, request_id, new_run_id)
             if earlier is not None:
                 return StartResult(earlier, started=False)
             running = open_run_of(tx, namespace, workflow_id)
             if running is not None:
-                # PostgreSQL: the row lock may have waited for a racing start of this very
-                # request; a fresh statement sees what it committed.
-                earlier = earlier_start(tx, namespace, workflow_id, request_id)
-                if earlier is not None:
-                    return StartResult(earlier, started=False)
+                # (The request's record rolls back with this error.)
                 raise WorkflowAlreadyStartedError(
                     f"workflow {workflow_id!r} already has an open run {running['run_id']}"
                 )
@@ -106,6 +105,8 @@ class _RunOps(_LeaseOps):
                 request_id,
                 trace_context,
                 checked,
+                run_id=new_run_id,
+                request_recorded=True,
             )
             if claim_for is None:
                 return StartResult(run_id, started=True)

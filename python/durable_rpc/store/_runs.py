@@ -63,6 +63,26 @@ def earlier_start(tx: Tx, namespace: str, workflow_id: str, request_id: str) -> 
     return None if row is None else str(row["run_id"])
 
 
+def record_start_request(
+    tx: Tx, namespace: str, workflow_id: str, request_id: str, run_id: str
+) -> str | None:
+    """Records that ``request_id`` starts ``run_id``, unless an earlier start with it did:
+    then returns that start's run. One statement in the usual case; on PostgreSQL, a
+    concurrent start of the same request is waited for (the unique key) and then seen."""
+    if not request_id:
+        return None
+    inserted = tx.one(
+        "INSERT INTO start_requests (namespace, workflow_id, request_id, run_id) "
+        "VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING run_id",
+        (namespace, workflow_id, request_id, run_id),
+    )
+    if inserted is not None:
+        return None
+    earlier = earlier_start(tx, namespace, workflow_id, request_id)
+    assert earlier is not None, "a conflicting start request is committed"
+    return earlier
+
+
 def open_run_of(tx: Tx, namespace: str, workflow_id: str) -> Row | None:
     """The open run of ``workflow_id`` (locked for the rest of the transaction), if any."""
     run = tx.one(
@@ -88,23 +108,25 @@ def create_run(
     run_id: str | None = None,
     continued_from_run_id: str = "",
     parent: tuple[str, int, str, str] | None = None,
+    request_recorded: bool = False,
 ) -> tuple[str, int]:
     """Insert a running run with its WorkflowStarted event and first workflow task;
     returns (run_id, now). The caller checked that no run of the id is open.
     ``run_id`` (default: a fresh UUID) and ``continued_from_run_id`` are given by
     continue-as-new. ``parent`` (run id, seq, workflow id, close policy) links a child
-    workflow to its parent."""
+    workflow to its parent. ``request_recorded``: the caller already recorded
+    ``request_id`` (``record_start_request``)."""
     now = tx.now_ms()
-    fingerprint = tx.value(
-        "SELECT fingerprint FROM definitions WHERE namespace = ? AND name = ? AND version = ?",
-        (namespace, workflow_type, version),
-    )
     run_id = run_id or str(uuid.uuid4())
-    tx.run(
+    # The definition's fingerprint (registered by workers; '' if none is) is looked up by
+    # the insert itself.
+    fingerprint = tx.value(
         "INSERT INTO runs (namespace, run_id, workflow_id, workflow_type, "
         "workflow_version, task_queue, status, start_time_ms, history_length, "
         "definition_fingerprint, cancel_requested, wft_attempt) "
-        "VALUES (?, ?, ?, ?, ?, ?, 'running', ?, 0, ?, 0, 1)",
+        "VALUES (?, ?, ?, ?, ?, ?, 'running', ?, 0, COALESCE((SELECT fingerprint FROM "
+        "definitions WHERE namespace = ? AND name = ? AND version = ?), ''), 0, 1) "
+        "RETURNING definition_fingerprint",
         (
             namespace,
             run_id,
@@ -113,7 +135,9 @@ def create_run(
             version,
             task_queue,
             now,
-            fingerprint or "",
+            namespace,
+            workflow_type,
+            version,
         ),
     )
     tx.remember_history_length(namespace, run_id, 0)
@@ -166,7 +190,7 @@ def create_run(
                 timeout = duration_pb2.Duration()
                 timeout.FromMilliseconds(ms)
                 started_extra[field] = timeout
-    if request_id:
+    if request_id and not request_recorded:
         tx.run(
             "INSERT INTO start_requests (namespace, workflow_id, request_id, run_id) "
             "VALUES (?, ?, ?, ?)",
