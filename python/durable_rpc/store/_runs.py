@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from google.protobuf import duration_pb2
 
-from durable_rpc.errors import InvalidArgumentError
+from durable_rpc.errors import InternalError, InvalidArgumentError
 from durable_rpc.store._api import StartOptions
 from durable_rpc.store._search import (
     SearchRow,
@@ -79,7 +79,8 @@ def record_start_request(
     if inserted is not None:
         return None
     earlier = earlier_start(tx, namespace, workflow_id, request_id)
-    assert earlier is not None, "a conflicting start request is committed"
+    if earlier is None:  # the conflicting record is committed, and records are never deleted
+        raise InternalError(f"start request {request_id!r} conflicts but cannot be read")
     return earlier
 
 
