@@ -4,12 +4,14 @@ answered by replaying the run, never appending to its history."""
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 
 from durable_rpc import Client
 from durable_rpc.errors import QueryFailedError, QueryTimeoutError
-from tests.e2e.conftest import eventually
+from tests.e2e.conftest import ServerProcess, eventually
+from tests.e2e.test_operability import cli
 from tests.features import apps
 from tests.features.conftest import FeatureWorker
 
@@ -96,3 +98,25 @@ async def test_a_query_nobody_answers_times_out(client: Client, queue: str) -> N
     handle = await client.start_workflow(apps.Counter.run, 1.0, id="q-4", task_queue=queue)
     with pytest.raises(QueryTimeoutError, match="no worker answered query 'count'"):
         await handle.query(apps.Counter.count, timeout=0.5)
+
+
+def test_the_cli_asks_a_query(server: ServerProcess, worker: FeatureWorker, queue: str) -> None:
+    async def start_and_signal() -> None:
+        client = await Client.connect(server.address)
+        try:
+            handle = await client.start_workflow(
+                apps.Counter.run, 300.0, id="q-cli", task_queue=queue
+            )
+            await handle.signal(apps.Counter.add, "fig")
+        finally:
+            await client.close()
+
+    asyncio.run(start_and_signal())
+    asked = cli(server, "query", "q-cli", "items_from", "--input", "[0, true]", "--json")
+    assert asked.returncode == 0, asked.stderr
+    assert json.loads(asked.stdout) == {"result": ["FIG"]}
+    plain = cli(server, "query", "q-cli", "count")
+    assert plain.returncode == 0, plain.stderr
+    assert json.loads(plain.stdout) == 1
+    unknown = cli(server, "query", "q-cli", "no_such_query")
+    assert unknown.returncode != 0 and "QUERY_FAILED" in unknown.stderr

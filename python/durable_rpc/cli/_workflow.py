@@ -274,6 +274,36 @@ def _json_args(text: str) -> list[Any]:
     return args if isinstance(args, list) else [args]
 
 
+@workflow.command()
+@click.argument("workflow_id")
+@click.argument("query_name")
+@click.option("--input", "input_json", default="[]", help="JSON array of arguments.")
+@click.option("--run-id", default=None)
+@click.option("--timeout", type=float, default=None, help="Seconds to wait for a worker.")
+@with_common
+def query(
+    workflow_id: str,
+    query_name: str,
+    input_json: str,
+    run_id: str | None,
+    timeout: float | None,
+    address: str,
+    namespace: str,
+    as_json: bool,
+) -> None:
+    """Ask QUERY_NAME of a run: a worker replays it and calls the handler; nothing is
+    recorded. Prints the answer as JSON (with --json: {"result": ...})."""
+    args = _json_args(input_json)
+    answer = _run(
+        address,
+        namespace,
+        lambda c: c.get_handle(workflow_id, run_id).query(query_name, *args, timeout=timeout),
+    )
+    # By name, without a type hint: the answer is a plain decoded value.
+    result = _plain(answer)
+    _emit_json({"result": result} if as_json else result)
+
+
 @workflow.command(name="signal-with-start")
 @click.argument("workflow_type")
 @click.argument("signal_name")
