@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,30 @@ async def server(tmp_path: Path) -> AsyncIterator[Server]:
     await running.start()
     yield running
     await running.stop()
+
+
+@dataclass
+class Wired:
+    """The pieces of a server's start path, in process, on a real SQLite file."""
+
+    store: SQLiteStore
+    notifier: Notifier
+    handoffs: Handoffs
+    service: WorkflowService
+
+
+@pytest.fixture
+async def wired(tmp_path: Path) -> AsyncIterator[Wired]:
+    store = SQLiteStore(str(tmp_path / "wired.db"))
+    await store.open()
+    try:
+        notifier = Notifier(asyncio.get_running_loop(), lambda due_ms: None)
+        store.set_listener(notifier)
+        handoffs = Handoffs(notifier.tasks, store)
+        service = WorkflowService(store, notifier, handoffs=handoffs, workflow_task_lease_ms=30_000)
+        yield Wired(store, notifier, handoffs, service)
+    finally:
+        await store.close()
 
 
 async def until(condition: Callable[[], bool], what: str) -> None:
@@ -101,57 +126,39 @@ async def test_a_duplicate_start_hands_nothing_and_the_poll_keeps_waiting(
         poll.cancel()
 
 
-async def test_a_task_whose_poll_left_is_released_for_others(tmp_path: Path) -> None:
-    store = SQLiteStore(str(tmp_path / "released.db"))
-    await store.open()
-    try:
-        notifier = Notifier(asyncio.get_running_loop(), lambda due_ms: None)
-        store.set_listener(notifier)
-        handoffs = Handoffs(notifier.tasks, store)
-        service = WorkflowService(store, notifier, handoffs=handoffs, workflow_task_lease_ms=30_000)
-        # A poll waiting for w1...
-        waiting = notifier.tasks.register(KEY)
-        notifier.tasks.name_waiter(KEY, waiting, "w1")
-        request = start_request("wf-1", "r1")
-        start = asyncio.ensure_future(service.StartWorkflow(request, None))
-        await asyncio.sleep(0)  # the start reserved the poll and now waits on the store
-        assert handoffs.waiting(KEY) == 0
-        waiting.set_result(None)  # ...leaves (its deadline) before the start commits
-        started = await start
-        # The task went back to the queue: another worker claims it with the next token.
-        task = await store.claim_workflow_task("default", "q", "w2", 30_000)
-        assert task is not None
-        assert (task.run_id, task.worker_id, task.fencing_token) == (started.run_id, "w2", 2)
-        assert handoffs.take(waiting) is None
-    finally:
-        await store.close()
+async def test_a_task_whose_poll_left_is_released_for_others(wired: Wired) -> None:
+    store, notifier, handoffs, service = wired.store, wired.notifier, wired.handoffs, wired.service
+    # A poll waiting for w1...
+    waiting = notifier.tasks.register(KEY)
+    notifier.tasks.name_waiter(KEY, waiting, "w1")
+    request = start_request("wf-1", "r1")
+    start = asyncio.ensure_future(service.StartWorkflow(request, None))
+    await asyncio.sleep(0)  # the start reserved the poll and now waits on the store
+    assert handoffs.waiting(KEY) == 0
+    waiting.set_result(None)  # ...leaves (its deadline) before the start commits
+    started = await start
+    # The task went back to the queue: another worker claims it with the next token.
+    task = await store.claim_workflow_task("default", "q", "w2", 30_000)
+    assert task is not None
+    assert (task.run_id, task.worker_id, task.fencing_token) == (started.run_id, "w2", 2)
+    assert handoffs.take(waiting) is None
 
 
-async def test_a_start_whose_caller_went_away_still_hands_its_task_over(
-    tmp_path: Path,
-) -> None:
-    store = SQLiteStore(str(tmp_path / "cancelled.db"))
-    await store.open()
-    try:
-        notifier = Notifier(asyncio.get_running_loop(), lambda due_ms: None)
-        store.set_listener(notifier)
-        handoffs = Handoffs(notifier.tasks, store)
-        service = WorkflowService(store, notifier, handoffs=handoffs, workflow_task_lease_ms=30_000)
-        waiting = notifier.tasks.register(KEY)
-        notifier.tasks.name_waiter(KEY, waiting, "w1")
-        start = asyncio.ensure_future(service.StartWorkflow(start_request("wf-1", "r1"), None))
-        await asyncio.sleep(0)  # reserved; the start now waits on the store
-        start.cancel()  # the caller went away (its RPC was cancelled)
-        with pytest.raises(asyncio.CancelledError):
-            await start
-        # The start itself went on: the reserved poll is woken with its task, claimed
-        # for it (token 1), rather than left to wait while the task waits out a lease.
-        await asyncio.wait_for(waiting, 10)
-        task = handoffs.take(waiting)
-        assert task is not None
-        assert (task.workflow_id, task.worker_id, task.fencing_token) == ("wf-1", "w1", 1)
-    finally:
-        await store.close()
+async def test_a_start_whose_caller_went_away_still_hands_its_task_over(wired: Wired) -> None:
+    notifier, handoffs, service = wired.notifier, wired.handoffs, wired.service
+    waiting = notifier.tasks.register(KEY)
+    notifier.tasks.name_waiter(KEY, waiting, "w1")
+    start = asyncio.ensure_future(service.StartWorkflow(start_request("wf-1", "r1"), None))
+    await asyncio.sleep(0)  # reserved; the start now waits on the store
+    start.cancel()  # the caller went away (its RPC was cancelled)
+    with pytest.raises(asyncio.CancelledError):
+        await start
+    # The start itself went on: the reserved poll is woken with its task, claimed
+    # for it (token 1), rather than left to wait while the task waits out a lease.
+    await asyncio.wait_for(waiting, 10)
+    task = handoffs.take(waiting)
+    assert task is not None
+    assert (task.workflow_id, task.worker_id, task.fencing_token) == ("wf-1", "w1", 1)
 
 
 async def test_only_named_waiting_polls_can_be_reserved() -> None:

@@ -16,6 +16,14 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from durable_rpc.telemetry import current_trace_context
 
 SERVICE = "test.v1.EchoService"
+TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
+PARENT_ID = "b7ad6b7169203331"
+TRACEPARENT = f"00-{TRACE_ID}-{PARENT_ID}-01"
+
+
+def method(name: str) -> str:
+    """The full path of one of the echo service's methods."""
+    return f"/{SERVICE}/{name}"
 
 
 @dataclass

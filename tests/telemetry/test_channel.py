@@ -18,15 +18,16 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, StatusC
 
 from durable_rpc import Client
 from durable_rpc.telemetry import TracingChannel, TracingServerInterceptor
-from tests.telemetry.conftest import SERVICE, Server, ServerFactory, Spans
-
-TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
-PARENT_ID = "b7ad6b7169203331"
-TRACEPARENT = f"00-{TRACE_ID}-{PARENT_ID}-01"
-
-
-def method(name: str) -> str:
-    return f"/{SERVICE}/{name}"
+from tests.telemetry.conftest import (
+    PARENT_ID,
+    SERVICE,
+    TRACE_ID,
+    TRACEPARENT,
+    Server,
+    ServerFactory,
+    Spans,
+    method,
+)
 
 
 def traced(server: Server, spans: Spans | None = None) -> TracingChannel:

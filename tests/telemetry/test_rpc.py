@@ -11,15 +11,15 @@ from opentelemetry.trace import SpanKind, StatusCode
 from durable_rpc.errors import NotFoundError
 from durable_rpc.server._interceptor import ErrorInterceptor
 from durable_rpc.telemetry import TracingServerInterceptor, tracing_client_interceptors
-from tests.telemetry.conftest import SERVICE, ServerFactory, Spans
-
-TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
-PARENT_ID = "b7ad6b7169203331"
-TRACEPARENT = f"00-{TRACE_ID}-{PARENT_ID}-01"
-
-
-def method(name: str) -> str:
-    return f"/{SERVICE}/{name}"
+from tests.telemetry.conftest import (
+    PARENT_ID,
+    SERVICE,
+    TRACE_ID,
+    TRACEPARENT,
+    ServerFactory,
+    Spans,
+    method,
+)
 
 
 async def test_server_span_per_call_with_rpc_attributes(

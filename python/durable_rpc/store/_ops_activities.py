@@ -34,8 +34,8 @@ from durable_rpc.store._shared import (
     ensure_workflow_task,
     fenced_update,
     has_active_workflow_task,
-    lease_miss,
     open_run,
+    record_outcome,
     require,
     require_namespace,
 )
@@ -141,17 +141,16 @@ class _ActivityOps(_WorkflowTaskOps):
         def op(tx: Tx) -> ActivityCompletion | _WorkflowClaim:
             require_namespace(tx, namespace)
             now = tx.now_ms()
-            task = fenced_update(
+            task = record_outcome(
                 tx,
                 namespace,
                 lease,
                 "activity",
                 now,
-                "state = 'completed', due_ms = NULL, outcome_token = fencing_token, "
-                "outcome_kind = 'completed'",
+                "completed",
+                "state = 'completed', due_ms = NULL",
             )
             if task is None:
-                lease_miss(tx, namespace, lease, "activity", "completed")
                 return ActivityCompletion()
             run = open_run(tx, namespace, task["run_id"])
             event_id = append_event(
@@ -225,18 +224,17 @@ class _ActivityOps(_WorkflowTaskOps):
         def op(tx: Tx) -> None:
             require_namespace(tx, namespace)
             now = tx.now_ms()
-            task = fenced_update(
+            task = record_outcome(
                 tx,
                 namespace,
                 lease,
                 "activity",
                 now,
-                "state = 'failed', due_ms = NULL, last_failure = ?, "
-                "outcome_token = fencing_token, outcome_kind = 'failed'",
+                "failed",
+                "state = 'failed', due_ms = NULL, last_failure = ?",
                 (failure,),
             )
             if task is None:
-                lease_miss(tx, namespace, lease, "activity", "failed")
                 return
             open_run(tx, namespace, task["run_id"])
             if parsed.type == "CancelledError" and self._cancel_requested_by_workflow(tx, task):

@@ -28,8 +28,8 @@ from durable_rpc.store._shared import (
     append_event,
     ensure_workflow_task,
     fenced_update,
-    lease_miss,
     open_run,
+    record_outcome,
     require,
     require_namespace,
     saw_new_input,
@@ -113,17 +113,16 @@ class _WorkflowTaskOps(_LeaseOps, _CommandOps):
         def op(tx: Tx) -> WorkflowTaskCompletion:
             require_namespace(tx, namespace)
             now = tx.now_ms()
-            task = fenced_update(
+            task = record_outcome(
                 tx,
                 namespace,
                 lease,
                 "workflow",
                 now,
-                "state = 'completed', due_ms = NULL, outcome_token = fencing_token, "
-                "outcome_kind = 'completed'",
+                "completed",
+                "state = 'completed', due_ms = NULL",
             )
             if task is None:
-                lease_miss(tx, namespace, lease, "workflow", "completed")
                 return WorkflowTaskCompletion([], [], 0)
             run = open_run(tx, namespace, task["run_id"])
             if not 0 <= last_seen_event_id <= run["history_length"]:
@@ -316,17 +315,16 @@ class _WorkflowTaskOps(_LeaseOps, _CommandOps):
         def op(tx: Tx) -> None:
             require_namespace(tx, namespace)
             now = tx.now_ms()
-            task = fenced_update(
+            task = record_outcome(
                 tx,
                 namespace,
                 lease,
                 "workflow",
                 now,
-                "state = 'waiting', attempt = attempt + 1, expires_at_ms = NULL, "
-                "outcome_token = fencing_token, outcome_kind = 'failed'",
+                "failed",
+                "state = 'waiting', attempt = attempt + 1, expires_at_ms = NULL",
             )
             if task is None:
-                lease_miss(tx, namespace, lease, "workflow", "failed")
                 return
             failed_attempt = task["attempt"] - 1
             visible = now + workflow_task_backoff_ms(

@@ -323,6 +323,34 @@ def fenced_update(
     )
 
 
+def record_outcome(
+    tx: Tx,
+    namespace: str,
+    lease: LeaseRef,
+    kind: str,
+    now: int,
+    outcome: str,
+    assignments: str,
+    params: Sequence[object] = (),
+) -> Row | None:
+    """Records the leased task's ``outcome`` under its fence: ``assignments`` plus the
+    outcome columns that recognise a duplicate report. Returns the task row; None when
+    this very lease already recorded that outcome (an idempotent repeat: nothing to do).
+    Raises as ``lease_miss`` does otherwise."""
+    task = fenced_update(
+        tx,
+        namespace,
+        lease,
+        kind,
+        now,
+        f"{assignments}, outcome_token = fencing_token, outcome_kind = '{outcome}'",
+        params,
+    )
+    if task is None:
+        lease_miss(tx, namespace, lease, kind, outcome)
+    return task
+
+
 def lease_miss(tx: Tx, namespace: str, lease: LeaseRef, kind: str, outcome: str) -> None:
     """The fenced write matched nothing: succeed for a duplicate of the outcome this very
     lease recorded, else raise (and the caller's savepoint discards any change)."""

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from durable_rpc.store._api import RunOutcome, StoreListener, TaskKind
+from durable_rpc.store._history_buffer import AppendedEvent, HistoryBuffer
 
 Row = dict[str, Any]
 T = TypeVar("T")
@@ -51,21 +52,11 @@ class Tx(abc.ABC):
     def __init__(self, known_namespaces: set[str] | None = None) -> None:
         self.notes = Notes()
         # History appends are written in one go per run (``flush_events``) rather than two
-        # statements per event: the length each run's history has in this transaction,
-        # buffered appends included, and the rows not yet written.
-        self._history_lengths: dict[tuple[str, str], int] = {}
-        self._unwritten: dict[tuple[str, str], list[tuple[Any, ...]]] = {}
-        # Each run's history length before this transaction appended, and what it appended
-        # (namespace, run id, event id, kind): enough to answer "did an event of these kinds
-        # follow event N" without a query when every earlier event is older than N.
-        self._history_bases: dict[tuple[str, str], int] = {}
-        self._appended_events: list[tuple[str, str, int, str, bytes]] = []
+        # statements per event.
+        self.history = HistoryBuffer()
         # Activity tasks this transaction queued, by (namespace, run id, seq): the claim
         # columns of their rows, so an eager claim of them needs no candidate query.
         self.queued_activities: dict[tuple[str, str, int], Row] = {}
-        # Events this operation appended, as (run_id, serialized HistoryEvent), in order:
-        # a sticky worker extends its copy of the history with them.
-        self.appended: list[tuple[str, bytes]] = []
         # Namespaces this store has already seen exist (shared by its transactions).
         # Namespaces are never deleted, so a positive answer can be remembered and the
         # existence check, once per operation, skipped.
@@ -113,6 +104,12 @@ class Tx(abc.ABC):
 
     # -- history appends ------------------------------------------------------------------
 
+    @property
+    def appended(self) -> list[tuple[str, bytes]]:
+        """Events this operation appended, as (run_id, serialized HistoryEvent), in order:
+        a sticky worker extends its copy of the history with them."""
+        return [(e.run_id, e.data) for e in self.history.events]
+
     def remember_run(self, row: Row | None) -> None:
         """Notes the history length of a run row this write transaction read under its row
         lock (PostgreSQL: ``row_lock_suffix``; SQLite: the single writer), so appending to
@@ -121,39 +118,22 @@ class Tx(abc.ABC):
             self.remember_history_length(row["namespace"], row["run_id"], row["history_length"])
 
     def remember_history_length(self, namespace: str, run_id: str, length: int) -> None:
-        self._history_lengths[(namespace, run_id)] = length
-        self._history_bases.setdefault((namespace, run_id), length)
+        self.history.remember((namespace, run_id), length)
 
     def appended_after(
         self, namespace: str, run_id: str, event_id: int, kinds: tuple[str, ...]
     ) -> bool | None:
-        """Whether the run has an event of ``kinds`` after ``event_id``, answered from
-        memory when every event this transaction did not append is at most ``event_id``;
-        None when only the database can tell."""
-        base = self._history_bases.get((namespace, run_id))
-        if base is None or base > event_id:
-            return None
-        return any(
-            (ns, run) == (namespace, run_id) and appended_id > event_id and kind in kinds
-            for ns, run, appended_id, kind, _ in self._appended_events
-        )
+        """See ``HistoryBuffer.appended_after``."""
+        return self.history.appended_after((namespace, run_id), event_id, kinds)
 
     def whole_history(self, namespace: str, run_id: str) -> list[bytes] | None:
-        """The run's serialized events when this transaction appended all of them (it
-        created the run); None otherwise."""
-        if self._history_bases.get((namespace, run_id)) != 0:
-            return None
-        return [
-            data
-            for ns, run, _, _, data in self._appended_events
-            if (ns, run) == (namespace, run_id)
-        ]
+        """See ``HistoryBuffer.whole_history``."""
+        return self.history.whole_history((namespace, run_id))
 
     def next_event_id(self, namespace: str, run_id: str) -> int:
         """Reserves the run's next event id (its history length + 1 in this transaction)."""
         key = (namespace, run_id)
-        length = self._history_lengths.get(key)
-        if length is None:
+        if self.history.known_length(key) is None:
             # No flush first: other runs' buffered rows do not change this run's length.
             rows = self._fetch(
                 "SELECT history_length FROM runs WHERE namespace = ? AND run_id = ?"
@@ -161,28 +141,21 @@ class Tx(abc.ABC):
                 key,
             )
             assert rows, f"append to unknown run {run_id!r}"
-            length = int(rows[0]["history_length"])
-            self._history_bases.setdefault(key, length)
-        self._history_lengths[key] = length + 1
-        return length + 1
+            self.history.remember(key, int(rows[0]["history_length"]))
+        return self.history.reserve(key)
 
     def add_event(
         self, namespace: str, run_id: str, event_id: int, kind: str, time_ms: int, data: bytes
     ) -> None:
         """Buffers one history row; written before the next statement that reads history
         or runs, and at the end of the operation."""
-        self._unwritten.setdefault((namespace, run_id), []).append(
-            (namespace, run_id, event_id, kind, time_ms, data)
-        )
-        self._appended_events.append((namespace, run_id, event_id, kind, data))
-        self.appended.append((run_id, data))
+        self.history.add(AppendedEvent(namespace, run_id, event_id, kind, time_ms, data))
 
     def flush_events(self) -> None:
         """Writes the buffered history rows and the new history lengths (called before a
         statement that could read them and when the operation's function returns)."""
-        unwritten, self._unwritten = self._unwritten, {}
-        for (namespace, run_id), rows in unwritten.items():
-            self._write_events(namespace, run_id, self._history_lengths[(namespace, run_id)], rows)
+        for (namespace, run_id), length, events in self.history.take_unwritten():
+            self._write_events(namespace, run_id, length, [e.row for e in events])
 
     def _write_events(
         self, namespace: str, run_id: str, length: int, rows: list[tuple[Any, ...]]
@@ -200,5 +173,5 @@ class Tx(abc.ABC):
 
     def _flush_before(self, sql: str) -> None:
         # Only statements naming these tables can see the buffered rows or lengths.
-        if self._unwritten and ("history" in sql or "runs" in sql):
+        if self.history.has_unwritten and ("history" in sql or "runs" in sql):
             self.flush_events()
