@@ -292,3 +292,27 @@ async def test_database_outage_answers_unavailable_then_recovers(
     assert (await a.describe(NS, "before", None)).info.status == "running"
     page, _ = await a.list_runs(NS, None, None, None, None, 100, None)
     assert sorted(r.workflow_id for r in page) == ["after", "after-b", "before"]
+
+
+async def test_a_query_asked_on_one_replica_is_answered_through_another(
+    open_pg: OpenPg,
+) -> None:
+    asking = await open_pg()
+    polled = await open_pg()
+    asker_hears = RecordingListener()
+    asking.set_listener(asker_hears)
+    poller_hears = RecordingListener()
+    polled.set_listener(poller_hears)
+
+    for i in range(10):
+        await asking.submit_query(NS, QUEUE, f"q-{i}", ("Counter", "1"), f"{i}".encode(), 60_000)
+    await poller_hears.wait_for(lambda: (NS, QUEUE, "query") in poller_hears.tasks, "a query")
+    # Twenty pollers on both replicas at once: every query is handed out exactly once.
+    taken = await asyncio.gather(
+        *(s.take_query(NS, QUEUE, [("Counter", "1")]) for s in [asking, polled] * 10)
+    )
+    assert sorted(t for t in taken if t is not None) == sorted(f"{i}".encode() for i in range(10))
+
+    assert await polled.answer_query(NS, "q-3", b"three")
+    await asker_hears.wait_for(lambda: (NS, "q-3") in asker_hears.answered, "the answer")
+    assert await asking.query_answer(NS, "q-3") == b"three"

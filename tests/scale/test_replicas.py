@@ -22,6 +22,8 @@ from durable_rpc.errors import StoreUnavailableError
 from durable_rpc.store import Store
 from tests.e2e import apps
 from tests.e2e.conftest import WorkerProcess
+from tests.features import apps as feature_apps
+from tests.features.conftest import FeatureWorker
 from tests.scale.cluster import Cluster
 from tests.scale.conftest import OpenPg
 from tests.scale.procs import (
@@ -176,3 +178,26 @@ async def test_database_restart_mid_run(
             assert replica.proc is not None and replica.proc.poll() is None
     finally:
         await client.close()
+
+
+async def test_a_query_reaches_a_worker_that_polls_another_replica(
+    replicas: Replicas, tmp_path: Path
+) -> None:
+    # The worker knows replica B only; the client knows replica A only.
+    a, b = replicas(2)
+    worker = FeatureWorker(b.address, "replica-queries", tmp_path)
+    try:
+        client = await Client.connect(a.address)
+        try:
+            handle = await client.start_workflow(
+                feature_apps.Counter.run, 300.0, id="asked-on-a", task_queue="replica-queries"
+            )
+            await handle.signal(feature_apps.Counter.add, "apple")
+            # Replayed from history by the worker behind B, asked and answered through A.
+            assert await handle.query(feature_apps.Counter.count) == 1
+            tally = await handle.query(feature_apps.Counter.tally)
+            assert tally == feature_apps.Tally("sleeping", ["apple"])
+        finally:
+            await client.close()
+    finally:
+        worker.stop()

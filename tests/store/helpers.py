@@ -179,6 +179,7 @@ class RecordingListener:
         self.due: list[int] = []
         self.closed: list[tuple[str, str]] = []
         self.outcomes: list[RunOutcome | None] = []
+        self.answered: list[tuple[str, str]] = []
         self.changed = asyncio.Event()
 
     def tasks_available(self, namespace: str, task_queue: str, kind: str) -> None:
@@ -192,6 +193,10 @@ class RecordingListener:
     def run_closed(self, namespace: str, run_id: str, outcome: RunOutcome | None = None) -> None:
         self.closed.append((namespace, run_id))
         self.outcomes.append(outcome)
+        self.changed.set()
+
+    def query_answered(self, namespace: str, query_id: str) -> None:
+        self.answered.append((namespace, query_id))
         self.changed.set()
 
     async def wait_for(self, predicate: Callable[[], bool], what: str) -> None:

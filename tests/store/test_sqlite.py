@@ -154,7 +154,12 @@ async def test_migrations_are_versioned_and_applied_once(db_path: Path) -> None:
         await store.close()
     conn = sqlite3.connect(db_path)
     try:
-        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(1,), (2,), (3,)]
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [
+            (1,),
+            (2,),
+            (3,),
+            (4,),
+        ]
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
         assert conn.execute("SELECT name FROM namespaces").fetchall() == [("default",)]
         conn.execute("INSERT INTO schema_version VALUES (99, 'from the future', 0)")

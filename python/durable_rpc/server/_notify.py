@@ -120,6 +120,8 @@ class Notifier:
         self._on_due = on_due
         self.tasks = Waiters()
         self.closed_runs = Waiters()
+        #: Callers of QueryWorkflow waiting for their answer, by (namespace, query id).
+        self.answered_queries = Waiters()
         self._outcomes: OrderedDict[tuple[str, str], RunOutcome] = OrderedDict()
 
     def _call(self, fn: Callable[..., None], *args: object) -> None:
@@ -130,7 +132,13 @@ class Notifier:
 
     # StoreListener protocol
     def tasks_available(self, namespace: str, task_queue: str, kind: str) -> None:
-        self._call(self.tasks.notify, (namespace, task_queue, kind))
+        # Every query poller of the queue: a poller without the run's definition takes
+        # nothing and would not pass a single wake-up on.
+        wake = self.tasks.notify_every if kind == "query" else self.tasks.notify
+        self._call(wake, (namespace, task_queue, kind))
+
+    def query_answered(self, namespace: str, query_id: str) -> None:
+        self._call(self.answered_queries.notify_every, (namespace, query_id))
 
     def run_closed(self, namespace: str, run_id: str, outcome: RunOutcome | None = None) -> None:
         self._call(self._closed, (namespace, run_id), outcome)

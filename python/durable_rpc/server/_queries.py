@@ -1,97 +1,82 @@
-"""Queries: an in-memory request/response relay between QueryWorkflow and workers.
+"""Queries: the relay between QueryWorkflow and the workers that answer them.
 
-A query is read-only and answered by a worker replaying the run, so nothing about it is
-persisted: ``QueryWorkflow`` puts a pending query on its run's task queue (in this
-server process's memory), wakes one ``PollQueryTask`` long poll of that queue, and waits
-a bounded time for the ``RespondQueryTask`` that carries the answer. A lost query (the
-worker died, the server restarted) simply times out; the caller may ask again.
-
-Limitation: the relay is per server process. With several replicas behind one address,
-a query accepted by replica A is only seen by workers polling replica A (see
-docs/engine.md).
+A query is answered by a worker replaying the run, and nothing about it enters the run's
+history. The query in flight is kept in the store (``Store.submit_query`` and friends,
+store/_ops_queries.py) rather than in this process's memory, because with several
+server replicas the worker that can answer may poll another replica than the one the
+client asked: ``QueryWorkflow`` queues the query, a ``PollQueryTask`` on any replica takes
+it, ``RespondQueryTask`` on any replica stores the answer, and the store's
+``query_answered`` note (a NOTIFY on PostgreSQL) wakes the asking replica. A lost query
+(the worker died) simply times out; the caller may ask again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
-from collections import deque
 from collections.abc import Collection
-from dataclasses import dataclass, field
 
-from durable_rpc.errors import ResourceExhaustedError
+from durable_rpc.errors import DurableRpcError
+from durable_rpc.server._notify import Notifier, wait
+from durable_rpc.store import Store
 from durable_rpc.v1 import service_pb2
 
-# Pending (not yet taken) queries per task queue before QueryWorkflow is refused.
-MAX_PENDING_PER_QUEUE = 1000
 
+class QueryRelay:
+    """Asks queries through the store and hands them to pollers."""
 
-@dataclass
-class PendingQuery:
-    query_id: str
-    definition: tuple[str, str]
-    task: service_pb2.PollQueryTaskResponse
-    answer: asyncio.Future[service_pb2.RespondQueryTaskRequest] = field(repr=False)
+    def __init__(self, store: Store, notifier: Notifier) -> None:
+        self._store = store
+        self._notifier = notifier
 
-
-class QueryRouter:
-    """Pending queries per ``(namespace, task_queue)`` and the callers awaiting them."""
-
-    def __init__(self) -> None:
-        self._pending: dict[tuple[str, str], deque[PendingQuery]] = {}
-        # Every query not answered yet (pending or taken by a worker), by id.
-        self._open: dict[str, PendingQuery] = {}
-
-    def submit(
-        self, namespace: str, task_queue: str, task: service_pb2.PollQueryTaskResponse
-    ) -> PendingQuery:
-        queue = self._pending.setdefault((namespace, task_queue), deque())
-        if len(queue) >= MAX_PENDING_PER_QUEUE:
-            raise ResourceExhaustedError(
-                f"{len(queue)} queries already wait for a worker on task queue {task_queue!r}"
+    async def ask(
+        self,
+        namespace: str,
+        task_queue: str,
+        task: service_pb2.PollQueryTaskResponse,
+        timeout_s: float,
+    ) -> service_pb2.RespondQueryTaskRequest | None:
+        """Queues the query and waits up to ``timeout_s`` for a worker's answer (None
+        when none came)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        task.query_id = query_id = uuid.uuid4().hex
+        key = (namespace, query_id)
+        # Registered before the query exists, so an answer cannot slip by unnoticed.
+        answered = self._notifier.answered_queries.register(key)
+        try:
+            await self._store.submit_query(
+                namespace,
+                task_queue,
+                query_id,
+                (task.workflow_type, task.workflow_version),
+                task.SerializeToString(),
+                max(1, int(timeout_s * 1000)),
             )
-        query_id = uuid.uuid4().hex
-        task.query_id = query_id
-        pending = PendingQuery(
-            query_id=query_id,
-            definition=(task.workflow_type, task.workflow_version or "1"),
-            task=task,
-            answer=asyncio.get_running_loop().create_future(),
-        )
-        queue.append(pending)
-        self._open[query_id] = pending
-        return pending
+            while True:
+                remaining = deadline - loop.time()
+                if remaining <= 0 or not await wait(answered, remaining):
+                    return None
+                answered = self._notifier.answered_queries.register(key)
+                answer = await self._store.query_answer(namespace, query_id)
+                if answer is not None:
+                    return service_pb2.RespondQueryTaskRequest.FromString(answer)
+        finally:
+            answered.cancel()
+            # The row expires anyway; a store that is away now must not hide the outcome.
+            with contextlib.suppress(DurableRpcError):
+                await self._store.forget_query(namespace, query_id)
 
-    def take(
+    async def take(
         self, namespace: str, task_queue: str, definitions: Collection[tuple[str, str]]
-    ) -> PendingQuery | None:
-        """The oldest pending query of the queue this poller can replay (any when it
-        named no definitions)."""
-        key = (namespace, task_queue)
-        queue = self._pending.get(key)
-        if not queue:
-            return None
-        for pending in queue:
-            if not definitions or pending.definition in definitions:
-                queue.remove(pending)
-                if not queue:
-                    del self._pending[key]
-                return pending
-        return None
+    ) -> service_pb2.PollQueryTaskResponse | None:
+        """The oldest waiting query of the queue this poller can replay."""
+        task = await self._store.take_query(namespace, task_queue, definitions)
+        return None if task is None else service_pb2.PollQueryTaskResponse.FromString(task)
 
-    def answer(self, query_id: str, response: service_pb2.RespondQueryTaskRequest) -> bool:
-        """Deliver a worker's answer; False when nobody waits for it any more."""
-        pending = self._open.pop(query_id, None)
-        if pending is None or pending.answer.done():
-            return False
-        pending.answer.set_result(response)
-        return True
-
-    def forget(self, namespace: str, task_queue: str, pending: PendingQuery) -> None:
-        """The caller stopped waiting (timeout, cancelled call): drop the query."""
-        self._open.pop(pending.query_id, None)
-        queue = self._pending.get((namespace, task_queue))
-        if queue is not None and pending in queue:
-            queue.remove(pending)
-            if not queue:
-                del self._pending[(namespace, task_queue)]
+    async def answer(self, namespace: str, response: service_pb2.RespondQueryTaskRequest) -> bool:
+        """Stores a worker's answer; False when nobody waits for it any more."""
+        return await self._store.answer_query(
+            namespace, response.query_id, response.SerializeToString()
+        )

@@ -21,7 +21,7 @@ from durable_rpc.payload import PayloadError
 from durable_rpc.server import _convert, _validate
 from durable_rpc.server._handoff import Handoffs
 from durable_rpc.server._notify import Notifier, wait
-from durable_rpc.server._queries import PendingQuery, QueryRouter
+from durable_rpc.server._queries import QueryRelay
 from durable_rpc.server._updates import UpdateRegistry
 from durable_rpc.store import (
     ClaimedActivityTask,
@@ -124,11 +124,10 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
         poll_timeout_s: float,
         workflow_task_lease_ms: int,
         shutting_down: asyncio.Event,
-        queries: QueryRouter | None = None,
         updates: UpdateRegistry | None = None,
         handoffs: Handoffs | None = None,
     ) -> None:
-        self._queries = queries or QueryRouter()
+        self._queries = QueryRelay(store, notifier)
         self._updates = updates or UpdateRegistry()
         self._store = store
         self._notifier = notifier
@@ -400,18 +399,16 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
         _validate.name("worker_id", request.worker_id)
         definitions = frozenset((d.name, d.version or "1") for d in request.workflows)
 
-        async def take() -> PendingQuery | None:
-            return self._queries.take(ns, queue, definitions)
+        async def take() -> service_pb2.PollQueryTaskResponse | None:
+            return await self._queries.take(ns, queue, definitions)
 
-        pending = await self._long_poll((ns, queue, "query"), take)
-        if pending is None:
-            return service_pb2.PollQueryTaskResponse()
-        return pending.task
+        task = await self._long_poll((ns, queue, "query"), take)
+        return task or service_pb2.PollQueryTaskResponse()
 
     async def RespondQueryTask(
         self, request: service_pb2.RespondQueryTaskRequest, context: grpc.aio.ServicerContext
     ) -> service_pb2.RespondQueryTaskResponse:
-        _validate.namespace(request.namespace)
+        ns = _validate.namespace(request.namespace)
         _validate.name("query_id", request.query_id)
         answer = request.WhichOneof("answer")
         if answer is None:
@@ -419,7 +416,7 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
         if answer == "result":
             _validate.payload_bytes("result", request.result, has=True)
         # An answer nobody waits for any more (the caller timed out) is dropped.
-        self._queries.answer(request.query_id, request)
+        await self._queries.answer(ns, request)
         return service_pb2.RespondQueryTaskResponse()
 
     async def CompleteTasks(

@@ -21,7 +21,7 @@ from durable_rpc.server import _convert, _validate
 from durable_rpc.server._handoff import Handoffs
 from durable_rpc.server._notify import Notifier
 from durable_rpc.server._notify import wait as wait_for_wakeup
-from durable_rpc.server._queries import QueryRouter
+from durable_rpc.server._queries import QueryRelay
 from durable_rpc.server._updates import UpdateRegistry
 from durable_rpc.store import (
     DirectClaim,
@@ -113,7 +113,6 @@ class WorkflowService(service_pb2_grpc.WorkflowServiceServicer):
         self,
         store: Store,
         notifier: Notifier,
-        queries: QueryRouter | None = None,
         updates: UpdateRegistry | None = None,
         handoffs: Handoffs | None = None,
         workflow_task_lease_ms: int = 0,
@@ -123,7 +122,7 @@ class WorkflowService(service_pb2_grpc.WorkflowServiceServicer):
         # Direct dispatch of a new run's first task to a waiting poll (_handoff.py).
         self._handoffs = handoffs
         self._workflow_task_lease_ms = workflow_task_lease_ms
-        self._queries = queries or QueryRouter()
+        self._queries = QueryRelay(store, notifier)
         self._updates = updates or UpdateRegistry()
 
     async def StartWorkflow(
@@ -359,20 +358,13 @@ class WorkflowService(service_pb2_grpc.WorkflowServiceServicer):
             history=_convert.history(events),
             workflow_time=_convert.timestamp(await self._store.now_ms()),
         )
-        pending = self._queries.submit(ns, run.task_queue, task)
-        # Every query poller of the queue: a take is an in-memory check (no claim
-        # transaction), and a poller may not have the run's definition.
-        self._notifier.tasks.notify_every((ns, run.task_queue, "query"))
-        try:
-            answer = await asyncio.wait_for(asyncio.shield(pending.answer), timeout)
-        except TimeoutError:
+        answer = await self._queries.ask(ns, run.task_queue, task, timeout)
+        if answer is None:
             raise QueryTimeoutError(
                 f"no worker answered query {query_name!r} of workflow {workflow_id} "
                 f"within {timeout:g}s (is a worker polling task queue {run.task_queue!r} "
                 f"with workflow {run.workflow_type!r} version {run.workflow_version!r}?)"
-            ) from None
-        finally:
-            self._queries.forget(ns, run.task_queue, pending)
+            )
         if answer.WhichOneof("answer") == "failure":
             failure = answer.failure
             raise QueryFailedError(

@@ -10,14 +10,14 @@ read from the database clock.
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Literal, Protocol
 
 from durable_rpc.v1 import workflow_task_pb2
 
-TaskKind = Literal["workflow", "activity"]
+TaskKind = Literal["workflow", "activity", "query"]
 
 RUN_STATUSES: frozenset[str] = frozenset(
     {
@@ -44,6 +44,9 @@ class StoreListener(Protocol):
 
     def run_closed(self, namespace: str, run_id: str, outcome: RunOutcome | None = None) -> None:
         """The run reached a terminal status (``outcome``, when this process closed it)."""
+
+    def query_answered(self, namespace: str, query_id: str) -> None:
+        """A worker answered the query (read it with :meth:`Store.query_answer`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -532,6 +535,32 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def fail_activity_task(self, namespace: str, lease: LeaseRef, failure: bytes) -> None: ...
+
+    # queries in flight (see _ops_queries)
+    @abc.abstractmethod
+    async def submit_query(
+        self,
+        namespace: str,
+        task_queue: str,
+        query_id: str,
+        definition: tuple[str, str],
+        task: bytes,
+        timeout_ms: int,
+    ) -> None: ...
+
+    @abc.abstractmethod
+    async def take_query(
+        self, namespace: str, task_queue: str, definitions: Collection[tuple[str, str]]
+    ) -> bytes | None: ...
+
+    @abc.abstractmethod
+    async def answer_query(self, namespace: str, query_id: str, answer: bytes) -> bool: ...
+
+    @abc.abstractmethod
+    async def query_answer(self, namespace: str, query_id: str) -> bytes | None: ...
+
+    @abc.abstractmethod
+    async def forget_query(self, namespace: str, query_id: str) -> None: ...
 
     # time
     @abc.abstractmethod

@@ -202,10 +202,36 @@ def _v3(bigint: str) -> tuple[str, ...]:
     )
 
 
+def _v4(blob: str, bigint: str) -> tuple[str, ...]:
+    """Queries in flight (same shape on both backends), so that a query asked on one
+    server replica reaches a worker polling another. A row lives from QueryWorkflow until
+    its caller has the answer or gives up; ``expires_at_ms`` bounds the life of a row
+    whose caller died. ``task`` is the serialized PollQueryTaskResponse, ``answer`` the
+    serialized RespondQueryTaskRequest."""
+    return (
+        f"""CREATE TABLE queries (
+            query_id TEXT PRIMARY KEY,
+            namespace TEXT NOT NULL,
+            task_queue TEXT NOT NULL,
+            workflow_type TEXT NOT NULL,
+            workflow_version TEXT NOT NULL,
+            task {blob} NOT NULL,
+            state TEXT NOT NULL CHECK (state IN ('queued', 'taken', 'answered')),
+            answer {blob},
+            created_at_ms {bigint} NOT NULL,
+            expires_at_ms {bigint} NOT NULL
+        )""",
+        "CREATE INDEX queries_queued ON queries (namespace, task_queue, created_at_ms) "
+        "WHERE state = 'queued'",
+        "CREATE INDEX queries_expiry ON queries (expires_at_ms)",
+    )
+
+
 SQLITE_MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _SQLITE_V1),
     Migration(2, "memo, search attributes, workflow timeouts", _v2("BLOB", "INTEGER", "REAL")),
     Migration(3, "child workflows", _v3("INTEGER")),
+    Migration(4, "queries across replicas", _v4("BLOB", "INTEGER")),
 )
 
 

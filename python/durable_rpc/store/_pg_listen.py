@@ -1,9 +1,9 @@
 """Cross-replica wake-ups for the PostgreSQL store: NOTIFY in the writing transaction,
 LISTEN on a dedicated connection in every replica.
 
-A write's listener notes (tasks available, due times, closed runs) are sent as one or
-more ``NOTIFY`` payloads in the same transaction, so they are delivered if and only if
-the change committed. Every replica listens on the channel; a replica skips payloads it
+A write's listener notes (tasks available, due times, closed runs, answered queries) are
+sent as one or more ``NOTIFY`` payloads in the same transaction, so they are delivered if
+and only if the change committed. Every replica listens on the channel; a replica skips payloads it
 sent itself (it delivered those locally right after its commit, without the round trip).
 
 The LISTEN connection reconnects with a capped backoff. Notifications sent while it was
@@ -36,13 +36,14 @@ PROBE_INTERVAL_S = 5.0
 BACKOFF_MIN_S = 0.1
 BACKOFF_MAX_S = 2.0
 
-_KINDS: frozenset[str] = frozenset({"workflow", "activity"})
+_KINDS: frozenset[str] = frozenset({"workflow", "activity", "query"})
 
 
 def encode(origin: str, notes: Notes) -> list[str]:
     """The notes as JSON payloads of at most MAX_PAYLOAD bytes each."""
     items: list[tuple[str, Any]] = [("t", list(t)) for t in sorted(notes.tasks)]
     items += [("c", list(c)) for c in notes.closed]
+    items += [("a", list(a)) for a in notes.answered]
     payloads: list[str] = []
     current: dict[str, Any] = {"o": origin}
     if notes.due:
@@ -50,7 +51,7 @@ def encode(origin: str, notes: Notes) -> list[str]:
     size = len(json.dumps(current))
     for key, value in items:
         item_size = len(json.dumps(value)) + 8
-        if size + item_size > MAX_PAYLOAD and (current.get("t") or current.get("c")):
+        if size + item_size > MAX_PAYLOAD and any(k in current for k in "tca"):
             payloads.append(json.dumps(current, separators=(",", ":")))
             current = {"o": origin}
             size = len(json.dumps(current))
@@ -72,6 +73,8 @@ def decode(payload: str) -> tuple[str, Notes] | None:
             notes.due.add(int(data["d"]))
         for namespace, run_id in data.get("c", ()):
             notes.closed.append((str(namespace), str(run_id)))
+        for namespace, query_id in data.get("a", ()):
+            notes.answered.append((str(namespace), str(query_id)))
         return str(data["o"]), notes
     except (ValueError, KeyError, TypeError):
         return None

@@ -425,7 +425,7 @@ class PostgresStore(SqlStore):
 
 
 def _has_notes(notes: Notes) -> bool:
-    return bool(notes.tasks or notes.due or notes.closed)
+    return bool(notes)
 
 
 def _rollback(conn: psycopg.Connection[Any]) -> bool:

@@ -29,6 +29,12 @@ class Notes:
     #: Outcomes of the runs closed here, by (namespace, run id): long polls for a result
     #: answer from them without reading the store again (not sent to other replicas).
     outcomes: dict[tuple[str, str], RunOutcome] = field(default_factory=dict)
+    #: Queries answered, by (namespace, query id).
+    answered: list[tuple[str, str]] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        """Whether there is anything to deliver (outcomes ride along with ``closed``)."""
+        return bool(self.tasks or self.due or self.closed or self.answered)
 
     def deliver(self, listener: StoreListener) -> None:
         for namespace, task_queue, kind in sorted(self.tasks):
@@ -37,6 +43,8 @@ class Notes:
             listener.due_at(min(self.due))
         for namespace, run_id in self.closed:
             listener.run_closed(namespace, run_id, self.outcomes.get((namespace, run_id)))
+        for namespace, query_id in self.answered:
+            listener.query_answered(namespace, query_id)
 
 
 class Tx(abc.ABC):
