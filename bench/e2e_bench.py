@@ -19,7 +19,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
 import signal
 import socket
 import statistics
@@ -32,6 +31,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from _checkout import child_env
 from bench_stores import connect, database, server_commands, target
 
 from durable_rpc import (
@@ -161,9 +161,9 @@ def main() -> int:
         queue = "bench"
         db_url = stack.enter_context(database(args.store, args.pg_url, tmp))
         replicas = server_commands(db_url, args.replicas)
-        servers = [subprocess.Popen(command) for command, _ in replicas]
+        servers = [subprocess.Popen(command, env=child_env()) for command, _ in replicas]
         address = target([replica_address for _, replica_address in replicas])
-        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+        env = child_env()
         worker = subprocess.Popen(
             [
                 sys.executable,
