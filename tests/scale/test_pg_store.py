@@ -294,15 +294,21 @@ async def test_database_outage_answers_unavailable_then_recovers(
     assert sorted(r.workflow_id for r in page) == ["after", "after-b", "before"]
 
 
+async def two_listening_replicas(
+    open_pg: OpenPg,
+) -> tuple[Store, Store, RecordingListener, RecordingListener]:
+    """Two stores on the test's database, each with a listener."""
+    one, other = await open_pg(), await open_pg()
+    hears, other_hears = RecordingListener(), RecordingListener()
+    one.set_listener(hears)
+    other.set_listener(other_hears)
+    return one, other, hears, other_hears
+
+
 async def test_a_query_asked_on_one_replica_is_answered_through_another(
     open_pg: OpenPg,
 ) -> None:
-    asking = await open_pg()
-    polled = await open_pg()
-    asker_hears = RecordingListener()
-    asking.set_listener(asker_hears)
-    poller_hears = RecordingListener()
-    polled.set_listener(poller_hears)
+    asking, polled, asker_hears, poller_hears = await two_listening_replicas(open_pg)
 
     for i in range(10):
         await asking.submit_query(NS, QUEUE, f"q-{i}", ("Counter", "1"), f"{i}".encode(), 60_000)
@@ -316,3 +322,20 @@ async def test_a_query_asked_on_one_replica_is_answered_through_another(
     assert await polled.answer_query(NS, "q-3", b"three")
     await asker_hears.wait_for(lambda: (NS, "q-3") in asker_hears.answered, "the answer")
     assert await asking.query_answer(NS, "q-3") == b"three"
+
+
+async def test_an_update_requested_on_one_replica_is_settled_through_another(
+    open_pg: OpenPg,
+) -> None:
+    asking, polled, asker_hears, _ = await two_listening_replicas(open_pg)
+    run_id = await start(asking, "wf-u")
+    await polled.complete_workflow_task(NS, (await claim(polled)).lease, 1, [])
+
+    assert await asking.request_update(NS, run_id, "u-1", "rename", payload(b"x"))
+    task = await claim(polled)
+    assert [u.update_id for u in task.pending_updates] == ["u-1"]
+    await polled.complete_workflow_task_tracked(
+        NS, task.lease, len(task.events), [], rejected_updates=[("u-1", b"")]
+    )
+    await asker_hears.wait_for(lambda: (NS, "u-1") in asker_hears.updates, "the rejection")
+    assert await asking.update_rejection(NS, run_id, "u-1") == b""

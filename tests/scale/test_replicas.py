@@ -8,17 +8,18 @@ retries what failed with UNAVAILABLE."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
 
 from durable_rpc import Client
 from durable_rpc.client import WorkflowHandle
-from durable_rpc.errors import StoreUnavailableError
+from durable_rpc.errors import StoreUnavailableError, UpdateRejectedError
 from durable_rpc.store import Store
 from tests.e2e import apps
 from tests.e2e.conftest import WorkerProcess
@@ -180,24 +181,51 @@ async def test_database_restart_mid_run(
         await client.close()
 
 
-async def test_a_query_reaches_a_worker_that_polls_another_replica(
-    replicas: Replicas, tmp_path: Path
-) -> None:
-    # The worker knows replica B only; the client knows replica A only.
+@contextlib.asynccontextmanager
+async def asked_on_a_answered_on_b(
+    replicas: Replicas, tmp_path: Path, queue: str
+) -> AsyncIterator[Client]:
+    """Two replicas; a worker (tests/features/apps.py) that knows replica B only; a client
+    that knows replica A only."""
     a, b = replicas(2)
-    worker = FeatureWorker(b.address, "replica-queries", tmp_path)
+    worker = FeatureWorker(b.address, queue, tmp_path)
     try:
         client = await Client.connect(a.address)
         try:
-            handle = await client.start_workflow(
-                feature_apps.Counter.run, 300.0, id="asked-on-a", task_queue="replica-queries"
-            )
-            await handle.signal(feature_apps.Counter.add, "apple")
-            # Replayed from history by the worker behind B, asked and answered through A.
-            assert await handle.query(feature_apps.Counter.count) == 1
-            tally = await handle.query(feature_apps.Counter.tally)
-            assert tally == feature_apps.Tally("sleeping", ["apple"])
+            yield client
         finally:
             await client.close()
     finally:
         worker.stop()
+
+
+async def test_a_query_reaches_a_worker_that_polls_another_replica(
+    replicas: Replicas, tmp_path: Path
+) -> None:
+    async with asked_on_a_answered_on_b(replicas, tmp_path, "replica-queries") as client:
+        handle = await client.start_workflow(
+            feature_apps.Counter.run, 300.0, id="asked-on-a", task_queue="replica-queries"
+        )
+        await handle.signal(feature_apps.Counter.add, "apple")
+        # Replayed from history by the worker behind B, asked and answered through A.
+        assert await handle.query(feature_apps.Counter.count) == 1
+        tally = await handle.query(feature_apps.Counter.tally)
+        assert tally == feature_apps.Tally("sleeping", ["apple"])
+
+
+async def test_an_update_reaches_a_worker_that_polls_another_replica(
+    replicas: Replicas, tmp_path: Path
+) -> None:
+    async with asked_on_a_answered_on_b(replicas, tmp_path, "replica-updates") as client:
+        handle = await client.start_workflow(
+            feature_apps.Ledger.run, id="updated-on-a", task_queue="replica-updates"
+        )
+        # Accepted and completed by the worker behind B, asked through A.
+        receipt = await handle.execute_update(feature_apps.Ledger.deposit, 5, "first")
+        assert receipt == feature_apps.Receipt(5, "first")
+        # A rejection reported through B is the answer through A, for a repeat too.
+        for _ in range(2):
+            with pytest.raises(UpdateRejectedError, match="amount must be positive"):
+                await handle.execute_update(feature_apps.Ledger.deposit, -1, "bad", update_id="neg")
+        await handle.signal(feature_apps.Ledger.close)
+        assert await handle.result(timeout=30) == 5

@@ -180,6 +180,7 @@ class RecordingListener:
         self.closed: list[tuple[str, str]] = []
         self.outcomes: list[RunOutcome | None] = []
         self.answered: list[tuple[str, str]] = []
+        self.updates: list[tuple[str, str]] = []
         self.changed = asyncio.Event()
 
     def tasks_available(self, namespace: str, task_queue: str, kind: str) -> None:
@@ -197,6 +198,10 @@ class RecordingListener:
 
     def query_answered(self, namespace: str, query_id: str) -> None:
         self.answered.append((namespace, query_id))
+        self.changed.set()
+
+    def update_changed(self, namespace: str, update_id: str) -> None:
+        self.updates.append((namespace, update_id))
         self.changed.set()
 
     async def wait_for(self, predicate: Callable[[], bool], what: str) -> None:

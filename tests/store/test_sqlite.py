@@ -159,6 +159,7 @@ async def test_migrations_are_versioned_and_applied_once(db_path: Path) -> None:
             (2,),
             (3,),
             (4,),
+            (5,),
         ]
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
         assert conn.execute("SELECT name FROM namespaces").fetchall() == [("default",)]

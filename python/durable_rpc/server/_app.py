@@ -17,7 +17,6 @@ from durable_rpc.server._due import DueLoop
 from durable_rpc.server._handoff import Handoffs
 from durable_rpc.server._interceptor import ErrorInterceptor
 from durable_rpc.server._notify import Notifier
-from durable_rpc.server._updates import UpdateRegistry
 from durable_rpc.server._worker_service import WorkerService
 from durable_rpc.server._workflow_service import WorkflowService
 from durable_rpc.store import Store, open_store
@@ -79,16 +78,12 @@ class Server:
                 ("grpc.max_concurrent_streams", 100_000),
             ],
         )
-        # Pending update requests live in this process's memory until a workflow accepts
-        # them (docs/engine.md); queries in flight live in the store (_queries.py).
-        updates = UpdateRegistry()
         # A start hands its run's first task straight to a waiting poll (_handoff.py).
         handoffs = self.handoffs = Handoffs(notifier.tasks, self.store)
         service_pb2_grpc.add_WorkflowServiceServicer_to_server(
             WorkflowService(
                 self.store,
                 notifier,
-                updates,
                 handoffs=handoffs,
                 workflow_task_lease_ms=self.config.workflow_task_lease_ms,
             ),
@@ -101,7 +96,6 @@ class Server:
                 poll_timeout_s=self.config.poll_timeout_s,
                 workflow_task_lease_ms=self.config.workflow_task_lease_ms,
                 shutting_down=self._shutting_down,
-                updates=updates,
                 handoffs=handoffs,
             ),
             server,

@@ -122,6 +122,9 @@ class Notifier:
         self.closed_runs = Waiters()
         #: Callers of QueryWorkflow waiting for their answer, by (namespace, query id).
         self.answered_queries = Waiters()
+        #: Callers of UpdateWorkflow waiting for the update's next stage, by (namespace,
+        #: update id).
+        self.changed_updates = Waiters()
         self._outcomes: OrderedDict[tuple[str, str], RunOutcome] = OrderedDict()
 
     def _call(self, fn: Callable[..., None], *args: object) -> None:
@@ -139,6 +142,9 @@ class Notifier:
 
     def query_answered(self, namespace: str, query_id: str) -> None:
         self._call(self.answered_queries.notify_every, (namespace, query_id))
+
+    def update_changed(self, namespace: str, update_id: str) -> None:
+        self._call(self.changed_updates.notify_every, (namespace, update_id))
 
     def run_closed(self, namespace: str, run_id: str, outcome: RunOutcome | None = None) -> None:
         self._call(self._closed, (namespace, run_id), outcome)

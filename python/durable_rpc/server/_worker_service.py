@@ -22,7 +22,6 @@ from durable_rpc.server import _convert, _validate
 from durable_rpc.server._handoff import Handoffs
 from durable_rpc.server._notify import Notifier, wait
 from durable_rpc.server._queries import QueryRelay
-from durable_rpc.server._updates import UpdateRegistry
 from durable_rpc.store import (
     ClaimedActivityTask,
     ClaimedWorkflowTask,
@@ -92,6 +91,14 @@ def _workflow_task_message(task: ClaimedWorkflowTask) -> service_pb2.PollWorkflo
         history=_convert.history(task.events),
         workflow_time=_convert.timestamp(task.workflow_time_ms),
         attempt=task.attempt,
+        pending_updates=[
+            service_pb2.PendingUpdate(
+                update_id=update.update_id,
+                update_name=update.update_name,
+                input=_convert.payload(update.input),
+            )
+            for update in task.pending_updates
+        ],
     )
 
 
@@ -124,11 +131,9 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
         poll_timeout_s: float,
         workflow_task_lease_ms: int,
         shutting_down: asyncio.Event,
-        updates: UpdateRegistry | None = None,
         handoffs: Handoffs | None = None,
     ) -> None:
         self._queries = QueryRelay(store, notifier)
-        self._updates = updates or UpdateRegistry()
         self._store = store
         self._notifier = notifier
         self._poll_timeout_s = poll_timeout_s
@@ -245,17 +250,19 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
         )
         if task is None:
             return service_pb2.PollWorkflowTaskResponse()
-        message = _workflow_task_message(task)
-        message.pending_updates.extend(self._updates.pending(ns, task.run_id))
-        return message
+        return _workflow_task_message(task)
 
     async def CompleteWorkflowTask(
         self, request: service_pb2.CompleteWorkflowTaskRequest, context: grpc.aio.ServicerContext
     ) -> service_pb2.CompleteWorkflowTaskResponse:
         _validate_commands(request.commands)
-        for rejected in request.rejected_updates:
-            _validate.name("rejected_updates.update_id", rejected.update_id)
-            _failure_bytes(rejected.failure)
+        rejections = [
+            (
+                _validate.name("rejected_updates.update_id", rejected.update_id),
+                _failure_bytes(rejected.failure),
+            )
+            for rejected in request.rejected_updates
+        ]
         ns = _validate.namespace(request.namespace)
         completion = await self._store.complete_workflow_task_tracked(
             ns,
@@ -268,10 +275,8 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
                 request.eager_task_queue,
                 request.eager_activity_types,
             ),
+            rejections,
         )
-        self._decided(ns, request.commands)
-        for rejected in request.rejected_updates:
-            self._updates.rejected(ns, rejected.update_id, rejected.failure)
         response = service_pb2.CompleteWorkflowTaskResponse(
             eager_activities=[_activity_task_message(task) for task in completion.eager_activities]
         )
@@ -279,15 +284,6 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
             response.appended.CopyFrom(_convert.history(completion.appended_events))
             response.history_length = completion.history_length
         return response
-
-    def _decided(self, ns: str, commands: Sequence[workflow_task_pb2.Command]) -> None:
-        """A decision was recorded: wake the callers waiting on the updates it settled."""
-        for command in commands:
-            kind = command.WhichOneof("kind")
-            if kind == "accept_update":
-                self._updates.accepted(ns, command.accept_update.update_id)
-            elif kind == "complete_update":
-                self._updates.accepted(ns, command.complete_update.update_id)
 
     async def FailWorkflowTask(
         self, request: service_pb2.FailWorkflowTaskRequest, context: grpc.aio.ServicerContext
@@ -345,18 +341,15 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
             spec = request.inline_workflow_task
             _validate_commands(spec.commands)
             run_id = _validate.name("inline_workflow_task.run_id", spec.run_id)
-            # Updates waiting outside history belong in the run's next task: decide
-            # that one the ordinary way.
-            if not self._updates.pending(ns, run_id):
-                inline = InlineWorkflowTask(
-                    run_id=run_id,
-                    last_seen_event_id=spec.last_seen_event_id,
-                    commands=list(spec.commands),
-                    build_id=spec.build_id,
-                    eager=_eager_activities(
-                        spec.max_eager_activities, spec.eager_task_queue, spec.eager_activity_types
-                    ),
-                )
+            inline = InlineWorkflowTask(
+                run_id=run_id,
+                last_seen_event_id=spec.last_seen_event_id,
+                commands=list(spec.commands),
+                build_id=spec.build_id,
+                eager=_eager_activities(
+                    spec.max_eager_activities, spec.eager_task_queue, spec.eager_activity_types
+                ),
+            )
         completion = await self._store.complete_activity_task_inline(
             ns,
             _lease(request.lease),
@@ -365,7 +358,6 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
             inline,
         )
         if completion.inline is not None:
-            self._decided(ns, request.inline_workflow_task.commands)
             return service_pb2.CompleteActivityTaskResponse(
                 inline_workflow_task_completed=True,
                 appended=_convert.history(completion.inline.appended_events),
@@ -377,9 +369,7 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
         task = completion.workflow_task
         if task is None:
             return service_pb2.CompleteActivityTaskResponse()
-        message = _workflow_task_message(task)
-        message.pending_updates.extend(self._updates.pending(ns, task.run_id))
-        return service_pb2.CompleteActivityTaskResponse(workflow_task=message)
+        return service_pb2.CompleteActivityTaskResponse(workflow_task=_workflow_task_message(task))
 
     async def FailActivityTask(
         self, request: service_pb2.FailActivityTaskRequest, context: grpc.aio.ServicerContext

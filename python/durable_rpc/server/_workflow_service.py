@@ -22,7 +22,6 @@ from durable_rpc.server._handoff import Handoffs
 from durable_rpc.server._notify import Notifier
 from durable_rpc.server._notify import wait as wait_for_wakeup
 from durable_rpc.server._queries import QueryRelay
-from durable_rpc.server._updates import UpdateRegistry
 from durable_rpc.store import (
     DirectClaim,
     RunInfo,
@@ -113,7 +112,6 @@ class WorkflowService(service_pb2_grpc.WorkflowServiceServicer):
         self,
         store: Store,
         notifier: Notifier,
-        updates: UpdateRegistry | None = None,
         handoffs: Handoffs | None = None,
         workflow_task_lease_ms: int = 0,
     ) -> None:
@@ -123,7 +121,6 @@ class WorkflowService(service_pb2_grpc.WorkflowServiceServicer):
         self._handoffs = handoffs
         self._workflow_task_lease_ms = workflow_task_lease_ms
         self._queries = QueryRelay(store, notifier)
-        self._updates = updates or UpdateRegistry()
 
     async def StartWorkflow(
         self, request: service_pb2.StartWorkflowRequest, context: grpc.aio.ServicerContext
@@ -390,13 +387,12 @@ class WorkflowService(service_pb2_grpc.WorkflowServiceServicer):
         run_id = (await self._store.describe(ns, workflow_id, request.run_id or None)).info.run_id
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        requested = False
         while True:
             # Registered before reading, so a change in between is not missed.
-            changed = self._updates.waiter(ns, update_id)
+            changed = self._notifier.changed_updates.register((ns, update_id))
             try:
-                # History is the truth for accepted and completed updates (it survives
-                # restarts); rejections and pending requests live in this process.
+                # History is the truth for accepted and completed updates; pending
+                # requests and rejections are kept in the store (store/_ops_updates.py).
                 status, accepted, completed = await self._update_state(
                     ns, workflow_id, run_id, update_id
                 )
@@ -411,31 +407,26 @@ class WorkflowService(service_pb2_grpc.WorkflowServiceServicer):
                 if accepted and stage == service_pb2.UPDATE_STAGE_ACCEPTED:
                     response.stage = service_pb2.UPDATE_STAGE_ACCEPTED
                     return response
-                rejection = self._updates.rejection(ns, run_id, update_id)
-                if rejection is not None and not accepted:
+                rejection = (
+                    None if accepted else await self._store.update_rejection(ns, run_id, update_id)
+                )
+                if rejection is not None:
+                    failure = payload_pb2.Failure.FromString(rejection)
                     raise UpdateRejectedError(
                         f"update {update_name!r} ({update_id}) of workflow {workflow_id} was "
-                        f"rejected: {rejection.type}: {rejection.message}"
+                        f"rejected: {failure.type}: {failure.message}"
                     )
                 if status != "running":
-                    self._updates.forget(ns, run_id, update_id)
+                    await self._store.forget_update(ns, run_id, update_id)
                     what = "completed" if accepted else "accepted"
                     raise WorkflowNotRunningError(
                         f"run {run_id} is {status}: update {update_id} was never {what}"
                     )
                 if not accepted:
-                    if not requested:
-                        self._updates.request(
-                            ns,
-                            run_id,
-                            update_id,
-                            update_name,
-                            payload_pb2.Payload.FromString(input_data),
-                        )
-                        requested = True
-                    # Make sure a workflow task will deliver it (no-op when one is queued
-                    # or running; a running one's completion is followed by this re-check).
-                    await self._store.request_workflow_task(ns, run_id)
+                    # Held for the run's workflow tasks (idempotent by id), with a task
+                    # queued to deliver it (none when one is queued or running: a running
+                    # one's completion is followed by this re-check).
+                    await self._store.request_update(ns, run_id, update_id, update_name, input_data)
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     what = "completed" if accepted else "accepted"

@@ -48,6 +48,9 @@ class StoreListener(Protocol):
     def query_answered(self, namespace: str, query_id: str) -> None:
         """A worker answered the query (read it with :meth:`Store.query_answer`)."""
 
+    def update_changed(self, namespace: str, update_id: str) -> None:
+        """A decision accepted, completed or rejected the update."""
+
 
 @dataclass(frozen=True, slots=True)
 class StoreOptions:
@@ -187,6 +190,16 @@ class RunOutcome:
 
 
 @dataclass(frozen=True, slots=True)
+class PendingUpdateRequest:
+    """An update request waiting for the run's workflow task to accept or reject it."""
+
+    update_id: str
+    update_name: str
+    #: The serialized Payload of its arguments.
+    input: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class ClaimedWorkflowTask:
     task_id: int
     worker_id: str
@@ -202,6 +215,8 @@ class ClaimedWorkflowTask:
     task_queue: str
     #: The whole history at claim time (serialized HistoryEvent).
     events: list[bytes]
+    #: The run's update requests no decision settled yet, oldest first.
+    pending_updates: tuple[PendingUpdateRequest, ...] = ()
 
     @property
     def lease(self) -> LeaseRef:
@@ -479,8 +494,11 @@ class Store(abc.ABC):
         commands: Sequence[workflow_task_pb2.Command],
         build_id: str = "",
         eager: EagerActivities | None = None,
+        rejected_updates: Sequence[tuple[str, bytes]] = (),
     ) -> WorkflowTaskCompletion:
-        """``complete_workflow_task``, also answering the events it appended."""
+        """``complete_workflow_task``, also answering the events it appended.
+        ``rejected_updates``: (update id, serialized Failure) of the pending update
+        requests the workflow's validators rejected."""
 
     @abc.abstractmethod
     async def fail_workflow_task(self, namespace: str, lease: LeaseRef, failure: bytes) -> None: ...
@@ -490,12 +508,6 @@ class Store(abc.ABC):
         """Give a claimed workflow task back unchanged (queued again, claimable at once),
         e.g. when the worker it was claimed for left before it could be handed over.
         Fenced like every write after a claim; False when the lease no longer holds."""
-
-    @abc.abstractmethod
-    async def request_workflow_task(self, namespace: str, run_id: str) -> bool:
-        """Queue a workflow task for a running run unless it has one queued, leased or
-        waiting (an update request waits outside history for the next task). False when
-        the run is not running."""
 
     # activity tasks
     @abc.abstractmethod
@@ -535,6 +547,22 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def fail_activity_task(self, namespace: str, lease: LeaseRef, failure: bytes) -> None: ...
+
+    # update requests waiting for a workflow task (see _ops_updates)
+    @abc.abstractmethod
+    async def request_update(
+        self, namespace: str, run_id: str, update_id: str, update_name: str, input: bytes
+    ) -> bool:
+        """Holds the request for the run's next workflow tasks (idempotent by id) and
+        makes sure one is queued. False when the run is not running."""
+
+    @abc.abstractmethod
+    async def update_rejection(self, namespace: str, run_id: str, update_id: str) -> bytes | None:
+        """The serialized Failure of a rejected request (kept a day), else None."""
+
+    @abc.abstractmethod
+    async def forget_update(self, namespace: str, run_id: str, update_id: str) -> None:
+        """Drops a pending request (its caller gave up on a run that closed)."""
 
     # queries in flight (see _ops_queries)
     @abc.abstractmethod

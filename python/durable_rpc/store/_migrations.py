@@ -227,11 +227,36 @@ def _v4(blob: str, bigint: str) -> tuple[str, ...]:
     )
 
 
+def _v5(blob: str, bigint: str) -> tuple[str, ...]:
+    """Update requests waiting for a workflow task to accept or reject them (same shape on
+    both backends), so that any replica can hand them out with a run's workflow task. A
+    rejected request is kept a day to answer a repeated update id the same way.
+    ``runs.pending_updates`` counts a run's pending rows: the claim and the inline-task
+    check read it with the run row they read anyway."""
+    return (
+        f"""CREATE TABLE update_requests (
+            namespace TEXT NOT NULL,
+            run_id TEXT NOT NULL,
+            update_id TEXT NOT NULL,
+            update_name TEXT NOT NULL,
+            input {blob} NOT NULL,
+            state TEXT NOT NULL CHECK (state IN ('pending', 'rejected')),
+            failure {blob},
+            created_at_ms {bigint} NOT NULL,
+            PRIMARY KEY (namespace, run_id, update_id)
+        )""",
+        "CREATE INDEX update_requests_rejected ON update_requests (created_at_ms) "
+        "WHERE state = 'rejected'",
+        "ALTER TABLE runs ADD COLUMN pending_updates INTEGER NOT NULL DEFAULT 0",
+    )
+
+
 SQLITE_MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _SQLITE_V1),
     Migration(2, "memo, search attributes, workflow timeouts", _v2("BLOB", "INTEGER", "REAL")),
     Migration(3, "child workflows", _v3("INTEGER")),
     Migration(4, "queries across replicas", _v4("BLOB", "INTEGER")),
+    Migration(5, "update requests across replicas", _v5("BLOB", "INTEGER")),
 )
 
 

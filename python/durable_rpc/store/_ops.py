@@ -6,8 +6,9 @@ listener) and ``_read`` (runs a function on a consistent read snapshot). Every `
 comes from ``tx.now_ms()``: the database clock, read inside the transaction that uses it.
 
 ``SqlStore`` is composed of parts, one module each (``_ops_*.py``): runs, workflow tasks,
-the commands a decision applies, activity tasks, due work, leases, workers and queries. A part
-subclasses the parts it calls; ``_ops_base`` holds what they all rely on.
+the commands a decision applies, activity tasks, due work, leases, workers, queries and
+update requests. A part subclasses the parts it calls; ``_ops_base`` holds what they all
+rely on.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from durable_rpc.store._ops_due import _DueOps
 from durable_rpc.store._ops_leases import _LeaseOps
 from durable_rpc.store._ops_queries import _QueryOps
 from durable_rpc.store._ops_runs import _RunOps
+from durable_rpc.store._ops_updates import _UpdateOps
 from durable_rpc.store._ops_workers import _WorkerOps
 from durable_rpc.store._ops_workflow_tasks import _WorkflowTaskOps
 from durable_rpc.store._shared import require
@@ -34,6 +36,7 @@ class SqlStore(
     _CommandOps,
     _WorkerOps,
     _QueryOps,
+    _UpdateOps,
 ):
     """The dialect-independent half of a SQL backend."""
 

@@ -172,6 +172,9 @@ class _ActivityOps(_WorkflowTaskOps):
                 and inline_plan is not None
                 and inline.run_id == task["run_id"]
                 and inline.last_seen_event_id + 1 == event_id
+                # Update requests wait for the run's next task: decide that one the
+                # ordinary way, with them.
+                and not run["pending_updates"]
                 and not has_active_workflow_task(tx, namespace, task["run_id"])
                 and self._decision_acceptable(tx, run, inline_plan)
             ):

@@ -8,6 +8,7 @@ from durable_rpc.errors import InvalidArgumentError
 from durable_rpc.store._children import request_child_cancel, start_child
 from durable_rpc.store._logic import activity_timeouts, duration_ms, earliest, failure_bytes
 from durable_rpc.store._ops_base import _SqlOpsBase
+from durable_rpc.store._ops_updates import settle_update
 from durable_rpc.store._runs import continue_as_new
 from durable_rpc.store._search import parse_search_attributes, write_search_attributes
 from durable_rpc.store._shared import append_event, close_run
@@ -161,6 +162,10 @@ class _CommandOps(_SqlOpsBase):
                     input=accepted.input,
                 ),
             )
+            if run["pending_updates"]:
+                settle_update(tx, namespace, run_id, accepted.update_id, None)
+            else:
+                tx.notes.updates.append((namespace, accepted.update_id))
             return False
         if kind == "complete_update":
             done = command.complete_update
@@ -170,6 +175,7 @@ class _CommandOps(_SqlOpsBase):
             else:
                 completed.result.CopyFrom(done.result)
             append_event(tx, namespace, run_id, now, "update_completed", completed)
+            tx.notes.updates.append((namespace, done.update_id))
             return False
         if kind == "complete_workflow":
             result = command.complete_workflow.result

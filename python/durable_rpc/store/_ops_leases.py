@@ -9,9 +9,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from durable_rpc.store._api import ClaimedActivityTask, ClaimedWorkflowTask
+from durable_rpc.store._api import (
+    ClaimedActivityTask,
+    ClaimedWorkflowTask,
+    PendingUpdateRequest,
+)
 from durable_rpc.store._logic import activity_timeouts, earliest, parse_options
 from durable_rpc.store._ops_base import _SqlOpsBase
+from durable_rpc.store._ops_updates import pending_update_requests
 from durable_rpc.store._shared import blob
 from durable_rpc.store._tx import Row, Tx
 
@@ -26,6 +31,7 @@ class _WorkflowClaim:
     run: Row
     #: The history, when it was short enough to read inside the claiming transaction.
     events: list[bytes] | None = None
+    pending_updates: tuple[PendingUpdateRequest, ...] = ()
 
 
 # Lease expiries are looked at on this grid (ms): every claim adds one, and almost every
@@ -100,6 +106,11 @@ class _LeaseOps(_SqlOpsBase):
                 if length <= INLINE_HISTORY_EVENTS
                 else None
             ),
+            pending_updates=(
+                tuple(pending_update_requests(tx, namespace, row["run_id"]))
+                if run["pending_updates"]
+                else ()
+            ),
         )
 
     async def _with_history(
@@ -127,6 +138,7 @@ class _LeaseOps(_SqlOpsBase):
             workflow_version=run["workflow_version"],
             task_queue=run["task_queue"],
             events=events,
+            pending_updates=claim.pending_updates,
         )
 
     def _lease_activity(

@@ -1,4 +1,4 @@
-"""Workflow tasks: claim, complete (recording the decision), fail, release, request."""
+"""Workflow tasks: claim, complete (recording the decision), fail, release."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from durable_rpc.store._logic import (
 )
 from durable_rpc.store._ops_commands import _CommandOps
 from durable_rpc.store._ops_leases import _LeaseOps, _WorkflowClaim
+from durable_rpc.store._ops_updates import settle_update
 from durable_rpc.store._shared import (
     ACTIVE,
     INPUT_KINDS_SQL,
@@ -106,9 +107,14 @@ class _WorkflowTaskOps(_LeaseOps, _CommandOps):
         commands: Sequence[workflow_task_pb2.Command],
         build_id: str = "",
         eager: EagerActivities | None = None,
+        rejected_updates: Sequence[tuple[str, bytes]] = (),
     ) -> WorkflowTaskCompletion:
         commands = list(commands)
         plan = validate_commands(commands)
+        rejections = list(rejected_updates)
+        for update_id, failure in rejections:
+            require(update_id, "rejected update id")
+            parse_failure(failure, f"rejection of update {update_id!r}")
 
         def op(tx: Tx) -> WorkflowTaskCompletion:
             require_namespace(tx, namespace)
@@ -133,6 +139,8 @@ class _WorkflowTaskOps(_LeaseOps, _CommandOps):
             # A task that saw no new input and decided nothing (e.g. it only rejected
             # updates) records nothing: rejected updates leave no trace in history.
             self._check_decision(tx, run, plan)
+            for update_id, failure in rejections:
+                settle_update(tx, namespace, run["run_id"], update_id, failure)
             marker_needed = bool(commands) or saw_new_input(
                 tx, namespace, run["run_id"], last_seen_event_id
             )
@@ -272,20 +280,6 @@ class _WorkflowTaskOps(_LeaseOps, _CommandOps):
         return [
             self._lease_activity(tx, namespace, c, worker_id, now, workflow_id) for c in candidates
         ]
-
-    async def request_workflow_task(self, namespace: str, run_id: str) -> bool:
-        def op(tx: Tx) -> bool:
-            require_namespace(tx, namespace)
-            run = tx.one(
-                "SELECT status, task_queue FROM runs WHERE namespace = ? AND run_id = ?",
-                (namespace, run_id),
-            )
-            if run is None or run["status"] != "running":
-                return False
-            ensure_workflow_task(tx, namespace, run_id, run["task_queue"], tx.now_ms())
-            return True
-
-        return await self._write(op)
 
     async def release_workflow_task(self, namespace: str, lease: LeaseRef) -> bool:
         def op(tx: Tx) -> bool:

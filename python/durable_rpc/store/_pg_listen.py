@@ -1,10 +1,11 @@
 """Cross-replica wake-ups for the PostgreSQL store: NOTIFY in the writing transaction,
 LISTEN on a dedicated connection in every replica.
 
-A write's listener notes (tasks available, due times, closed runs, answered queries) are
-sent as one or more ``NOTIFY`` payloads in the same transaction, so they are delivered if
-and only if the change committed. Every replica listens on the channel; a replica skips payloads it
-sent itself (it delivered those locally right after its commit, without the round trip).
+A write's listener notes (tasks available, due times, closed runs, answered queries,
+settled updates) are sent as one or more ``NOTIFY`` payloads in the same transaction, so
+they are delivered if and only if the change committed. Every replica listens on the
+channel; a replica skips payloads it sent itself (it delivered those locally right after
+its commit, without the round trip).
 
 The LISTEN connection reconnects with a capped backoff. Notifications sent while it was
 down are lost, so after every reconnect it tells the listener that work may be due now
@@ -44,6 +45,7 @@ def encode(origin: str, notes: Notes) -> list[str]:
     items: list[tuple[str, Any]] = [("t", list(t)) for t in sorted(notes.tasks)]
     items += [("c", list(c)) for c in notes.closed]
     items += [("a", list(a)) for a in notes.answered]
+    items += [("u", list(u)) for u in notes.updates]
     payloads: list[str] = []
     current: dict[str, Any] = {"o": origin}
     if notes.due:
@@ -51,7 +53,7 @@ def encode(origin: str, notes: Notes) -> list[str]:
     size = len(json.dumps(current))
     for key, value in items:
         item_size = len(json.dumps(value)) + 8
-        if size + item_size > MAX_PAYLOAD and any(k in current for k in "tca"):
+        if size + item_size > MAX_PAYLOAD and any(k in current for k in "tcau"):
             payloads.append(json.dumps(current, separators=(",", ":")))
             current = {"o": origin}
             size = len(json.dumps(current))
@@ -75,6 +77,8 @@ def decode(payload: str) -> tuple[str, Notes] | None:
             notes.closed.append((str(namespace), str(run_id)))
         for namespace, query_id in data.get("a", ()):
             notes.answered.append((str(namespace), str(query_id)))
+        for namespace, update_id in data.get("u", ()):
+            notes.updates.append((str(namespace), str(update_id)))
         return str(data["o"]), notes
     except (ValueError, KeyError, TypeError):
         return None

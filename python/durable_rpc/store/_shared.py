@@ -163,8 +163,9 @@ def close_run(
     # locked by it, so no child of this run can start meanwhile).
     closed = tx.one(
         "UPDATE runs SET status = ?, close_time_ms = ?, result = ?, failure = ?, "
-        "deadline_ms = NULL WHERE namespace = ? AND run_id = ? "
-        "RETURNING parent_run_id, parent_seq, EXISTS (SELECT 1 FROM runs AS child "
+        "deadline_ms = NULL, pending_updates = 0 WHERE namespace = ? AND run_id = ? "
+        "RETURNING parent_run_id, parent_seq, pending_updates, "
+        "EXISTS (SELECT 1 FROM runs AS child "
         "WHERE child.namespace = runs.namespace AND child.parent_run_id = runs.run_id "
         "AND child.status = 'running') AS open_children",
         (status, now, result, failure, namespace, run_id),
@@ -174,6 +175,12 @@ def close_run(
         f"cancel_requested = 1 WHERE namespace = ? AND run_id = ? AND state IN {ACTIVE}",
         (namespace, run_id),
     )
+    if closed is not None and closed["pending_updates"]:
+        # Requests no task of this run can deliver any more (their callers see it closed).
+        tx.run(
+            "DELETE FROM update_requests WHERE namespace = ? AND run_id = ? AND state = 'pending'",
+            (namespace, run_id),
+        )
     tx.notes.closed.append((namespace, run_id))
     if status != "continued_as_new":  # its outcome names the next run: read it instead
         tx.notes.outcomes[(namespace, run_id)] = RunOutcome(run_id, status, result, failure)

@@ -31,10 +31,12 @@ class Notes:
     outcomes: dict[tuple[str, str], RunOutcome] = field(default_factory=dict)
     #: Queries answered, by (namespace, query id).
     answered: list[tuple[str, str]] = field(default_factory=list)
+    #: Updates a decision accepted, completed or rejected, by (namespace, update id).
+    updates: list[tuple[str, str]] = field(default_factory=list)
 
     def __bool__(self) -> bool:
         """Whether there is anything to deliver (outcomes ride along with ``closed``)."""
-        return bool(self.tasks or self.due or self.closed or self.answered)
+        return bool(self.tasks or self.due or self.closed or self.answered or self.updates)
 
     def deliver(self, listener: StoreListener) -> None:
         for namespace, task_queue, kind in sorted(self.tasks):
@@ -45,6 +47,8 @@ class Notes:
             listener.run_closed(namespace, run_id, self.outcomes.get((namespace, run_id)))
         for namespace, query_id in self.answered:
             listener.query_answered(namespace, query_id)
+        for namespace, update_id in self.updates:
+            listener.update_changed(namespace, update_id)
 
 
 class Tx(abc.ABC):

@@ -1,0 +1,146 @@
+"""Update requests waiting outside history for a workflow task to accept or reject them.
+
+An update becomes part of a run's history only when the workflow accepts it
+(``UpdateAccepted``, then ``UpdateCompleted``); a rejected one must leave no trace there.
+Until then its request is kept in ``update_requests`` — in the database, not in the
+memory of the replica the client asked, because the workflow task that delivers it may
+be claimed through any replica. Every workflow task claimed for the run carries its
+pending requests (``ClaimedWorkflowTask.pending_updates``) until a decision settles them:
+an ``accept_update`` command deletes the request, a rejection reported with the decision
+marks it rejected (kept a day, so a repeated update id gets the same answer). Each
+settlement is a listener note (``update_changed``; a NOTIFY across replicas) that wakes
+the callers waiting for the update on any replica.
+"""
+
+from __future__ import annotations
+
+from durable_rpc.errors import ResourceExhaustedError
+from durable_rpc.store._api import PendingUpdateRequest
+from durable_rpc.store._ops_base import _SqlOpsBase
+from durable_rpc.store._shared import ensure_workflow_task, require, require_namespace
+from durable_rpc.store._tx import Tx
+
+#: Requests one run may have pending before ``request_update`` refuses more.
+MAX_PENDING_UPDATES_PER_RUN = 1000
+#: How long a rejection is remembered for a repeated update id.
+REJECTION_RETENTION_MS = 24 * 3600 * 1000
+
+
+def pending_update_requests(tx: Tx, namespace: str, run_id: str) -> list[PendingUpdateRequest]:
+    """The run's pending requests, oldest first (handed out with each workflow task)."""
+    rows = tx.all(
+        "SELECT update_id, update_name, input FROM update_requests WHERE namespace = ? "
+        "AND run_id = ? AND state = 'pending' ORDER BY created_at_ms, update_id",
+        (namespace, run_id),
+    )
+    return [
+        PendingUpdateRequest(row["update_id"], row["update_name"], bytes(row["input"]))
+        for row in rows
+    ]
+
+
+def settle_update(
+    tx: Tx, namespace: str, run_id: str, update_id: str, rejection: bytes | None
+) -> None:
+    """A decision of the run accepted (``rejection`` None) or rejected the update: its
+    pending request is done. Wakes the update's callers either way."""
+    if rejection is None:
+        settled = tx.run(
+            "DELETE FROM update_requests WHERE namespace = ? AND run_id = ? "
+            "AND update_id = ? AND state = 'pending'",
+            (namespace, run_id, update_id),
+        )
+    else:
+        settled = tx.run(
+            "UPDATE update_requests SET state = 'rejected', failure = ? WHERE namespace = ? "
+            "AND run_id = ? AND update_id = ? AND state = 'pending'",
+            (rejection, namespace, run_id, update_id),
+        )
+    if settled:
+        tx.run(
+            "UPDATE runs SET pending_updates = pending_updates - ? "
+            "WHERE namespace = ? AND run_id = ?",
+            (settled, namespace, run_id),
+        )
+    tx.notes.updates.append((namespace, update_id))
+
+
+class _UpdateOps(_SqlOpsBase):
+    """Update requests: held for the run's workflow tasks, looked up, forgotten."""
+
+    async def request_update(
+        self, namespace: str, run_id: str, update_id: str, update_name: str, input: bytes
+    ) -> bool:
+        require(update_id, "update_id")
+        require(update_name, "update_name")
+
+        def op(tx: Tx) -> bool:
+            require_namespace(tx, namespace)
+            now = tx.now_ms()
+            run = tx.one(
+                "SELECT status, task_queue, pending_updates FROM runs "
+                f"WHERE namespace = ? AND run_id = ?{tx.row_lock_suffix}",
+                (namespace, run_id),
+            )
+            if run is None or run["status"] != "running":
+                return False
+            tx.run(
+                "DELETE FROM update_requests WHERE state = 'rejected' AND created_at_ms <= ?",
+                (now - REJECTION_RETENTION_MS,),
+            )
+            known = tx.one(
+                "SELECT state FROM update_requests WHERE namespace = ? AND run_id = ? "
+                "AND update_id = ?",
+                (namespace, run_id, update_id),
+            )
+            if known is not None and known["state"] == "rejected":
+                return True
+            if known is None:
+                if run["pending_updates"] >= MAX_PENDING_UPDATES_PER_RUN:
+                    raise ResourceExhaustedError(
+                        f"{run['pending_updates']} updates of run {run_id} already wait for "
+                        "a workflow task"
+                    )
+                tx.run(
+                    "INSERT INTO update_requests (namespace, run_id, update_id, update_name, "
+                    "input, state, created_at_ms) VALUES (?, ?, ?, ?, ?, 'pending', ?)",
+                    (namespace, run_id, update_id, update_name, input, now),
+                )
+                tx.run(
+                    "UPDATE runs SET pending_updates = pending_updates + 1 "
+                    "WHERE namespace = ? AND run_id = ?",
+                    (namespace, run_id),
+                )
+            # A workflow task delivers it (none is queued when one is queued or running;
+            # the caller asks again after that one completes).
+            ensure_workflow_task(tx, namespace, run_id, run["task_queue"], now)
+            return True
+
+        return await self._write(op)
+
+    async def update_rejection(self, namespace: str, run_id: str, update_id: str) -> bytes | None:
+        def op(tx: Tx) -> bytes | None:
+            row = tx.one(
+                "SELECT failure FROM update_requests WHERE namespace = ? AND run_id = ? "
+                "AND update_id = ? AND state = 'rejected'",
+                (namespace, run_id, update_id),
+            )
+            return None if row is None else bytes(row["failure"])
+
+        return await self._read_latest(op)
+
+    async def forget_update(self, namespace: str, run_id: str, update_id: str) -> None:
+        def op(tx: Tx) -> None:
+            forgotten = tx.run(
+                "DELETE FROM update_requests WHERE namespace = ? AND run_id = ? "
+                "AND update_id = ? AND state = 'pending'",
+                (namespace, run_id, update_id),
+            )
+            if forgotten:
+                tx.run(
+                    "UPDATE runs SET pending_updates = pending_updates - 1 "
+                    "WHERE namespace = ? AND run_id = ?",
+                    (namespace, run_id),
+                )
+
+        await self._write(op)
