@@ -194,3 +194,52 @@ class LedgerWithoutCharge:
     async def run(self) -> int:
         await workflow.wait_condition(lambda: self.closed)
         return self.balance
+
+
+async def test_update_with_start_starts_once_then_updates_the_open_run(
+    client: Client, worker: FeatureWorker, queue: str
+) -> None:
+    async def deposit(amount: int, update_id: str) -> Any:
+        return await client.execute_update_with_start(
+            apps.Ledger.run,
+            id="uws-1",
+            task_queue=queue,
+            update=apps.Ledger.deposit,
+            update_args=(amount, update_id),
+            update_id=update_id,
+        )
+
+    # The first call starts the run; its first activation runs the update.
+    assert await deposit(5, "first") == apps.Receipt(5, "first")
+    assert await deposit(2, "second") == apps.Receipt(7, "second")
+    # A retried call (same update id) answers the recorded outcome: the handler ran once.
+    assert await deposit(2, "second") == apps.Receipt(7, "second")
+    handle = client.get_handle("uws-1")
+    assert await handle.query(apps.Ledger.count) == 2
+    runs = [r async for r in client.list_workflows('WorkflowId = "uws-1"')]
+    assert len(runs) == 1, "one run started"
+
+    # A rejected update still started the run it needed, and leaves no trace in it.
+    with pytest.raises(UpdateRejectedError, match="amount must be positive"):
+        await client.execute_update_with_start(
+            apps.Ledger.run,
+            id="uws-2",
+            task_queue=queue,
+            update=apps.Ledger.deposit,
+            update_args=(-1, "bad"),
+        )
+    rejected_run = client.get_handle("uws-2")
+    assert accepted_ids(await settled_history(rejected_run)) == []
+
+    update = await client.start_update_with_start(
+        apps.Ledger.run,
+        id="uws-2",
+        task_queue=queue,
+        update=apps.Ledger.deposit,
+        update_args=(3, "later"),
+        wait_for="accepted",
+    )
+    assert update.workflow_handle.run_id == (await rejected_run.describe()).info.run_id
+    assert await update.result() == apps.Receipt(3, "later")
+    await handle.signal(apps.Ledger.close)
+    assert await handle.result(timeout=30) == 7

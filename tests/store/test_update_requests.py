@@ -117,3 +117,43 @@ async def test_too_many_pending_requests_are_refused(
     assert await request(store, run_id, "u-3")
     task = await claim(store)
     assert [u.update_id for u in task.pending_updates] == ["u-2", "u-3"]
+
+
+async def update_with_start(
+    store: Store, update_id: str, workflow_id: str = "wf-1"
+) -> tuple[str, bool]:
+    result = await store.update_with_start(
+        NS,
+        workflow_id,
+        "Order",
+        "1",
+        QUEUE,
+        payload(b"start args"),
+        update_id,
+        "rename",
+        payload(f"args of {update_id}".encode()),
+    )
+    return result.run_id, result.started
+
+
+async def test_update_with_start_starts_a_run_whose_first_task_carries_the_request(
+    store: Store,
+) -> None:
+    run_id, started = await update_with_start(store, "u-1")
+    assert started
+    assert await update_with_start(store, "u-1") == (run_id, False), "a retry"
+    task = await claim(store)
+    assert task.run_id == run_id
+    assert kinds(task.events) == ["workflow_started"]
+    assert task.pending_updates == (pending("u-1"),)
+
+    # With the run open, another update goes to it; nothing is started.
+    assert await update_with_start(store, "u-2") == (run_id, False)
+    await store.complete_workflow_task_tracked(
+        NS, task.lease, len(task.events), [accept(1, "u-1"), complete(2)]
+    )
+    # The run closed: a retried call still names the run it started...
+    assert await update_with_start(store, "u-1") == (run_id, False)
+    # ...while a new update id starts a new run.
+    next_run, started = await update_with_start(store, "u-3")
+    assert started and next_run != run_id

@@ -7,15 +7,21 @@ import os
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, Literal
 
 import grpc
 
 from durable_rpc import converter
 from durable_rpc._rpc_status import from_rpc_error
-from durable_rpc.client._handle import WorkflowHandle, WorkflowInfo, info_from_proto
-from durable_rpc.client._refs import signal_name, workflow_ref
-from durable_rpc.errors import StoreUnavailableError
+from durable_rpc.client._handle import (
+    UPDATE_POLL_S,
+    WorkflowHandle,
+    WorkflowInfo,
+    WorkflowUpdateHandle,
+    info_from_proto,
+)
+from durable_rpc.client._refs import signal_name, update_ref, workflow_ref
+from durable_rpc.errors import StoreUnavailableError, UpdateTimeoutError
 from durable_rpc.search_attributes import memo_to_proto
 from durable_rpc.search_attributes import to_proto as sa_to_proto
 from durable_rpc.telemetry import TracingChannel
@@ -80,13 +86,16 @@ class Client:
         except grpc.RpcError as exc:
             raise from_rpc_error(exc) from None
 
-    async def call_deduplicated(self, method: Callable[..., Any], request: Any) -> Any:
-        """Call a method the server deduplicates by the request's ``request_id``: UNAVAILABLE
-        is retried with the same request (at most ``DEDUPLICATED_CALL_ATTEMPTS`` times), so
-        an attempt that did reach the database is answered by the retry, never repeated."""
+    async def call_deduplicated(
+        self, method: Callable[..., Any], request: Any, timeout: float | None = None
+    ) -> Any:
+        """Call a method the server deduplicates by the request's ``request_id`` (or
+        update id): UNAVAILABLE is retried with the same request (at most
+        ``DEDUPLICATED_CALL_ATTEMPTS`` times), so an attempt that did reach the database is
+        answered by the retry, never repeated."""
         for attempt in range(DEDUPLICATED_CALL_ATTEMPTS):
             try:
-                return await self.call(method, request)
+                return await self.call(method, request, timeout=timeout)
             except StoreUnavailableError:
                 if attempt == DEDUPLICATED_CALL_ATTEMPTS - 1:
                     raise
@@ -171,6 +180,120 @@ class Client:
             self, id, response.run_id, result_type if result_type is not None else hint
         )
 
+    async def start_update_with_start(
+        self,
+        workflow: Callable[..., Any] | str,
+        *args: Any,
+        id: str,
+        task_queue: str,
+        update: Callable[..., Any] | str,
+        update_args: Sequence[Any] = (),
+        update_id: str | None = None,
+        wait_for: Literal["accepted", "completed"] = "accepted",
+        timeout: float | None = None,
+        version: str | None = None,
+        result_type: Any = None,
+        update_result_type: Any = None,
+        memo: Mapping[str, Any] | None = None,
+        search_attributes: Mapping[str, Any] | None = None,
+        execution_timeout: timedelta | None = None,
+        run_timeout: timedelta | None = None,
+    ) -> WorkflowUpdateHandle:
+        """Send an update to the open run of ``id``, or start ``workflow(*args)`` and send
+        it to the new run: one atomic call, so "create the order if new, then change it and
+        answer" never races. Waits until the update reaches ``wait_for`` (raises like
+        ``WorkflowHandle.start_update``); the handle's ``workflow_handle`` is the run's.
+
+        ``update_id`` makes retries safe: a repeat finds the same run and the same update,
+        whose handler runs once. A started run sees the update in its first activation.
+        """
+        if wait_for not in ("accepted", "completed"):
+            raise ValueError("wait_for must be 'accepted' or 'completed'")
+        workflow_type, defn_version, hint = workflow_ref(workflow)
+        name, update_hint = update_ref(update)
+        update_input = converter.encode_args(list(update_args))
+        request = service_pb2.UpdateWithStartWorkflowRequest(
+            namespace=self.namespace,
+            workflow_id=id,
+            workflow_type=workflow_type,
+            workflow_version=version or defn_version,
+            task_queue=task_queue,
+            input=payload_pb2.Payload(data=converter.encode_args(args)),
+            update_name=name,
+            update_input=payload_pb2.Payload(data=update_input),
+            update_id=update_id or uuid.uuid4().hex,
+            wait_for=(
+                service_pb2.UPDATE_STAGE_ACCEPTED
+                if wait_for == "accepted"
+                else service_pb2.UPDATE_STAGE_COMPLETED
+            ),
+        )
+        _start_options(request, memo, search_attributes, execution_timeout, run_timeout)
+        wait = UPDATE_POLL_S if timeout is None else timeout
+        request.timeout.FromMilliseconds(int(wait * 1000))
+        while True:
+            try:
+                response: service_pb2.UpdateWithStartWorkflowResponse = (
+                    await self.call_deduplicated(
+                        self.workflow_service.UpdateWithStartWorkflow, request, timeout=wait + 30
+                    )
+                )
+                break
+            except UpdateTimeoutError:
+                # The start and the request are recorded: asking again (same update id)
+                # only waits again.
+                if timeout is not None:
+                    raise
+        handle = WorkflowHandle(
+            self, id, response.update.run_id, result_type if result_type is not None else hint
+        )
+        return WorkflowUpdateHandle.answered(
+            handle,
+            request.update_id,
+            name,
+            update_input,
+            update_result_type if update_result_type is not None else update_hint,
+            response.update,
+        )
+
+    async def execute_update_with_start(
+        self,
+        workflow: Callable[..., Any] | str,
+        *args: Any,
+        id: str,
+        task_queue: str,
+        update: Callable[..., Any] | str,
+        update_args: Sequence[Any] = (),
+        update_id: str | None = None,
+        timeout: float | None = None,
+        version: str | None = None,
+        update_result_type: Any = None,
+        memo: Mapping[str, Any] | None = None,
+        search_attributes: Mapping[str, Any] | None = None,
+        execution_timeout: timedelta | None = None,
+        run_timeout: timedelta | None = None,
+    ) -> Any:
+        """``start_update_with_start`` waiting for the update's handler to finish; returns
+        its result (raises WorkflowUpdateFailedError when it raised)."""
+        handle = await self.start_update_with_start(
+            workflow,
+            *args,
+            id=id,
+            task_queue=task_queue,
+            update=update,
+            update_args=update_args,
+            update_id=update_id,
+            wait_for="completed",
+            timeout=timeout,
+            version=version,
+            update_result_type=update_result_type,
+            memo=memo,
+            search_attributes=search_attributes,
+            execution_timeout=execution_timeout,
+            run_timeout=run_timeout,
+        )
+        return await handle.result(timeout=timeout)
+
     def get_handle(
         self, workflow_id: str, run_id: str | None = None, *, result_type: Any = Any
     ) -> WorkflowHandle:
@@ -207,7 +330,11 @@ class Client:
 
 
 def _start_options(
-    request: service_pb2.StartWorkflowRequest | service_pb2.SignalWithStartWorkflowRequest,
+    request: (
+        service_pb2.StartWorkflowRequest
+        | service_pb2.SignalWithStartWorkflowRequest
+        | service_pb2.UpdateWithStartWorkflowRequest
+    ),
     memo: Mapping[str, Any] | None,
     search_attributes: Mapping[str, Any] | None,
     execution_timeout: timedelta | None,

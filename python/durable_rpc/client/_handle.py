@@ -320,6 +320,22 @@ class WorkflowUpdateHandle:
         self._hint = hint
         self._outcome: service_pb2.UpdateWorkflowResponse | None = None
 
+    @classmethod
+    def answered(
+        cls,
+        handle: WorkflowHandle,
+        update_id: str,
+        name: str,
+        input_data: bytes,
+        hint: Any,
+        response: service_pb2.UpdateWorkflowResponse,
+    ) -> WorkflowUpdateHandle:
+        """The handle of an update whose first answer (``response``) is already here."""
+        update = cls(handle, update_id, name, input_data, hint)
+        if response.stage == service_pb2.UPDATE_STAGE_COMPLETED:
+            update._outcome = response
+        return update
+
     async def _wait(self, stage: int, timeout: float | None) -> service_pb2.UpdateWorkflowResponse:
         """Ask (again: deduplicated by update id) until ``stage`` is reached. Without a
         timeout, bounded server waits are repeated as long as it takes."""

@@ -72,7 +72,11 @@ def _info(run: RunInfo) -> service_pb2.WorkflowInfo:
 
 
 def _start_options(
-    request: service_pb2.StartWorkflowRequest | service_pb2.SignalWithStartWorkflowRequest,
+    request: (
+        service_pb2.StartWorkflowRequest
+        | service_pb2.SignalWithStartWorkflowRequest
+        | service_pb2.UpdateWithStartWorkflowRequest
+    ),
 ) -> StartOptions:
     def ms(field: str) -> int | None:
         if not request.HasField(field):  # type: ignore[arg-type]
@@ -92,6 +96,17 @@ def _start_options(
         execution_timeout_ms=ms("execution_timeout"),
         run_timeout_ms=ms("run_timeout"),
     )
+
+
+def _update_wait_s(
+    request: service_pb2.UpdateWorkflowRequest | service_pb2.UpdateWithStartWorkflowRequest,
+) -> float:
+    if not request.HasField("timeout"):
+        return DEFAULT_UPDATE_WAIT_S
+    timeout = request.timeout.ToMilliseconds() / 1000
+    if not 0 < timeout <= MAX_UPDATE_WAIT_S:
+        raise InvalidArgumentError(f"timeout must be in (0, {MAX_UPDATE_WAIT_S:g}s]")
+    return timeout
 
 
 def _page_token(value: int) -> bytes:
@@ -378,13 +393,70 @@ class WorkflowService(service_pb2_grpc.WorkflowServiceServicer):
         update_name = _validate.name("update_name", request.update_name)
         input_data = _validate.payload_bytes("input", request.input, has=request.HasField("input"))
         update_id = _validate.name("update_id", request.update_id or uuid.uuid4().hex)
-        stage = request.wait_for or service_pb2.UPDATE_STAGE_COMPLETED
-        timeout = DEFAULT_UPDATE_WAIT_S
-        if request.HasField("timeout"):
-            timeout = request.timeout.ToMilliseconds() / 1000
-            if not 0 < timeout <= MAX_UPDATE_WAIT_S:
-                raise InvalidArgumentError(f"timeout must be in (0, {MAX_UPDATE_WAIT_S:g}s]")
+        timeout = _update_wait_s(request)
         run_id = (await self._store.describe(ns, workflow_id, request.run_id or None)).info.run_id
+        return await self._await_update(
+            ns,
+            workflow_id,
+            run_id,
+            update_id,
+            update_name,
+            input_data,
+            request.wait_for or service_pb2.UPDATE_STAGE_COMPLETED,
+            timeout,
+        )
+
+    async def UpdateWithStartWorkflow(
+        self,
+        request: service_pb2.UpdateWithStartWorkflowRequest,
+        context: grpc.aio.ServicerContext,
+    ) -> service_pb2.UpdateWithStartWorkflowResponse:
+        ns = _validate.namespace(request.namespace)
+        workflow_id = _validate.name("workflow_id", request.workflow_id)
+        update_name = _validate.name("update_name", request.update_name)
+        update_input = _validate.payload_bytes(
+            "update_input", request.update_input, has=request.HasField("update_input")
+        )
+        update_id = _validate.name("update_id", request.update_id or uuid.uuid4().hex)
+        timeout = _update_wait_s(request)
+        started = await self._store.update_with_start(
+            ns,
+            workflow_id,
+            _validate.name("workflow_type", request.workflow_type),
+            _validate.name("workflow_version", request.workflow_version or "1"),
+            _validate.name("task_queue", request.task_queue),
+            _validate.payload_bytes("input", request.input, has=request.HasField("input")),
+            update_id,
+            update_name,
+            update_input,
+            current_trace_context(),
+            _start_options(request),
+        )
+        update = await self._await_update(
+            ns,
+            workflow_id,
+            started.run_id,
+            update_id,
+            update_name,
+            update_input,
+            request.wait_for or service_pb2.UPDATE_STAGE_COMPLETED,
+            timeout,
+        )
+        return service_pb2.UpdateWithStartWorkflowResponse(started=started.started, update=update)
+
+    async def _await_update(
+        self,
+        ns: str,
+        workflow_id: str,
+        run_id: str,
+        update_id: str,
+        update_name: str,
+        input_data: bytes,
+        stage: int,
+        timeout: float,
+    ) -> service_pb2.UpdateWorkflowResponse:
+        """Requests the update on the run (again, idempotently, while it is not accepted)
+        and waits until it reaches ``stage``, is rejected, or ``timeout`` passes."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while True:

@@ -40,6 +40,7 @@ from durable_rpc.store._api import (
     StoreOptions,
     StoreStats,
     TaskKind,
+    UpdateWithStartResult,
     WorkflowTaskCompletion,
 )
 from durable_rpc.store._sqlite import SQLiteStore
@@ -72,6 +73,7 @@ __all__ = [
     "StoreOptions",
     "StoreStats",
     "TaskKind",
+    "UpdateWithStartResult",
     "open_store",
 ]
 

@@ -190,6 +190,14 @@ class RunOutcome:
 
 
 @dataclass(frozen=True, slots=True)
+class UpdateWithStartResult:
+    #: The run the update request was recorded on.
+    run_id: str
+    #: True when this call started the run.
+    started: bool
+
+
+@dataclass(frozen=True, slots=True)
 class PendingUpdateRequest:
     """An update request waiting for the run's workflow task to accept or reject it."""
 
@@ -555,6 +563,24 @@ class Store(abc.ABC):
     ) -> bool:
         """Holds the request for the run's next workflow tasks (idempotent by id) and
         makes sure one is queued. False when the run is not running."""
+
+    @abc.abstractmethod
+    async def update_with_start(
+        self,
+        namespace: str,
+        workflow_id: str,
+        workflow_type: str,
+        workflow_version: str,
+        task_queue: str,
+        input: bytes,
+        update_id: str,
+        update_name: str,
+        update_input: bytes,
+        trace_context: Mapping[str, str] | None = None,
+        options: StartOptions | None = None,
+    ) -> UpdateWithStartResult:
+        """``request_update`` on the open run of ``workflow_id``, or on a run this call
+        starts (one transaction; ``update_id`` is also the start's request id)."""
 
     @abc.abstractmethod
     async def update_rejection(self, namespace: str, run_id: str, update_id: str) -> bytes | None:

@@ -28,7 +28,7 @@ from durable_rpc.store._api import (
 from durable_rpc.store._logic import failure_bytes, parse_payload
 from durable_rpc.store._ops_leases import _LeaseOps, _WorkflowClaim
 from durable_rpc.store._runs import (
-    check_start_options,
+    check_start,
     create_run,
     deliver_signal,
     earlier_start,
@@ -48,7 +48,6 @@ from durable_rpc.store._shared import (
     require,
     require_namespace,
     run_info,
-    version_or_default,
 )
 from durable_rpc.store._tx import Tx
 from durable_rpc.v1 import history_pb2
@@ -70,12 +69,9 @@ class _RunOps(_LeaseOps):
         options: StartOptions | None = None,
         claim_for: DirectClaim | None = None,
     ) -> StartResult:
-        require(workflow_id, "workflow_id")
-        require(workflow_type, "workflow_type")
-        require(task_queue, "task_queue")
-        version = version_or_default(workflow_version)
-        payload = parse_payload(input, "input")
-        checked = check_start_options(options)
+        version, payload, checked = check_start(
+            workflow_id, workflow_type, workflow_version, task_queue, input, options
+        )
 
         if claim_for is not None:
             require(claim_for.worker_id, "worker_id")
@@ -173,14 +169,11 @@ class _RunOps(_LeaseOps):
         trace_context: Mapping[str, str] | None = None,
         options: StartOptions | None = None,
     ) -> SignalWithStartResult:
-        require(workflow_id, "workflow_id")
-        require(workflow_type, "workflow_type")
-        require(task_queue, "task_queue")
+        version, start_payload, checked = check_start(
+            workflow_id, workflow_type, workflow_version, task_queue, input, options
+        )
         require(signal_name, "signal_name")
-        version = version_or_default(workflow_version)
-        start_payload = parse_payload(input, "input")
         signal_payload = parse_payload(signal_input, "signal input")
-        checked = check_start_options(options)
 
         def op(tx: Tx) -> SignalWithStartResult:
             require_namespace(tx, namespace)

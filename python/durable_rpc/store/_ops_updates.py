@@ -14,11 +14,19 @@ the callers waiting for the update on any replica.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from durable_rpc.errors import ResourceExhaustedError
-from durable_rpc.store._api import PendingUpdateRequest
+from durable_rpc.store._api import PendingUpdateRequest, StartOptions, UpdateWithStartResult
+from durable_rpc.store._logic import parse_payload
 from durable_rpc.store._ops_base import _SqlOpsBase
-from durable_rpc.store._shared import ensure_workflow_task, require, require_namespace
-from durable_rpc.store._tx import Tx
+from durable_rpc.store._runs import check_start, create_run, earlier_start, open_run_of
+from durable_rpc.store._shared import (
+    ensure_workflow_task,
+    require,
+    require_namespace,
+)
+from durable_rpc.store._tx import Row, Tx
 
 #: Requests one run may have pending before ``request_update`` refuses more.
 MAX_PENDING_UPDATES_PER_RUN = 1000
@@ -65,56 +73,117 @@ def settle_update(
     tx.notes.updates.append((namespace, update_id))
 
 
+def hold_update_request(
+    tx: Tx, namespace: str, run: Row, update_id: str, update_name: str, input: bytes
+) -> None:
+    """Records the request on the open ``run`` (read under its row lock: run_id,
+    task_queue, pending_updates) unless it is known already (a repeated id; a rejected id
+    stays rejected), and makes sure a workflow task will deliver it."""
+    run_id: str = run["run_id"]
+    now = tx.now_ms()
+    tx.run(
+        "DELETE FROM update_requests WHERE state = 'rejected' AND created_at_ms <= ?",
+        (now - REJECTION_RETENTION_MS,),
+    )
+    known = tx.one(
+        "SELECT state FROM update_requests WHERE namespace = ? AND run_id = ? AND update_id = ?",
+        (namespace, run_id, update_id),
+    )
+    if known is not None and known["state"] == "rejected":
+        return
+    if known is None:
+        if run["pending_updates"] >= MAX_PENDING_UPDATES_PER_RUN:
+            raise ResourceExhaustedError(
+                f"{run['pending_updates']} updates of run {run_id} already wait for a workflow task"
+            )
+        tx.run(
+            "INSERT INTO update_requests (namespace, run_id, update_id, update_name, input, "
+            "state, created_at_ms) VALUES (?, ?, ?, ?, ?, 'pending', ?)",
+            (namespace, run_id, update_id, update_name, input, now),
+        )
+        tx.run(
+            "UPDATE runs SET pending_updates = pending_updates + 1 "
+            "WHERE namespace = ? AND run_id = ?",
+            (namespace, run_id),
+        )
+    # A workflow task delivers it (none is queued when one is queued or running: the
+    # caller asks again after that one completes).
+    ensure_workflow_task(tx, namespace, run_id, run["task_queue"], now)
+
+
 class _UpdateOps(_SqlOpsBase):
-    """Update requests: held for the run's workflow tasks, looked up, forgotten."""
+    """Update requests: held for the run's workflow tasks (with a start when the workflow
+    has no open run), looked up, forgotten."""
 
     async def request_update(
         self, namespace: str, run_id: str, update_id: str, update_name: str, input: bytes
     ) -> bool:
         require(update_id, "update_id")
         require(update_name, "update_name")
+        parse_payload(input, "update input")
 
         def op(tx: Tx) -> bool:
             require_namespace(tx, namespace)
-            now = tx.now_ms()
             run = tx.one(
-                "SELECT status, task_queue, pending_updates FROM runs "
+                "SELECT run_id, status, task_queue, pending_updates FROM runs "
                 f"WHERE namespace = ? AND run_id = ?{tx.row_lock_suffix}",
                 (namespace, run_id),
             )
             if run is None or run["status"] != "running":
                 return False
-            tx.run(
-                "DELETE FROM update_requests WHERE state = 'rejected' AND created_at_ms <= ?",
-                (now - REJECTION_RETENTION_MS,),
-            )
-            known = tx.one(
-                "SELECT state FROM update_requests WHERE namespace = ? AND run_id = ? "
-                "AND update_id = ?",
-                (namespace, run_id, update_id),
-            )
-            if known is not None and known["state"] == "rejected":
-                return True
-            if known is None:
-                if run["pending_updates"] >= MAX_PENDING_UPDATES_PER_RUN:
-                    raise ResourceExhaustedError(
-                        f"{run['pending_updates']} updates of run {run_id} already wait for "
-                        "a workflow task"
-                    )
-                tx.run(
-                    "INSERT INTO update_requests (namespace, run_id, update_id, update_name, "
-                    "input, state, created_at_ms) VALUES (?, ?, ?, ?, ?, 'pending', ?)",
-                    (namespace, run_id, update_id, update_name, input, now),
-                )
-                tx.run(
-                    "UPDATE runs SET pending_updates = pending_updates + 1 "
-                    "WHERE namespace = ? AND run_id = ?",
-                    (namespace, run_id),
-                )
-            # A workflow task delivers it (none is queued when one is queued or running;
-            # the caller asks again after that one completes).
-            ensure_workflow_task(tx, namespace, run_id, run["task_queue"], now)
+            hold_update_request(tx, namespace, run, update_id, update_name, input)
             return True
+
+        return await self._write(op)
+
+    async def update_with_start(
+        self,
+        namespace: str,
+        workflow_id: str,
+        workflow_type: str,
+        workflow_version: str,
+        task_queue: str,
+        input: bytes,
+        update_id: str,
+        update_name: str,
+        update_input: bytes,
+        trace_context: Mapping[str, str] | None = None,
+        options: StartOptions | None = None,
+    ) -> UpdateWithStartResult:
+        version, start_payload, checked = check_start(
+            workflow_id, workflow_type, workflow_version, task_queue, input, options
+        )
+        require(update_id, "update_id")
+        require(update_name, "update_name")
+        parse_payload(update_input, "update input")
+
+        def op(tx: Tx) -> UpdateWithStartResult:
+            require_namespace(tx, namespace)
+            run = open_run_of(tx, namespace, workflow_id)
+            if run is None:
+                # The update id doubles as the start's request id: a retried call finds
+                # the run it started, even after that run closed.
+                earlier = earlier_start(tx, namespace, workflow_id, update_id)
+                if earlier is not None:
+                    return UpdateWithStartResult(earlier, started=False)
+                run_id, _ = create_run(
+                    tx,
+                    namespace,
+                    workflow_id,
+                    workflow_type,
+                    version,
+                    task_queue,
+                    start_payload,
+                    update_id,
+                    trace_context,
+                    checked,
+                )
+                # Its first workflow task (queued by create_run) carries the request.
+                new_run = {"run_id": run_id, "task_queue": task_queue, "pending_updates": 0}
+                hold_update_request(tx, namespace, new_run, update_id, update_name, update_input)
+                return UpdateWithStartResult(run_id, started=True)
+            hold_update_request(tx, namespace, run, update_id, update_name, update_input)
+            return UpdateWithStartResult(str(run["run_id"]), started=False)
 
         return await self._write(op)
 

@@ -11,6 +11,7 @@ from google.protobuf import duration_pb2
 
 from durable_rpc.errors import InternalError, InvalidArgumentError
 from durable_rpc.store._api import StartOptions
+from durable_rpc.store._logic import parse_payload
 from durable_rpc.store._search import (
     SearchRow,
     parse_memo,
@@ -18,7 +19,13 @@ from durable_rpc.store._search import (
     read_search_attributes,
     write_search_attributes,
 )
-from durable_rpc.store._shared import append_event, close_run, ensure_workflow_task
+from durable_rpc.store._shared import (
+    append_event,
+    close_run,
+    ensure_workflow_task,
+    require,
+    version_or_default,
+)
 from durable_rpc.store._tx import Row, Tx
 from durable_rpc.v1 import history_pb2, payload_pb2, search_attributes_pb2
 
@@ -48,6 +55,26 @@ def check_start_options(options: StartOptions | None) -> CheckedStart:
         search_attributes=options.search_attributes or None,
         execution_timeout_ms=options.execution_timeout_ms or None,
         run_timeout_ms=options.run_timeout_ms or None,
+    )
+
+
+def check_start(
+    workflow_id: str,
+    workflow_type: str,
+    workflow_version: str,
+    task_queue: str,
+    input: bytes,
+    options: StartOptions | None,
+) -> tuple[str, payload_pb2.Payload, CheckedStart]:
+    """The checks every way of starting a run makes before its transaction: (version,
+    start payload, checked options). Raises InvalidArgumentError."""
+    require(workflow_id, "workflow_id")
+    require(workflow_type, "workflow_type")
+    require(task_queue, "task_queue")
+    return (
+        version_or_default(workflow_version),
+        parse_payload(input, "input"),
+        check_start_options(options),
     )
 
 

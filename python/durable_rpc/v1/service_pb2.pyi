@@ -1825,6 +1825,116 @@ class UpdateWorkflowResponse(_message.Message):
 Global___UpdateWorkflowResponse: _TypeAlias = UpdateWorkflowResponse  # noqa: Y015
 
 @_typing.final
+class UpdateWithStartWorkflowRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    WORKFLOW_ID_FIELD_NUMBER: _builtins.int
+    WORKFLOW_TYPE_FIELD_NUMBER: _builtins.int
+    WORKFLOW_VERSION_FIELD_NUMBER: _builtins.int
+    TASK_QUEUE_FIELD_NUMBER: _builtins.int
+    INPUT_FIELD_NUMBER: _builtins.int
+    UPDATE_NAME_FIELD_NUMBER: _builtins.int
+    UPDATE_INPUT_FIELD_NUMBER: _builtins.int
+    UPDATE_ID_FIELD_NUMBER: _builtins.int
+    WAIT_FOR_FIELD_NUMBER: _builtins.int
+    TIMEOUT_FIELD_NUMBER: _builtins.int
+    MEMO_FIELD_NUMBER: _builtins.int
+    SEARCH_ATTRIBUTES_FIELD_NUMBER: _builtins.int
+    EXECUTION_TIMEOUT_FIELD_NUMBER: _builtins.int
+    RUN_TIMEOUT_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    workflow_id: _builtins.str
+    workflow_type: _builtins.str
+    """Used only when no run of workflow_id is open."""
+    workflow_version: _builtins.str
+    """Empty = "1"."""
+    task_queue: _builtins.str
+    update_name: _builtins.str
+    update_id: _builtins.str
+    """Deduplication key of the update and of the start (empty = a fresh one): a repeated
+    id gets the same run and the same outcome, and never runs the handler twice.
+    """
+    wait_for: Global___UpdateStage.ValueType
+    """The stage to wait for (unspecified = completed)."""
+    @_builtins.property
+    def input(self) -> _payload_pb2.Payload:
+        """Start arguments as one array-valued payload (ignored when a run is open)."""
+
+    @_builtins.property
+    def update_input(self) -> _payload_pb2.Payload:
+        """Update arguments as one array-valued payload."""
+
+    @_builtins.property
+    def timeout(self) -> _duration_pb2.Duration:
+        """How long to wait for that stage (default 30s, at most 60s)."""
+
+    @_builtins.property
+    def memo(self) -> _search_attributes_pb2.Memo:
+        """Start options (used only when a run is started)."""
+
+    @_builtins.property
+    def search_attributes(self) -> _search_attributes_pb2.SearchAttributes: ...
+    @_builtins.property
+    def execution_timeout(self) -> _duration_pb2.Duration: ...
+    @_builtins.property
+    def run_timeout(self) -> _duration_pb2.Duration: ...
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        workflow_id: _builtins.str = ...,
+        workflow_type: _builtins.str = ...,
+        workflow_version: _builtins.str = ...,
+        task_queue: _builtins.str = ...,
+        input: _payload_pb2.Payload | None = ...,
+        update_name: _builtins.str = ...,
+        update_input: _payload_pb2.Payload | None = ...,
+        update_id: _builtins.str = ...,
+        wait_for: Global___UpdateStage.ValueType = ...,
+        timeout: _duration_pb2.Duration | None = ...,
+        memo: _search_attributes_pb2.Memo | None = ...,
+        search_attributes: _search_attributes_pb2.SearchAttributes | None = ...,
+        execution_timeout: _duration_pb2.Duration | None = ...,
+        run_timeout: _duration_pb2.Duration | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["execution_timeout", b"execution_timeout", "input", b"input", "memo", b"memo", "run_timeout", b"run_timeout", "search_attributes", b"search_attributes", "timeout", b"timeout", "update_input", b"update_input"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["execution_timeout", b"execution_timeout", "input", b"input", "memo", b"memo", "namespace", b"namespace", "run_timeout", b"run_timeout", "search_attributes", b"search_attributes", "task_queue", b"task_queue", "timeout", b"timeout", "update_id", b"update_id", "update_input", b"update_input", "update_name", b"update_name", "wait_for", b"wait_for", "workflow_id", b"workflow_id", "workflow_type", b"workflow_type", "workflow_version", b"workflow_version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UpdateWithStartWorkflowRequest: _TypeAlias = UpdateWithStartWorkflowRequest  # noqa: Y015
+
+@_typing.final
+class UpdateWithStartWorkflowResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STARTED_FIELD_NUMBER: _builtins.int
+    UPDATE_FIELD_NUMBER: _builtins.int
+    started: _builtins.bool
+    """True when this call started the run (a retried call that finds the run its first
+    attempt started answers false).
+    """
+    @_builtins.property
+    def update(self) -> Global___UpdateWorkflowResponse:
+        """run_id names the run the update went to."""
+
+    def __init__(
+        self,
+        *,
+        started: _builtins.bool = ...,
+        update: Global___UpdateWorkflowResponse | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["update", b"update"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["started", b"started", "update", b"update"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UpdateWithStartWorkflowResponse: _TypeAlias = UpdateWithStartWorkflowResponse  # noqa: Y015
+
+@_typing.final
 class PollQueryTaskRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

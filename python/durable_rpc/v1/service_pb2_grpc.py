@@ -96,6 +96,11 @@ class WorkflowServiceStub(object):
                 request_serializer=durable__rpc_dot_v1_dot_service__pb2.UpdateWorkflowRequest.SerializeToString,
                 response_deserializer=durable__rpc_dot_v1_dot_service__pb2.UpdateWorkflowResponse.FromString,
                 _registered_method=True)
+        self.UpdateWithStartWorkflow = channel.unary_unary(
+                '/durable_rpc.v1.WorkflowService/UpdateWithStartWorkflow',
+                request_serializer=durable__rpc_dot_v1_dot_service__pb2.UpdateWithStartWorkflowRequest.SerializeToString,
+                response_deserializer=durable__rpc_dot_v1_dot_service__pb2.UpdateWithStartWorkflowResponse.FromString,
+                _registered_method=True)
 
 
 class WorkflowServiceServicer(object):
@@ -185,6 +190,15 @@ class WorkflowServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def UpdateWithStartWorkflow(self, request, context):
+        """UpdateWorkflow on the open run of workflow_id, or on a run this call starts: the
+        start and the update request are recorded in one store transaction, so "create the
+        order if new, then change it and answer" never races. Waits like UpdateWorkflow.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WorkflowServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -242,6 +256,11 @@ def add_WorkflowServiceServicer_to_server(servicer, server):
                     servicer.UpdateWorkflow,
                     request_deserializer=durable__rpc_dot_v1_dot_service__pb2.UpdateWorkflowRequest.FromString,
                     response_serializer=durable__rpc_dot_v1_dot_service__pb2.UpdateWorkflowResponse.SerializeToString,
+            ),
+            'UpdateWithStartWorkflow': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateWithStartWorkflow,
+                    request_deserializer=durable__rpc_dot_v1_dot_service__pb2.UpdateWithStartWorkflowRequest.FromString,
+                    response_serializer=durable__rpc_dot_v1_dot_service__pb2.UpdateWithStartWorkflowResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -548,6 +567,33 @@ class WorkflowService(object):
             '/durable_rpc.v1.WorkflowService/UpdateWorkflow',
             durable__rpc_dot_v1_dot_service__pb2.UpdateWorkflowRequest.SerializeToString,
             durable__rpc_dot_v1_dot_service__pb2.UpdateWorkflowResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateWithStartWorkflow(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/durable_rpc.v1.WorkflowService/UpdateWithStartWorkflow',
+            durable__rpc_dot_v1_dot_service__pb2.UpdateWithStartWorkflowRequest.SerializeToString,
+            durable__rpc_dot_v1_dot_service__pb2.UpdateWithStartWorkflowResponse.FromString,
             options,
             channel_credentials,
             insecure,

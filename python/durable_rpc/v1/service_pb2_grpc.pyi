@@ -65,6 +65,11 @@ class WorkflowServiceStub:
     the validator rejected it (nothing recorded), UPDATE_TIMEOUT (DEADLINE_EXCEEDED)
     when the stage was not reached in time (retry with the same update_id).
     """
+    UpdateWithStartWorkflow: _grpc.UnaryUnaryMultiCallable[_service_pb2.UpdateWithStartWorkflowRequest, _service_pb2.UpdateWithStartWorkflowResponse]
+    """UpdateWorkflow on the open run of workflow_id, or on a run this call starts: the
+    start and the update request are recorded in one store transaction, so "create the
+    order if new, then change it and answer" never races. Waits like UpdateWorkflow.
+    """
 
 @_typing.type_check_only
 class WorkflowServiceAsyncStub(WorkflowServiceStub):
@@ -102,6 +107,11 @@ class WorkflowServiceAsyncStub(WorkflowServiceStub):
     (`wait_for`). Deduplicated by update_id. UPDATE_REJECTED (FAILED_PRECONDITION) when
     the validator rejected it (nothing recorded), UPDATE_TIMEOUT (DEADLINE_EXCEEDED)
     when the stage was not reached in time (retry with the same update_id).
+    """
+    UpdateWithStartWorkflow: _aio.UnaryUnaryMultiCallable[_service_pb2.UpdateWithStartWorkflowRequest, _service_pb2.UpdateWithStartWorkflowResponse]  # type: ignore[assignment]
+    """UpdateWorkflow on the open run of workflow_id, or on a run this call starts: the
+    start and the update request are recorded in one store transaction, so "create the
+    order if new, then change it and answer" never races. Waits like UpdateWorkflow.
     """
 
 class WorkflowServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -203,6 +213,17 @@ class WorkflowServiceServicer(metaclass=_abc_1.ABCMeta):
         (`wait_for`). Deduplicated by update_id. UPDATE_REJECTED (FAILED_PRECONDITION) when
         the validator rejected it (nothing recorded), UPDATE_TIMEOUT (DEADLINE_EXCEEDED)
         when the stage was not reached in time (retry with the same update_id).
+        """
+
+    @_abc_1.abstractmethod
+    def UpdateWithStartWorkflow(
+        self,
+        request: _service_pb2.UpdateWithStartWorkflowRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_service_pb2.UpdateWithStartWorkflowResponse, _abc.Awaitable[_service_pb2.UpdateWithStartWorkflowResponse]]:
+        """UpdateWorkflow on the open run of workflow_id, or on a run this call starts: the
+        start and the update request are recorded in one store transaction, so "create the
+        order if new, then change it and answer" never races. Waits like UpdateWorkflow.
         """
 
 def add_WorkflowServiceServicer_to_server(servicer: WorkflowServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
