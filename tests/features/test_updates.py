@@ -5,6 +5,7 @@ update id, durable across a worker crash, and replayable offline."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from durable_rpc import (
 from durable_rpc.testing import Replayer
 from durable_rpc.v1 import history_pb2
 from tests.e2e.conftest import ServerProcess, eventually, wait_for
+from tests.e2e.test_operability import cli
 from tests.features import apps
 from tests.features.conftest import FeatureWorker, lines
 
@@ -243,3 +245,34 @@ async def test_update_with_start_starts_once_then_updates_the_open_run(
     assert await update.result() == apps.Receipt(3, "later")
     await handle.signal(apps.Ledger.close)
     assert await handle.result(timeout=30) == 7
+
+
+def test_the_cli_sends_updates_and_updates_with_start(
+    server: ServerProcess, worker: FeatureWorker, queue: str
+) -> None:
+    started = cli(
+        server,
+        "update-with-start",
+        "Ledger",
+        "deposit",
+        "--id",
+        "upd-cli",
+        "--task-queue",
+        queue,
+        "--update-input",
+        '[4, "cli"]',
+        "--json",
+    )
+    assert started.returncode == 0, started.stderr
+    answer = json.loads(started.stdout)
+    assert answer["result"] == {"balance": 4, "note": "cli"}
+    assert answer["workflow_id"] == "upd-cli" and answer["run_id"]
+
+    updated = cli(server, "update", "upd-cli", "deposit", "--input", '[3, "more"]')
+    assert updated.returncode == 0, updated.stderr
+    assert json.loads(updated.stdout) == {"balance": 7, "note": "more"}
+
+    rejected = cli(server, "update", "upd-cli", "deposit", "--input", '[-1, "bad"]')
+    assert rejected.returncode != 0 and "UPDATE_REJECTED" in rejected.stderr
+    failed = cli(server, "update", "upd-cli", "refuse")
+    assert failed.returncode == 2 and "refused on purpose" in failed.stderr

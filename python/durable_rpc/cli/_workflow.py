@@ -17,7 +17,12 @@ from rich.console import Console
 from rich.table import Table
 
 from durable_rpc import payload
-from durable_rpc.client import Client, WorkflowOutcomeError, default_address
+from durable_rpc.client import (
+    Client,
+    WorkflowOutcomeError,
+    WorkflowUpdateFailedError,
+    default_address,
+)
 from durable_rpc.errors import DurableRpcError
 from durable_rpc.v1 import history_pb2, payload_pb2, service_pb2
 
@@ -37,7 +42,7 @@ def _run(address: str, namespace: str, action: Callable[[Client], Awaitable[T]])
         return asyncio.run(go())
     except DurableRpcError as exc:
         raise click.ClickException(str(exc)) from None
-    except WorkflowOutcomeError as exc:
+    except (WorkflowOutcomeError, WorkflowUpdateFailedError) as exc:
         click.echo(str(exc), err=True)
         sys.exit(2)
 
@@ -302,6 +307,93 @@ def query(
     # By name, without a type hint: the answer is a plain decoded value.
     result = _plain(answer)
     _emit_json({"result": result} if as_json else result)
+
+
+@workflow.command()
+@click.argument("workflow_id")
+@click.argument("update_name")
+@click.option("--input", "input_json", default="[]", help="JSON array of arguments.")
+@click.option("--run-id", default=None)
+@click.option("--update-id", default=None, help="Deduplication key (default: random).")
+@click.option(
+    "--timeout", type=float, default=None, help="Seconds to wait (default: as long as it takes)."
+)
+@with_common
+def update(
+    workflow_id: str,
+    update_name: str,
+    input_json: str,
+    run_id: str | None,
+    update_id: str | None,
+    timeout: float | None,
+    address: str,
+    namespace: str,
+    as_json: bool,
+) -> None:
+    """Send UPDATE_NAME to a run and wait for its handler: prints its result as JSON
+    (with --json: {"result": ...}). A rejected update fails with UPDATE_REJECTED, a
+    failed handler exits 2 with its failure."""
+    args = _json_args(input_json)
+    result = _run(
+        address,
+        namespace,
+        lambda c: c.get_handle(workflow_id, run_id).execute_update(
+            update_name, *args, update_id=update_id, timeout=timeout
+        ),
+    )
+    _emit_json({"result": _plain(result)} if as_json else _plain(result))
+
+
+@workflow.command(name="update-with-start")
+@click.argument("workflow_type")
+@click.argument("update_name")
+@click.option("--id", "workflow_id", required=True, help="Workflow id.")
+@click.option("--task-queue", required=True)
+@click.option("--input", "input_json", default="[]", help="JSON array: start arguments.")
+@click.option("--update-input", "update_json", default="[]", help="JSON array: update args.")
+@click.option("--version", default="1", show_default=True)
+@click.option("--update-id", default=None, help="Deduplication key (default: random).")
+@click.option(
+    "--timeout", type=float, default=None, help="Seconds to wait (default: as long as it takes)."
+)
+@with_common
+def update_with_start(
+    workflow_type: str,
+    update_name: str,
+    workflow_id: str,
+    task_queue: str,
+    input_json: str,
+    update_json: str,
+    version: str,
+    update_id: str | None,
+    timeout: float | None,
+    address: str,
+    namespace: str,
+    as_json: bool,
+) -> None:
+    """Send UPDATE_NAME to the open run of --id, starting WORKFLOW_TYPE first if none is;
+    wait for its handler and print its result as JSON (with --json, also the run)."""
+
+    async def go(client: Client) -> tuple[str | None, Any]:
+        handle = await client.start_update_with_start(
+            workflow_type,
+            *_json_args(input_json),
+            id=workflow_id,
+            task_queue=task_queue,
+            update=update_name,
+            update_args=_json_args(update_json),
+            update_id=update_id,
+            wait_for="completed",
+            timeout=timeout,
+            version=version,
+        )
+        return handle.workflow_handle.run_id, await handle.result(timeout=timeout)
+
+    run_id, result = _run(address, namespace, go)
+    if as_json:
+        _emit_json({"workflow_id": workflow_id, "run_id": run_id, "result": _plain(result)})
+    else:
+        _emit_json(_plain(result))
 
 
 @workflow.command(name="signal-with-start")
