@@ -61,6 +61,7 @@ fn recorded_commands(history: &History) -> Vec<Vec<Command>> {
                     input: a.input.clone(),
                     task_queue: a.task_queue.clone(),
                     options: a.options.clone(),
+                    ..Default::default()
                 })),
             },
             Some(Attributes::TimerStarted(t)) => Command {

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from opentelemetry.trace import SpanKind, StatusCode
 
@@ -98,3 +103,28 @@ def test_no_sdk_configured_is_a_no_op_that_keeps_the_carried_context() -> None:
         assert not span.is_recording()
         assert current_trace_context() == carried
     assert current_trace_context() == {}
+
+
+def test_activity_attempts_join_the_run_trace_under_the_task_that_scheduled_them() -> None:
+    # A real server and worker in a fresh process (one global tracer provider per process).
+    done = subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("run_trace_script.py"))],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    spans = [json.loads(line) for line in done.stdout.splitlines()]
+    caller = next(s for s in spans if s["name"] == "caller")
+    tasks = {s["id"]: s for s in spans if s["name"] == "RunWorkflowTask:HelloWorkflow"}
+    activities = [s for s in spans if s["name"].startswith("RunActivity:")]
+    assert sorted(s["name"] for s in activities) == [
+        "RunActivity:say_goodbye",  # its first attempt fails, the retry succeeds
+        "RunActivity:say_goodbye",
+        "RunActivity:say_hello",
+    ]
+    # One trace from the caller's span through every task and attempt of the run...
+    assert {s["trace"] for s in [*tasks.values(), *activities]} == {caller["trace"]}
+    # ...each attempt a child of the workflow task (live or inline) that scheduled it.
+    for attempt in activities:
+        assert attempt["parent"] in tasks, (attempt, list(tasks))

@@ -104,6 +104,7 @@ def _workflow_task_message(task: ClaimedWorkflowTask) -> service_pb2.PollWorkflo
 
 def _activity_task_message(task: ClaimedActivityTask) -> service_pb2.PollActivityTaskResponse:
     response = service_pb2.PollActivityTaskResponse(
+        trace_context=task.trace_context,
         task_id=task.task_id,
         fencing_token=task.fencing_token,
         lease_expires_at=_convert.timestamp(task.lease_expires_at_ms),

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Literal, Protocol
 
@@ -306,6 +306,8 @@ class ClaimedActivityTask:
     start_to_close_timeout_ms: int | None
     #: Serialized ActivityOptions as scheduled.
     options: bytes
+    #: The trace context the activity was scheduled with (empty: none).
+    trace_context: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def lease(self) -> LeaseRef:

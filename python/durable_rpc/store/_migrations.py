@@ -251,12 +251,19 @@ def _v5(blob: str, bigint: str) -> tuple[str, ...]:
     )
 
 
+def _v6() -> tuple[str, ...]:
+    """The trace context an activity was scheduled with (JSON object; NULL = none), handed
+    to every attempt of it so its spans join the run's trace."""
+    return ("ALTER TABLE tasks ADD COLUMN trace_context TEXT",)
+
+
 SQLITE_MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _SQLITE_V1),
     Migration(2, "memo, search attributes, workflow timeouts", _v2("BLOB", "INTEGER", "REAL")),
     Migration(3, "child workflows", _v3("INTEGER")),
     Migration(4, "queries across replicas", _v4("BLOB", "INTEGER")),
     Migration(5, "update requests across replicas", _v5("BLOB", "INTEGER")),
+    Migration(6, "activity trace context", _v6()),
 )
 
 

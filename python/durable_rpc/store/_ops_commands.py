@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
 from durable_rpc.errors import InvalidArgumentError
@@ -59,8 +60,8 @@ class _CommandOps(_SqlOpsBase):
                 "INSERT INTO tasks (namespace, run_id, kind, task_queue, state, visible_at_ms, "
                 "due_ms, attempt, fencing_token, seq, activity_type, input, options, lease_ms, "
                 "start_to_close_ms, schedule_to_close_deadline_ms, queue_deadline_ms, "
-                "created_at_ms) "
-                "VALUES (?, ?, 'activity', ?, 'queued', ?, ?, 1, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                "created_at_ms, trace_context) "
+                "VALUES (?, ?, 'activity', ?, 'queued', ?, ?, 1, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
                 "RETURNING task_id",
                 (
                     namespace,
@@ -77,6 +78,7 @@ class _CommandOps(_SqlOpsBase):
                     close_deadline,
                     queue_deadline,
                     now,
+                    json.dumps(dict(spec.trace_context)) if spec.trace_context else None,
                 ),
             )
             tx.queued_activities[(namespace, run_id, command.seq)] = {

@@ -6,6 +6,7 @@ claims. Lease expiries are looked at on a grid (:func:`lease_check_at`).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -191,4 +192,5 @@ class _LeaseOps(_SqlOpsBase):
             heartbeat_timeout_ms=timeouts.heartbeat_ms,
             start_to_close_timeout_ms=timeouts.start_to_close_ms,
             options=options_bytes,
+            trace_context=json.loads(row["trace_context"]) if row["trace_context"] else {},
         )

@@ -1272,6 +1272,26 @@ Global___PollActivityTaskRequest: _TypeAlias = PollActivityTaskRequest  # noqa: 
 class PollActivityTaskResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class TraceContextEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     TASK_ID_FIELD_NUMBER: _builtins.int
     FENCING_TOKEN_FIELD_NUMBER: _builtins.int
     LEASE_EXPIRES_AT_FIELD_NUMBER: _builtins.int
@@ -1284,6 +1304,7 @@ class PollActivityTaskResponse(_message.Message):
     HEARTBEAT_DETAILS_FIELD_NUMBER: _builtins.int
     HEARTBEAT_TIMEOUT_FIELD_NUMBER: _builtins.int
     START_TO_CLOSE_TIMEOUT_FIELD_NUMBER: _builtins.int
+    TRACE_CONTEXT_FIELD_NUMBER: _builtins.int
     task_id: _builtins.int
     """0 = no task arrived before the poll timeout."""
     fencing_token: _builtins.int
@@ -1304,6 +1325,12 @@ class PollActivityTaskResponse(_message.Message):
     def heartbeat_timeout(self) -> _duration_pb2.Duration: ...
     @_builtins.property
     def start_to_close_timeout(self) -> _duration_pb2.Duration: ...
+    @_builtins.property
+    def trace_context(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """The trace context its ScheduleActivity carried (empty when none was): the parent of
+        the attempt's span.
+        """
+
     def __init__(
         self,
         *,
@@ -1319,10 +1346,11 @@ class PollActivityTaskResponse(_message.Message):
         heartbeat_details: _payload_pb2.Payload | None = ...,
         heartbeat_timeout: _duration_pb2.Duration | None = ...,
         start_to_close_timeout: _duration_pb2.Duration | None = ...,
+        trace_context: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["heartbeat_details", b"heartbeat_details", "heartbeat_timeout", b"heartbeat_timeout", "input", b"input", "lease_expires_at", b"lease_expires_at", "start_to_close_timeout", b"start_to_close_timeout"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity_type", b"activity_type", "attempt", b"attempt", "fencing_token", b"fencing_token", "heartbeat_details", b"heartbeat_details", "heartbeat_timeout", b"heartbeat_timeout", "input", b"input", "lease_expires_at", b"lease_expires_at", "run_id", b"run_id", "seq", b"seq", "start_to_close_timeout", b"start_to_close_timeout", "task_id", b"task_id", "workflow_id", b"workflow_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity_type", b"activity_type", "attempt", b"attempt", "fencing_token", b"fencing_token", "heartbeat_details", b"heartbeat_details", "heartbeat_timeout", b"heartbeat_timeout", "input", b"input", "lease_expires_at", b"lease_expires_at", "run_id", b"run_id", "seq", b"seq", "start_to_close_timeout", b"start_to_close_timeout", "task_id", b"task_id", "trace_context", b"trace_context", "workflow_id", b"workflow_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

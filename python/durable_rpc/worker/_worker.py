@@ -27,7 +27,7 @@ from durable_rpc.errors import (
     LeaseLostError,
     StoreUnavailableError,
 )
-from durable_rpc.telemetry import activity_span, workflow_task_span
+from durable_rpc.telemetry import activity_span, current_trace_context, workflow_task_span
 from durable_rpc.v1 import payload_pb2, service_pb2, workflow_task_pb2
 from durable_rpc.worker._activity_task import AttemptOutcome, run_attempt
 from durable_rpc.worker._client import WorkerClient, call
@@ -350,6 +350,7 @@ class Worker:
             )
             return await self._report("fail_workflow_task", fail, "failed")
         commands = decision.commands
+        _carry_trace_context(commands)
         slots = await self._reserve_activity_slots(commands)
         complete = service_pb2.CompleteWorkflowTaskRequest(
             namespace=self.namespace,
@@ -535,7 +536,13 @@ class Worker:
         self, task: service_pb2.PollActivityTaskResponse
     ) -> TaskOutcome:
         """Run one activity attempt and report its outcome under its lease, in a span."""
-        with activity_span(task.activity_type, task.workflow_id, task.run_id, task.attempt, None):
+        with activity_span(
+            task.activity_type,
+            task.workflow_id,
+            task.run_id,
+            task.attempt,
+            dict(task.trace_context) or None,
+        ):
             return await self._execute_activity_task(task)
 
     async def _execute_activity_task(
@@ -673,9 +680,12 @@ class Worker:
             run.workflow_type, run.workflow_id, task.run_id, 1, run.trace_context or None
         ):
             try:
-                return await self._run_workflow_code(decide, "inline workflow task")
+                decision = await self._run_workflow_code(decide, "inline workflow task")
             except TimeoutError:
                 return None
+            if decision is not None:
+                _carry_trace_context(decision.commands)
+            return decision
 
     # --- reporting ------------------------------------------------------------------
 
@@ -750,3 +760,15 @@ def _index_activities(functions: Iterable[Callable[..., Any]]) -> dict[str, Acti
             raise ValueError(f"activity {definition.name!r} registered twice")
         out[definition.name] = definition
     return out
+
+
+def _carry_trace_context(commands: Sequence[workflow_task_pb2.Command]) -> None:
+    """Stamps the current span's context (the workflow task's) on the activities the
+    decision schedules, so their attempts' spans join the run's trace. Only live
+    decisions are sent; the recorded ActivityScheduled event does not keep it."""
+    context = current_trace_context()
+    if not context:
+        return
+    for command in commands:
+        if command.WhichOneof("kind") == "schedule_activity":
+            command.schedule_activity.trace_context.update(context)
