@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 
 from durable_rpc import activity, workflow
 
@@ -68,6 +69,21 @@ class Parent:
                 await handle
             except workflow.ChildWorkflowError as e:
                 return {"status": e.status, "run_id": handle.run_id, "id": handle.id}
+            return {}
+        if action == "options":
+            # A child that would wait forever, bounded by its execution timeout.
+            try:
+                await workflow.execute_child_workflow(
+                    Kid.run,
+                    4,
+                    "wait",
+                    id=child_id,
+                    execution_timeout=timedelta(milliseconds=700),
+                    memo={"from": "parent"},
+                    search_attributes={"CustomerId": "kid-of-p"},
+                )
+            except workflow.ChildWorkflowError as e:
+                return {"status": e.status}
             return {}
         # action == "policy": leave the child open and close.
         handle = await workflow.start_child_workflow(

@@ -162,3 +162,17 @@ async def test_replayer_on_a_history_with_a_child(
     assert error.seq == 1
     assert error.expected == 'StartChildWorkflow(seq=1, type="Kid", id="p-8-kid")'
     assert error.actual == 'StartChildWorkflow(seq=1, type="Kid", id="p-8-kid-x")'
+
+
+async def test_child_start_options_reach_the_child_run(
+    client: Client, worker: FeatureWorker, queue: str
+) -> None:
+    handle, result = await run_parent(client, queue, "p-opt", "options", "p-opt-kid")
+    assert result == {"status": "timed_out"}, "the child's execution timeout ended it"
+    kid = await client.get_handle("p-opt-kid").describe()
+    assert kid.info.status == "timed_out"
+    assert kid.info.memo == {"from": "parent"}
+    assert kid.info.search_attributes == {"CustomerId": "kid-of-p"}
+    started = (await client.get_handle("p-opt-kid").history())[0].workflow_started
+    assert started.execution_timeout.ToMilliseconds() == 700
+    assert started.parent_run_id == handle.run_id

@@ -6,7 +6,8 @@ applied in the parent's)."""
 from __future__ import annotations
 
 from durable_rpc.errors import InvalidArgumentError
-from durable_rpc.store._runs import create_run, open_run_of
+from durable_rpc.store._api import StartOptions
+from durable_rpc.store._runs import check_start_options, create_run, open_run_of
 from durable_rpc.store._shared import (
     PARENT_CLOSE_POLICIES,
     append_event,
@@ -33,6 +34,24 @@ def start_child(
         raise InvalidArgumentError(
             f"command seq {command.seq}: unknown parent_close_policy {policy!r}"
         )
+    options = check_start_options(
+        StartOptions(
+            memo=spec.memo.SerializeToString() if spec.HasField("memo") else None,
+            search_attributes=(
+                spec.search_attributes.SerializeToString()
+                if spec.HasField("search_attributes")
+                else None
+            ),
+            execution_timeout_ms=(
+                spec.execution_timeout.ToMilliseconds()
+                if spec.HasField("execution_timeout")
+                else None
+            ),
+            run_timeout_ms=(
+                spec.run_timeout.ToMilliseconds() if spec.HasField("run_timeout") else None
+            ),
+        )
+    )
     parent_run_id: str = parent["run_id"]
     queue = spec.task_queue or parent["task_queue"]
     version = version_or_default(spec.workflow_version)
@@ -78,7 +97,8 @@ def start_child(
         queue,
         spec.input,
         "",
-        None,
+        dict(spec.trace_context) or None,
+        options,
         parent=(parent_run_id, command.seq, parent["workflow_id"], policy),
     )
     append_event(

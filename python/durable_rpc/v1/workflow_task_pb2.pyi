@@ -783,12 +783,37 @@ class StartChildWorkflow(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class TraceContextEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     WORKFLOW_TYPE_FIELD_NUMBER: _builtins.int
     WORKFLOW_VERSION_FIELD_NUMBER: _builtins.int
     WORKFLOW_ID_FIELD_NUMBER: _builtins.int
     TASK_QUEUE_FIELD_NUMBER: _builtins.int
     INPUT_FIELD_NUMBER: _builtins.int
     PARENT_CLOSE_POLICY_FIELD_NUMBER: _builtins.int
+    EXECUTION_TIMEOUT_FIELD_NUMBER: _builtins.int
+    RUN_TIMEOUT_FIELD_NUMBER: _builtins.int
+    MEMO_FIELD_NUMBER: _builtins.int
+    SEARCH_ATTRIBUTES_FIELD_NUMBER: _builtins.int
+    TRACE_CONTEXT_FIELD_NUMBER: _builtins.int
     workflow_type: _builtins.str
     workflow_version: _builtins.str
     """Empty = "1"."""
@@ -799,6 +824,22 @@ class StartChildWorkflow(_message.Message):
     """"TERMINATE" (empty = default), "REQUEST_CANCEL" or "ABANDON"."""
     @_builtins.property
     def input(self) -> _payload_pb2.Payload: ...
+    @_builtins.property
+    def execution_timeout(self) -> _duration_pb2.Duration:
+        """Start options of the child run, as in StartWorkflowRequest (unset = none)."""
+
+    @_builtins.property
+    def run_timeout(self) -> _duration_pb2.Duration: ...
+    @_builtins.property
+    def memo(self) -> _search_attributes_pb2.Memo: ...
+    @_builtins.property
+    def search_attributes(self) -> _search_attributes_pb2.SearchAttributes: ...
+    @_builtins.property
+    def trace_context(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """W3C trace context of the workflow task that started it (set by the worker): the
+        child run's spans join the parent's trace.
+        """
+
     def __init__(
         self,
         *,
@@ -808,10 +849,15 @@ class StartChildWorkflow(_message.Message):
         task_queue: _builtins.str = ...,
         input: _payload_pb2.Payload | None = ...,
         parent_close_policy: _builtins.str = ...,
+        execution_timeout: _duration_pb2.Duration | None = ...,
+        run_timeout: _duration_pb2.Duration | None = ...,
+        memo: _search_attributes_pb2.Memo | None = ...,
+        search_attributes: _search_attributes_pb2.SearchAttributes | None = ...,
+        trace_context: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["input", b"input"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["execution_timeout", b"execution_timeout", "input", b"input", "memo", b"memo", "run_timeout", b"run_timeout", "search_attributes", b"search_attributes"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["input", b"input", "parent_close_policy", b"parent_close_policy", "task_queue", b"task_queue", "workflow_id", b"workflow_id", "workflow_type", b"workflow_type", "workflow_version", b"workflow_version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["execution_timeout", b"execution_timeout", "input", b"input", "memo", b"memo", "parent_close_policy", b"parent_close_policy", "run_timeout", b"run_timeout", "search_attributes", b"search_attributes", "task_queue", b"task_queue", "trace_context", b"trace_context", "workflow_id", b"workflow_id", "workflow_type", b"workflow_type", "workflow_version", b"workflow_version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -763,12 +763,16 @@ def _index_activities(functions: Iterable[Callable[..., Any]]) -> dict[str, Acti
 
 
 def _carry_trace_context(commands: Sequence[workflow_task_pb2.Command]) -> None:
-    """Stamps the current span's context (the workflow task's) on the activities the
-    decision schedules, so their attempts' spans join the run's trace. Only live
-    decisions are sent; the recorded ActivityScheduled event does not keep it."""
+    """Stamps the current span's context (the workflow task's) on the activities and
+    child workflows the decision starts, so their spans join the run's trace. Only live
+    decisions are sent; the recorded ActivityScheduled event does not keep it (a child's
+    WorkflowStarted does: its tasks' spans are children of this one)."""
     context = current_trace_context()
     if not context:
         return
     for command in commands:
-        if command.WhichOneof("kind") == "schedule_activity":
+        kind = command.WhichOneof("kind")
+        if kind == "schedule_activity":
             command.schedule_activity.trace_context.update(context)
+        elif kind == "start_child_workflow":
+            command.start_child_workflow.trace_context.update(context)

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from datetime import timedelta
 from typing import Any, TypeVar, overload
 
 from durable_rpc.workflow._api import current
-from durable_rpc.workflow._children import ChildWorkflowHandle, ParentClosePolicy, start
+from durable_rpc.workflow._children import (
+    ChildStartOptions,
+    ChildWorkflowHandle,
+    ParentClosePolicy,
+    start,
+)
 
 _R = TypeVar("_R")
 
@@ -20,6 +26,10 @@ async def start_child_workflow(
     task_queue: str | None = None,
     parent_close_policy: ParentClosePolicy = ParentClosePolicy.TERMINATE,
     result_type: type[_R] | None = None,
+    execution_timeout: timedelta | None = None,
+    run_timeout: timedelta | None = None,
+    memo: Mapping[str, Any] | None = None,
+    search_attributes: Mapping[str, Any] | None = None,
 ) -> ChildWorkflowHandle[_R]: ...
 @overload
 async def start_child_workflow(
@@ -29,6 +39,10 @@ async def start_child_workflow(
     task_queue: str | None = None,
     parent_close_policy: ParentClosePolicy = ParentClosePolicy.TERMINATE,
     result_type: Any = None,
+    execution_timeout: timedelta | None = None,
+    run_timeout: timedelta | None = None,
+    memo: Mapping[str, Any] | None = None,
+    search_attributes: Mapping[str, Any] | None = None,
 ) -> ChildWorkflowHandle[Any]: ...
 async def start_child_workflow(
     workflow: Callable[..., Any] | str,
@@ -37,13 +51,19 @@ async def start_child_workflow(
     task_queue: str | None = None,
     parent_close_policy: ParentClosePolicy = ParentClosePolicy.TERMINATE,
     result_type: Any = None,
+    execution_timeout: timedelta | None = None,
+    run_timeout: timedelta | None = None,
+    memo: Mapping[str, Any] | None = None,
+    search_attributes: Mapping[str, Any] | None = None,
 ) -> ChildWorkflowHandle[Any]:
     """Start child workflow ``workflow`` (``Child.run`` or a type name) with ``args``
     and return its handle once the server started it (in the same transaction as this
     task's completion). ``id`` defaults to ``"<parent id>/child-<seq>"``; the task
     queue to the parent's. Raises ChildWorkflowStartError when it could not start
     (e.g. a run of ``id`` is open). When this run closes, ``parent_close_policy`` is
-    applied to the child if it is still open."""
+    applied to the child if it is still open. ``execution_timeout``, ``run_timeout``,
+    ``memo`` and ``search_attributes`` are the child run's, as with a client's
+    ``start_workflow``."""
     instance = current()
     pending = start(
         instance,
@@ -53,6 +73,7 @@ async def start_child_workflow(
         task_queue=task_queue,
         parent_close_policy=parent_close_policy,
         result_type=result_type,
+        options=ChildStartOptions(execution_timeout, run_timeout, memo, search_attributes),
     )
     handle: ChildWorkflowHandle[Any] = ChildWorkflowHandle(instance, pending)
     try:
@@ -71,6 +92,10 @@ async def execute_child_workflow(
     task_queue: str | None = None,
     parent_close_policy: ParentClosePolicy = ParentClosePolicy.TERMINATE,
     result_type: type[_R] | None = None,
+    execution_timeout: timedelta | None = None,
+    run_timeout: timedelta | None = None,
+    memo: Mapping[str, Any] | None = None,
+    search_attributes: Mapping[str, Any] | None = None,
 ) -> _R: ...
 @overload
 async def execute_child_workflow(
@@ -80,6 +105,10 @@ async def execute_child_workflow(
     task_queue: str | None = None,
     parent_close_policy: ParentClosePolicy = ParentClosePolicy.TERMINATE,
     result_type: Any = None,
+    execution_timeout: timedelta | None = None,
+    run_timeout: timedelta | None = None,
+    memo: Mapping[str, Any] | None = None,
+    search_attributes: Mapping[str, Any] | None = None,
 ) -> Any: ...
 async def execute_child_workflow(
     workflow: Callable[..., Any] | str,
@@ -88,6 +117,10 @@ async def execute_child_workflow(
     task_queue: str | None = None,
     parent_close_policy: ParentClosePolicy = ParentClosePolicy.TERMINATE,
     result_type: Any = None,
+    execution_timeout: timedelta | None = None,
+    run_timeout: timedelta | None = None,
+    memo: Mapping[str, Any] | None = None,
+    search_attributes: Mapping[str, Any] | None = None,
 ) -> Any:
     """Start a child workflow and wait for its result (typed from the run method's
     return hint, or ``result_type``). Raises ChildWorkflowStartError when it could not
@@ -101,6 +134,10 @@ async def execute_child_workflow(
         task_queue=task_queue,
         parent_close_policy=parent_close_policy,
         result_type=result_type,
+        execution_timeout=execution_timeout,
+        run_timeout=run_timeout,
+        memo=memo,
+        search_attributes=search_attributes,
     )
     try:
         return await handle.result()

@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import asyncio
 import enum
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from durable_rpc import converter, payload
 from durable_rpc.activity._errors import ApplicationError
 from durable_rpc.activity._failure import application_error_from_failure
+from durable_rpc.search_attributes import memo_to_proto
+from durable_rpc.search_attributes import to_proto as sa_to_proto
 from durable_rpc.v1 import payload_pb2, workflow_task_pb2
 
 if TYPE_CHECKING:
@@ -199,6 +202,30 @@ def resolve_result(
     )
 
 
+@dataclass(frozen=True)
+class ChildStartOptions:
+    """Start options of a child run (as a client's start_workflow takes them)."""
+
+    execution_timeout: timedelta | None = None
+    run_timeout: timedelta | None = None
+    memo: Mapping[str, Any] | None = None
+    search_attributes: Mapping[str, Any] | None = None
+
+    def apply(self, spec: workflow_task_pb2.StartChildWorkflow) -> None:
+        for name, value in (
+            ("execution_timeout", self.execution_timeout),
+            ("run_timeout", self.run_timeout),
+        ):
+            if value is not None:
+                if value < timedelta(0):
+                    raise ValueError(f"{name} must not be negative")
+                getattr(spec, name).FromTimedelta(value)
+        if self.memo:
+            spec.memo.CopyFrom(memo_to_proto(self.memo))
+        if self.search_attributes:
+            spec.search_attributes.CopyFrom(sa_to_proto(self.search_attributes))
+
+
 def start(
     instance: WorkflowInstance,
     workflow: Callable[..., Any] | str,
@@ -208,6 +235,7 @@ def start(
     task_queue: str | None,
     parent_close_policy: ParentClosePolicy,
     result_type: Any,
+    options: ChildStartOptions = ChildStartOptions(),
 ) -> PendingChild:
     """Emits StartChildWorkflow (taking the next seq) and registers the pending child."""
     workflow_type, version, hint = child_ref(workflow)
@@ -223,20 +251,17 @@ def start(
         started=instance.loop.create_future(),
         result=instance.loop.create_future(),
     )
-    instance._children[seq] = pending
-    instance._emit(
-        workflow_task_pb2.Command(
-            seq=seq,
-            start_child_workflow=workflow_task_pb2.StartChildWorkflow(
-                workflow_type=workflow_type,
-                workflow_version=version,
-                workflow_id=workflow_id,
-                task_queue=task_queue or "",
-                input=payload_pb2.Payload(data=converter.encode_args(args)),
-                parent_close_policy=parent_close_policy.value,
-            ),
-        )
+    spec = workflow_task_pb2.StartChildWorkflow(
+        workflow_type=workflow_type,
+        workflow_version=version,
+        workflow_id=workflow_id,
+        task_queue=task_queue or "",
+        input=payload_pb2.Payload(data=converter.encode_args(args)),
+        parent_close_policy=parent_close_policy.value,
     )
+    options.apply(spec)
+    instance._children[seq] = pending
+    instance._emit(workflow_task_pb2.Command(seq=seq, start_child_workflow=spec))
     return pending
 
 
