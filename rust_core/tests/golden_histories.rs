@@ -107,6 +107,7 @@ fn describe_jobs(activation: &Activation) -> Vec<String> {
             Job::DoUpdate(u) => format!("update:{}", u.update_id),
             Job::ResolveChildWorkflowStart(c) => format!("child {} started", c.seq),
             Job::ResolveChildWorkflow(c) => format!("child {} {}", c.seq, c.status),
+            Job::ResolveSignalExternal(s) => format!("signal {} sent", s.seq),
         })
         .collect()
 }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -70,6 +71,23 @@ class Parent:
             except workflow.ChildWorkflowError as e:
                 return {"status": e.status, "run_id": handle.run_id, "id": handle.id}
             return {}
+        if action == "signal":
+            # Finish a waiting child by signalling it; a signal to no run fails typed.
+            handle = await workflow.start_child_workflow(Kid.run, 7, "wait", id=child_id)
+            await handle.signal(Kid.finish)
+            tally = await handle
+            try:
+                await workflow.get_external_workflow_handle(f"{child_id}-ghost").signal("poke")
+            except workflow.ExternalSignalError as e:
+                return {"n": tally.n, "ghost": e.reason}
+            return {"n": tally.n}
+        if action == "two":
+            # Two children started by one workflow task, then awaited together.
+            first, second = await asyncio.gather(
+                workflow.execute_child_workflow(Kid.run, 5, "ok", id=f"{child_id}-a"),
+                workflow.execute_child_workflow(Kid.run, 6, "ok", id=f"{child_id}-b"),
+            )
+            return {"n": [first.n, second.n]}
         if action == "options":
             # A child that would wait forever, bounded by its execution timeout.
             try:

@@ -176,3 +176,32 @@ async def test_child_start_options_reach_the_child_run(
     started = (await client.get_handle("p-opt-kid").history())[0].workflow_started
     assert started.execution_timeout.ToMilliseconds() == 700
     assert started.parent_run_id == handle.run_id
+
+
+async def test_two_children_started_by_one_task(
+    client: Client, worker: FeatureWorker, queue: str
+) -> None:
+    handle, result = await run_parent(client, queue, "p-two", "two", "p-two-kid")
+    assert result == {"n": [5, 6]}
+    names = kinds(await handle.history())
+    # A task's command events come first, then the inputs they caused.
+    first_task = names[names.index("workflow_task_completed") + 1 :][:4]
+    assert first_task == [
+        "child_workflow_initiated",
+        "child_workflow_initiated",
+        "child_workflow_started",
+        "child_workflow_started",
+    ]
+
+
+async def test_a_parent_signals_its_child_and_a_missing_run(
+    client: Client, worker: FeatureWorker, queue: str
+) -> None:
+    handle, result = await run_parent(client, queue, "p-sig", "signal", "p-sig-kid")
+    assert result == {"n": 7, "ghost": "NOT_FOUND"}
+    names = kinds(await handle.history())
+    assert names.count("external_signal_initiated") == 2
+    assert names.count("external_signal_delivered") == 1
+    assert names.count("external_signal_failed") == 1
+    kid = kinds(await client.get_handle("p-sig-kid").history())
+    assert "signal_received" in kid

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from durable_rpc.errors import InvalidArgumentError
 from durable_rpc.store._api import StartOptions
-from durable_rpc.store._runs import check_start_options, create_run, open_run_of
+from durable_rpc.store._runs import check_start_options, create_run, deliver_signal, open_run_of
 from durable_rpc.store._shared import (
     PARENT_CLOSE_POLICIES,
     append_event,
+    decision_input,
     request_cancel_run,
     require,
     version_or_default,
@@ -23,9 +24,9 @@ def start_child(
     tx: Tx, namespace: str, parent: Row, command: workflow_task_pb2.Command, now: int
 ) -> None:
     """Records ChildWorkflowInitiated on the parent and starts the child run (same
-    namespace), then appends ChildWorkflowStarted, or ChildWorkflowStartFailed when a
-    run of the child's id is open. Both are input events: the caller's end-of-task
-    check queues the parent's next workflow task."""
+    namespace); ChildWorkflowStarted, or ChildWorkflowStartFailed when a run of the
+    child's id is open, follows the decision's command events (``decision_input``). Both
+    are input events: the caller's end-of-task check queues the parent's next task."""
     spec = command.start_child_workflow
     require(spec.workflow_type, "start_child_workflow.workflow_type")
     require(spec.workflow_id, "start_child_workflow.workflow_id")
@@ -73,7 +74,7 @@ def start_child(
     )
     existing = open_run_of(tx, namespace, spec.workflow_id)
     if existing is not None:
-        append_event(
+        decision_input(
             tx,
             namespace,
             parent_run_id,
@@ -101,7 +102,7 @@ def start_child(
         options,
         parent=(parent_run_id, command.seq, parent["workflow_id"], policy),
     )
-    append_event(
+    decision_input(
         tx,
         namespace,
         parent_run_id,
@@ -135,3 +136,75 @@ def request_child_cancel(
     )
     if child is not None:
         request_cancel_run(tx, namespace, child, "parent requested cancellation", now)
+
+
+def signal_external(
+    tx: Tx, namespace: str, sender: Row, command: workflow_task_pb2.Command, now: int
+) -> None:
+    """Records ExternalSignalInitiated and delivers the signal to its target run (same
+    namespace: ``run_id``, or the latest run of ``workflow_id``), deduplicated by the
+    sender's run and seq. ExternalSignalDelivered, or ExternalSignalFailed when there is
+    no such run or it is closed, follows the decision's command events. A signal to the
+    sender itself is an input of its own too, so it follows them as well."""
+    spec = command.signal_external_workflow
+    require(spec.workflow_id, "signal_external_workflow.workflow_id")
+    require(spec.signal_name, "signal_external_workflow.signal_name")
+    sender_run_id: str = sender["run_id"]
+    append_event(
+        tx,
+        namespace,
+        sender_run_id,
+        now,
+        "external_signal_initiated",
+        history_pb2.ExternalSignalInitiated(
+            seq=command.seq,
+            workflow_id=spec.workflow_id,
+            run_id=spec.run_id,
+            signal_name=spec.signal_name,
+            input=spec.input,
+        ),
+    )
+    target = tx.one(
+        "SELECT run_id, status, task_queue FROM runs WHERE namespace = ? AND workflow_id = ?"
+        + (" AND run_id = ?" if spec.run_id else "")
+        + f" ORDER BY id DESC LIMIT 1{tx.row_lock_suffix}",
+        (namespace, spec.workflow_id, *((spec.run_id,) if spec.run_id else ())),
+    )
+    if target is None or target["status"] != "running":
+        reason, what = (
+            ("NOT_FOUND", "no run") if target is None else ("WORKFLOW_NOT_RUNNING", "no open run")
+        )
+        failed = history_pb2.ExternalSignalFailed(
+            seq=command.seq,
+            reason=reason,
+            message=f"{what} of workflow {spec.workflow_id!r}"
+            + (f" with run id {spec.run_id!r}" if spec.run_id else ""),
+        )
+        decision_input(tx, namespace, sender_run_id, now, "external_signal_failed", failed)
+        return
+    target_run_id: str = target["run_id"]
+    request_id = f"{sender_run_id}/{command.seq}"
+
+    def deliver() -> None:
+        deliver_signal(
+            tx,
+            namespace,
+            target_run_id,
+            target["task_queue"],
+            spec.signal_name,
+            spec.input,
+            request_id,
+        )
+
+    if target_run_id == sender_run_id:
+        tx.decision_inputs.append(deliver)
+    else:
+        deliver()
+    decision_input(
+        tx,
+        namespace,
+        sender_run_id,
+        now,
+        "external_signal_delivered",
+        history_pb2.ExternalSignalDelivered(seq=command.seq, run_id=target_run_id),
+    )

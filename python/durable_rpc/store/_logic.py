@@ -29,6 +29,9 @@ INPUT_EVENT_KINDS: tuple[str, ...] = (
     "child_workflow_cancelled",
     "child_workflow_terminated",
     "child_workflow_timed_out",
+    # Signals sent to other runs.
+    "external_signal_delivered",
+    "external_signal_failed",
     "activity_cancelled",
 )
 

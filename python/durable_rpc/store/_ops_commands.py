@@ -6,7 +6,7 @@ import json
 from collections.abc import Sequence
 
 from durable_rpc.errors import InvalidArgumentError
-from durable_rpc.store._children import request_child_cancel, start_child
+from durable_rpc.store._children import request_child_cancel, signal_external, start_child
 from durable_rpc.store._logic import activity_timeouts, duration_ms, earliest, failure_bytes
 from durable_rpc.store._ops_base import _SqlOpsBase
 from durable_rpc.store._ops_updates import settle_update
@@ -223,6 +223,9 @@ class _CommandOps(_SqlOpsBase):
             return False
         if kind == "request_cancel_child_workflow":
             request_child_cancel(tx, namespace, run, command, now)
+            return False
+        if kind == "signal_external_workflow":
+            signal_external(tx, namespace, run, command, now)
             return False
         raise InvalidArgumentError(f"unsupported command kind {kind!r}")
 

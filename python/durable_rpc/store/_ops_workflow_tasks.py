@@ -26,6 +26,7 @@ from durable_rpc.store._ops_updates import settle_update
 from durable_rpc.store._shared import (
     ACTIVE,
     INPUT_KINDS_SQL,
+    append_decision_inputs,
     append_event,
     ensure_workflow_task,
     fenced_update,
@@ -212,6 +213,7 @@ class _WorkflowTaskOps(_LeaseOps, _CommandOps):
         closed = False
         for command in commands:
             closed = self._apply_command(tx, namespace, run, command, now) or closed
+        append_decision_inputs(tx, closed)
         if not closed:
             self._append_immediate_cancellations(tx, namespace, run_id, commands, now)
             new_input = tx.appended_after(

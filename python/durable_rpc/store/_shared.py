@@ -100,6 +100,27 @@ def append_event(
     return event_id
 
 
+def decision_input(
+    tx: Tx, namespace: str, run_id: str, now: int, kind: str, attributes: Message
+) -> None:
+    """An input event a command of the decision being recorded caused in its own run:
+    appended once all the decision's command events are (``append_decision_inputs``)."""
+
+    def append() -> None:
+        append_event(tx, namespace, run_id, now, kind, attributes)
+
+    tx.decision_inputs.append(append)
+
+
+def append_decision_inputs(tx: Tx, closed: bool) -> None:
+    """Appends the decision's input events, or drops them when it closed the run (no
+    later task will see them; its children and signalled runs are not affected)."""
+    inputs, tx.decision_inputs = tx.decision_inputs, []
+    if not closed:
+        for append in inputs:
+            append()
+
+
 def saw_new_input(tx: Tx, namespace: str, run_id: str, last_seen_event_id: int) -> bool:
     """Whether a workflow task that saw history up to ``last_seen_event_id`` saw an input
     event the previous WorkflowTaskCompleted marker had not (so its marker is needed to

@@ -69,6 +69,10 @@ class Tx(abc.ABC):
         # Activity tasks this transaction queued, by (namespace, run id, seq): the claim
         # columns of their rows, so an eager claim of them needs no candidate query.
         self.queued_activities: dict[tuple[str, str, int], Row] = {}
+        # Input events a decision's commands caused in its own run (a child started, a
+        # signal delivered or not): replay needs a task's command events together behind
+        # its marker, so these are appended after the last command (``decision_input``).
+        self.decision_inputs: list[Callable[[], None]] = []
         # Namespaces this store has already seen exist (shared by its transactions).
         # Namespaces are never deleted, so a positive answer can be remembered and the
         # existence check, once per operation, skipped.

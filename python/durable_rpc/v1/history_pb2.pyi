@@ -95,6 +95,9 @@ class HistoryEvent(_message.Message):
     CHILD_WORKFLOW_CANCELLED_FIELD_NUMBER: _builtins.int
     CHILD_WORKFLOW_TERMINATED_FIELD_NUMBER: _builtins.int
     CHILD_WORKFLOW_TIMED_OUT_FIELD_NUMBER: _builtins.int
+    EXTERNAL_SIGNAL_INITIATED_FIELD_NUMBER: _builtins.int
+    EXTERNAL_SIGNAL_DELIVERED_FIELD_NUMBER: _builtins.int
+    EXTERNAL_SIGNAL_FAILED_FIELD_NUMBER: _builtins.int
     event_id: _builtins.int
     @_builtins.property
     def event_time(self) -> _timestamp_pb2.Timestamp: ...
@@ -178,6 +181,16 @@ class HistoryEvent(_message.Message):
     def child_workflow_terminated(self) -> Global___ChildWorkflowTerminated: ...
     @_builtins.property
     def child_workflow_timed_out(self) -> Global___ChildWorkflowTimedOut: ...
+    @_builtins.property
+    def external_signal_initiated(self) -> Global___ExternalSignalInitiated:
+        """Signals to other runs (numbers 100-109). Command event: external_signal_initiated.
+        Input events (seq = the command's seq): external_signal_delivered, _failed.
+        """
+
+    @_builtins.property
+    def external_signal_delivered(self) -> Global___ExternalSignalDelivered: ...
+    @_builtins.property
+    def external_signal_failed(self) -> Global___ExternalSignalFailed: ...
     def __init__(
         self,
         *,
@@ -214,12 +227,15 @@ class HistoryEvent(_message.Message):
         child_workflow_cancelled: Global___ChildWorkflowCancelled | None = ...,
         child_workflow_terminated: Global___ChildWorkflowTerminated | None = ...,
         child_workflow_timed_out: Global___ChildWorkflowTimedOut | None = ...,
+        external_signal_initiated: Global___ExternalSignalInitiated | None = ...,
+        external_signal_delivered: Global___ExternalSignalDelivered | None = ...,
+        external_signal_failed: Global___ExternalSignalFailed | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["activity_cancel_requested", b"activity_cancel_requested", "activity_cancelled", b"activity_cancelled", "activity_completed", b"activity_completed", "activity_failed", b"activity_failed", "activity_scheduled", b"activity_scheduled", "attributes", b"attributes", "cancel_requested", b"cancel_requested", "child_cancel_requested", b"child_cancel_requested", "child_workflow_cancelled", b"child_workflow_cancelled", "child_workflow_completed", b"child_workflow_completed", "child_workflow_failed", b"child_workflow_failed", "child_workflow_initiated", b"child_workflow_initiated", "child_workflow_start_failed", b"child_workflow_start_failed", "child_workflow_started", b"child_workflow_started", "child_workflow_terminated", b"child_workflow_terminated", "child_workflow_timed_out", b"child_workflow_timed_out", "event_time", b"event_time", "marker_recorded", b"marker_recorded", "search_attributes_upserted", b"search_attributes_upserted", "signal_received", b"signal_received", "timer_cancelled", b"timer_cancelled", "timer_fired", b"timer_fired", "timer_started", b"timer_started", "update_accepted", b"update_accepted", "update_completed", b"update_completed", "workflow_cancelled", b"workflow_cancelled", "workflow_completed", b"workflow_completed", "workflow_continued_as_new", b"workflow_continued_as_new", "workflow_failed", b"workflow_failed", "workflow_started", b"workflow_started", "workflow_task_completed", b"workflow_task_completed", "workflow_terminated", b"workflow_terminated", "workflow_timed_out", b"workflow_timed_out"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["activity_cancel_requested", b"activity_cancel_requested", "activity_cancelled", b"activity_cancelled", "activity_completed", b"activity_completed", "activity_failed", b"activity_failed", "activity_scheduled", b"activity_scheduled", "attributes", b"attributes", "cancel_requested", b"cancel_requested", "child_cancel_requested", b"child_cancel_requested", "child_workflow_cancelled", b"child_workflow_cancelled", "child_workflow_completed", b"child_workflow_completed", "child_workflow_failed", b"child_workflow_failed", "child_workflow_initiated", b"child_workflow_initiated", "child_workflow_start_failed", b"child_workflow_start_failed", "child_workflow_started", b"child_workflow_started", "child_workflow_terminated", b"child_workflow_terminated", "child_workflow_timed_out", b"child_workflow_timed_out", "event_time", b"event_time", "external_signal_delivered", b"external_signal_delivered", "external_signal_failed", b"external_signal_failed", "external_signal_initiated", b"external_signal_initiated", "marker_recorded", b"marker_recorded", "search_attributes_upserted", b"search_attributes_upserted", "signal_received", b"signal_received", "timer_cancelled", b"timer_cancelled", "timer_fired", b"timer_fired", "timer_started", b"timer_started", "update_accepted", b"update_accepted", "update_completed", b"update_completed", "workflow_cancelled", b"workflow_cancelled", "workflow_completed", b"workflow_completed", "workflow_continued_as_new", b"workflow_continued_as_new", "workflow_failed", b"workflow_failed", "workflow_started", b"workflow_started", "workflow_task_completed", b"workflow_task_completed", "workflow_terminated", b"workflow_terminated", "workflow_timed_out", b"workflow_timed_out"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity_cancel_requested", b"activity_cancel_requested", "activity_cancelled", b"activity_cancelled", "activity_completed", b"activity_completed", "activity_failed", b"activity_failed", "activity_scheduled", b"activity_scheduled", "attributes", b"attributes", "cancel_requested", b"cancel_requested", "child_cancel_requested", b"child_cancel_requested", "child_workflow_cancelled", b"child_workflow_cancelled", "child_workflow_completed", b"child_workflow_completed", "child_workflow_failed", b"child_workflow_failed", "child_workflow_initiated", b"child_workflow_initiated", "child_workflow_start_failed", b"child_workflow_start_failed", "child_workflow_started", b"child_workflow_started", "child_workflow_terminated", b"child_workflow_terminated", "child_workflow_timed_out", b"child_workflow_timed_out", "event_id", b"event_id", "event_time", b"event_time", "marker_recorded", b"marker_recorded", "search_attributes_upserted", b"search_attributes_upserted", "signal_received", b"signal_received", "timer_cancelled", b"timer_cancelled", "timer_fired", b"timer_fired", "timer_started", b"timer_started", "update_accepted", b"update_accepted", "update_completed", b"update_completed", "workflow_cancelled", b"workflow_cancelled", "workflow_completed", b"workflow_completed", "workflow_continued_as_new", b"workflow_continued_as_new", "workflow_failed", b"workflow_failed", "workflow_started", b"workflow_started", "workflow_task_completed", b"workflow_task_completed", "workflow_terminated", b"workflow_terminated", "workflow_timed_out", b"workflow_timed_out"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity_cancel_requested", b"activity_cancel_requested", "activity_cancelled", b"activity_cancelled", "activity_completed", b"activity_completed", "activity_failed", b"activity_failed", "activity_scheduled", b"activity_scheduled", "attributes", b"attributes", "cancel_requested", b"cancel_requested", "child_cancel_requested", b"child_cancel_requested", "child_workflow_cancelled", b"child_workflow_cancelled", "child_workflow_completed", b"child_workflow_completed", "child_workflow_failed", b"child_workflow_failed", "child_workflow_initiated", b"child_workflow_initiated", "child_workflow_start_failed", b"child_workflow_start_failed", "child_workflow_started", b"child_workflow_started", "child_workflow_terminated", b"child_workflow_terminated", "child_workflow_timed_out", b"child_workflow_timed_out", "event_id", b"event_id", "event_time", b"event_time", "external_signal_delivered", b"external_signal_delivered", "external_signal_failed", b"external_signal_failed", "external_signal_initiated", b"external_signal_initiated", "marker_recorded", b"marker_recorded", "search_attributes_upserted", b"search_attributes_upserted", "signal_received", b"signal_received", "timer_cancelled", b"timer_cancelled", "timer_fired", b"timer_fired", "timer_started", b"timer_started", "update_accepted", b"update_accepted", "update_completed", b"update_completed", "workflow_cancelled", b"workflow_cancelled", "workflow_completed", b"workflow_completed", "workflow_continued_as_new", b"workflow_continued_as_new", "workflow_failed", b"workflow_failed", "workflow_started", b"workflow_started", "workflow_task_completed", b"workflow_task_completed", "workflow_terminated", b"workflow_terminated", "workflow_timed_out", b"workflow_timed_out"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_attributes: _TypeAlias = _typing.Literal["workflow_started", "workflow_task_completed", "activity_scheduled", "activity_completed", "activity_failed", "timer_started", "timer_fired", "timer_cancelled", "signal_received", "cancel_requested", "workflow_completed", "workflow_failed", "workflow_cancelled", "workflow_terminated", "marker_recorded", "search_attributes_upserted", "workflow_timed_out", "update_accepted", "update_completed", "workflow_continued_as_new", "activity_cancel_requested", "activity_cancelled", "child_workflow_initiated", "child_cancel_requested", "child_workflow_started", "child_workflow_start_failed", "child_workflow_completed", "child_workflow_failed", "child_workflow_cancelled", "child_workflow_terminated", "child_workflow_timed_out"]  # noqa: Y015
+    _WhichOneofReturnType_attributes: _TypeAlias = _typing.Literal["workflow_started", "workflow_task_completed", "activity_scheduled", "activity_completed", "activity_failed", "timer_started", "timer_fired", "timer_cancelled", "signal_received", "cancel_requested", "workflow_completed", "workflow_failed", "workflow_cancelled", "workflow_terminated", "marker_recorded", "search_attributes_upserted", "workflow_timed_out", "update_accepted", "update_completed", "workflow_continued_as_new", "activity_cancel_requested", "activity_cancelled", "child_workflow_initiated", "child_cancel_requested", "child_workflow_started", "child_workflow_start_failed", "child_workflow_completed", "child_workflow_failed", "child_workflow_cancelled", "child_workflow_terminated", "child_workflow_timed_out", "external_signal_initiated", "external_signal_delivered", "external_signal_failed"]  # noqa: Y015
     _WhichOneofArgType_attributes: _TypeAlias = _typing.Literal["attributes", b"attributes"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_attributes) -> _WhichOneofReturnType_attributes | None: ...
 
@@ -903,6 +919,94 @@ class ChildCancelRequested(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ChildCancelRequested: _TypeAlias = ChildCancelRequested  # noqa: Y015
+
+@_typing.final
+class ExternalSignalInitiated(_message.Message):
+    """Workflow code sent a signal to another run (SignalExternalWorkflow)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SEQ_FIELD_NUMBER: _builtins.int
+    WORKFLOW_ID_FIELD_NUMBER: _builtins.int
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    SIGNAL_NAME_FIELD_NUMBER: _builtins.int
+    INPUT_FIELD_NUMBER: _builtins.int
+    seq: _builtins.int
+    workflow_id: _builtins.str
+    run_id: _builtins.str
+    """As the command named it (empty = the latest run of workflow_id)."""
+    signal_name: _builtins.str
+    @_builtins.property
+    def input(self) -> _payload_pb2.Payload: ...
+    def __init__(
+        self,
+        *,
+        seq: _builtins.int = ...,
+        workflow_id: _builtins.str = ...,
+        run_id: _builtins.str = ...,
+        signal_name: _builtins.str = ...,
+        input: _payload_pb2.Payload | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["input", b"input"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["input", b"input", "run_id", b"run_id", "seq", b"seq", "signal_name", b"signal_name", "workflow_id", b"workflow_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExternalSignalInitiated: _TypeAlias = ExternalSignalInitiated  # noqa: Y015
+
+@_typing.final
+class ExternalSignalDelivered(_message.Message):
+    """The signal reached run `run_id` (in the same transaction as its initiation)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SEQ_FIELD_NUMBER: _builtins.int
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    seq: _builtins.int
+    run_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        seq: _builtins.int = ...,
+        run_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["run_id", b"run_id", "seq", b"seq"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExternalSignalDelivered: _TypeAlias = ExternalSignalDelivered  # noqa: Y015
+
+@_typing.final
+class ExternalSignalFailed(_message.Message):
+    """The signal could not be delivered: `reason` NOT_FOUND (no such run) or
+    WORKFLOW_NOT_RUNNING (the run is closed).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SEQ_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    seq: _builtins.int
+    reason: _builtins.str
+    message: _builtins.str
+    def __init__(
+        self,
+        *,
+        seq: _builtins.int = ...,
+        reason: _builtins.str = ...,
+        message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["message", b"message", "reason", b"reason", "seq", b"seq"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExternalSignalFailed: _TypeAlias = ExternalSignalFailed  # noqa: Y015
 
 @_typing.final
 class ChildWorkflowStarted(_message.Message):

@@ -47,6 +47,7 @@ class Command(_message.Message):
     REQUEST_CANCEL_ACTIVITY_FIELD_NUMBER: _builtins.int
     START_CHILD_WORKFLOW_FIELD_NUMBER: _builtins.int
     REQUEST_CANCEL_CHILD_WORKFLOW_FIELD_NUMBER: _builtins.int
+    SIGNAL_EXTERNAL_WORKFLOW_FIELD_NUMBER: _builtins.int
     seq: _builtins.int
     @_builtins.property
     def schedule_activity(self) -> Global___ScheduleActivity: ...
@@ -86,6 +87,10 @@ class Command(_message.Message):
 
     @_builtins.property
     def request_cancel_child_workflow(self) -> Global___RequestCancelChildWorkflow: ...
+    @_builtins.property
+    def signal_external_workflow(self) -> Global___SignalExternalWorkflow:
+        """Signals to other runs (numbers 100-109)."""
+
     def __init__(
         self,
         *,
@@ -104,12 +109,13 @@ class Command(_message.Message):
         request_cancel_activity: Global___RequestCancelActivity | None = ...,
         start_child_workflow: Global___StartChildWorkflow | None = ...,
         request_cancel_child_workflow: Global___RequestCancelChildWorkflow | None = ...,
+        signal_external_workflow: Global___SignalExternalWorkflow | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["accept_update", b"accept_update", "cancel_timer", b"cancel_timer", "cancel_workflow", b"cancel_workflow", "complete_update", b"complete_update", "complete_workflow", b"complete_workflow", "continue_as_new", b"continue_as_new", "fail_workflow", b"fail_workflow", "kind", b"kind", "record_marker", b"record_marker", "request_cancel_activity", b"request_cancel_activity", "request_cancel_child_workflow", b"request_cancel_child_workflow", "schedule_activity", b"schedule_activity", "start_child_workflow", b"start_child_workflow", "start_timer", b"start_timer", "upsert_search_attributes", b"upsert_search_attributes"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["accept_update", b"accept_update", "cancel_timer", b"cancel_timer", "cancel_workflow", b"cancel_workflow", "complete_update", b"complete_update", "complete_workflow", b"complete_workflow", "continue_as_new", b"continue_as_new", "fail_workflow", b"fail_workflow", "kind", b"kind", "record_marker", b"record_marker", "request_cancel_activity", b"request_cancel_activity", "request_cancel_child_workflow", b"request_cancel_child_workflow", "schedule_activity", b"schedule_activity", "signal_external_workflow", b"signal_external_workflow", "start_child_workflow", b"start_child_workflow", "start_timer", b"start_timer", "upsert_search_attributes", b"upsert_search_attributes"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["accept_update", b"accept_update", "cancel_timer", b"cancel_timer", "cancel_workflow", b"cancel_workflow", "complete_update", b"complete_update", "complete_workflow", b"complete_workflow", "continue_as_new", b"continue_as_new", "fail_workflow", b"fail_workflow", "kind", b"kind", "record_marker", b"record_marker", "request_cancel_activity", b"request_cancel_activity", "request_cancel_child_workflow", b"request_cancel_child_workflow", "schedule_activity", b"schedule_activity", "seq", b"seq", "start_child_workflow", b"start_child_workflow", "start_timer", b"start_timer", "upsert_search_attributes", b"upsert_search_attributes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accept_update", b"accept_update", "cancel_timer", b"cancel_timer", "cancel_workflow", b"cancel_workflow", "complete_update", b"complete_update", "complete_workflow", b"complete_workflow", "continue_as_new", b"continue_as_new", "fail_workflow", b"fail_workflow", "kind", b"kind", "record_marker", b"record_marker", "request_cancel_activity", b"request_cancel_activity", "request_cancel_child_workflow", b"request_cancel_child_workflow", "schedule_activity", b"schedule_activity", "seq", b"seq", "signal_external_workflow", b"signal_external_workflow", "start_child_workflow", b"start_child_workflow", "start_timer", b"start_timer", "upsert_search_attributes", b"upsert_search_attributes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["schedule_activity", "start_timer", "cancel_timer", "complete_workflow", "fail_workflow", "cancel_workflow", "record_marker", "upsert_search_attributes", "accept_update", "complete_update", "continue_as_new", "request_cancel_activity", "start_child_workflow", "request_cancel_child_workflow"]  # noqa: Y015
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["schedule_activity", "start_timer", "cancel_timer", "complete_workflow", "fail_workflow", "cancel_workflow", "record_marker", "upsert_search_attributes", "accept_update", "complete_update", "continue_as_new", "request_cancel_activity", "start_child_workflow", "request_cancel_child_workflow", "signal_external_workflow"]  # noqa: Y015
     _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
 
@@ -469,6 +475,7 @@ class ActivationJob(_message.Message):
     DO_UPDATE_FIELD_NUMBER: _builtins.int
     RESOLVE_CHILD_WORKFLOW_START_FIELD_NUMBER: _builtins.int
     RESOLVE_CHILD_WORKFLOW_FIELD_NUMBER: _builtins.int
+    RESOLVE_SIGNAL_EXTERNAL_FIELD_NUMBER: _builtins.int
     event_id: _builtins.int
     """The history event this job comes from."""
     @_builtins.property
@@ -491,6 +498,10 @@ class ActivationJob(_message.Message):
 
     @_builtins.property
     def resolve_child_workflow(self) -> Global___ResolveChildWorkflowJob: ...
+    @_builtins.property
+    def resolve_signal_external(self) -> Global___ResolveSignalExternalJob:
+        """Signals to other runs (numbers 100-109)."""
+
     def __init__(
         self,
         *,
@@ -503,12 +514,13 @@ class ActivationJob(_message.Message):
         do_update: Global___DoUpdateJob | None = ...,
         resolve_child_workflow_start: Global___ResolveChildWorkflowStartJob | None = ...,
         resolve_child_workflow: Global___ResolveChildWorkflowJob | None = ...,
+        resolve_signal_external: Global___ResolveSignalExternalJob | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["cancel_workflow", b"cancel_workflow", "do_update", b"do_update", "fire_timer", b"fire_timer", "job", b"job", "resolve_activity", b"resolve_activity", "resolve_child_workflow", b"resolve_child_workflow", "resolve_child_workflow_start", b"resolve_child_workflow_start", "signal_workflow", b"signal_workflow", "start_workflow", b"start_workflow"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["cancel_workflow", b"cancel_workflow", "do_update", b"do_update", "fire_timer", b"fire_timer", "job", b"job", "resolve_activity", b"resolve_activity", "resolve_child_workflow", b"resolve_child_workflow", "resolve_child_workflow_start", b"resolve_child_workflow_start", "resolve_signal_external", b"resolve_signal_external", "signal_workflow", b"signal_workflow", "start_workflow", b"start_workflow"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cancel_workflow", b"cancel_workflow", "do_update", b"do_update", "event_id", b"event_id", "fire_timer", b"fire_timer", "job", b"job", "resolve_activity", b"resolve_activity", "resolve_child_workflow", b"resolve_child_workflow", "resolve_child_workflow_start", b"resolve_child_workflow_start", "signal_workflow", b"signal_workflow", "start_workflow", b"start_workflow"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cancel_workflow", b"cancel_workflow", "do_update", b"do_update", "event_id", b"event_id", "fire_timer", b"fire_timer", "job", b"job", "resolve_activity", b"resolve_activity", "resolve_child_workflow", b"resolve_child_workflow", "resolve_child_workflow_start", b"resolve_child_workflow_start", "resolve_signal_external", b"resolve_signal_external", "signal_workflow", b"signal_workflow", "start_workflow", b"start_workflow"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_job: _TypeAlias = _typing.Literal["start_workflow", "resolve_activity", "fire_timer", "signal_workflow", "cancel_workflow", "do_update", "resolve_child_workflow_start", "resolve_child_workflow"]  # noqa: Y015
+    _WhichOneofReturnType_job: _TypeAlias = _typing.Literal["start_workflow", "resolve_activity", "fire_timer", "signal_workflow", "cancel_workflow", "do_update", "resolve_child_workflow_start", "resolve_child_workflow", "resolve_signal_external"]  # noqa: Y015
     _WhichOneofArgType_job: _TypeAlias = _typing.Literal["job", b"job"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_job) -> _WhichOneofReturnType_job | None: ...
 
@@ -883,6 +895,67 @@ class RequestCancelChildWorkflow(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RequestCancelChildWorkflow: _TypeAlias = RequestCancelChildWorkflow  # noqa: Y015
+
+@_typing.final
+class SignalExternalWorkflow(_message.Message):
+    """Sends a signal to a run of this namespace (another one, or this one): run_id, or the
+    latest run of workflow_id when it is empty. The store delivers it in the transaction
+    that records this command (deduplicated by this run and seq).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKFLOW_ID_FIELD_NUMBER: _builtins.int
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    SIGNAL_NAME_FIELD_NUMBER: _builtins.int
+    INPUT_FIELD_NUMBER: _builtins.int
+    workflow_id: _builtins.str
+    run_id: _builtins.str
+    signal_name: _builtins.str
+    @_builtins.property
+    def input(self) -> _payload_pb2.Payload: ...
+    def __init__(
+        self,
+        *,
+        workflow_id: _builtins.str = ...,
+        run_id: _builtins.str = ...,
+        signal_name: _builtins.str = ...,
+        input: _payload_pb2.Payload | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["input", b"input"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["input", b"input", "run_id", b"run_id", "signal_name", b"signal_name", "workflow_id", b"workflow_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SignalExternalWorkflow: _TypeAlias = SignalExternalWorkflow  # noqa: Y015
+
+@_typing.final
+class ResolveSignalExternalJob(_message.Message):
+    """The signal of `seq` was delivered (failure unset) or not (no such run, or it is
+    closed: failure set, its type the reason).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SEQ_FIELD_NUMBER: _builtins.int
+    FAILURE_FIELD_NUMBER: _builtins.int
+    seq: _builtins.int
+    @_builtins.property
+    def failure(self) -> _payload_pb2.Failure: ...
+    def __init__(
+        self,
+        *,
+        seq: _builtins.int = ...,
+        failure: _payload_pb2.Failure | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["failure", b"failure"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["failure", b"failure", "seq", b"seq"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ResolveSignalExternalJob: _TypeAlias = ResolveSignalExternalJob  # noqa: Y015
 
 @_typing.final
 class ResolveChildWorkflowStartJob(_message.Message):

@@ -77,6 +77,11 @@ from durable_rpc.workflow._errors import (
     RestrictedOperationError,
     WorkflowTaskError,
 )
+from durable_rpc.workflow._external import (
+    ExternalSignalError,
+    ExternalWorkflowHandle,
+    get_external_workflow_handle,
+)
 from durable_rpc.workflow._logger import logger
 from durable_rpc.workflow._retry import RetryPolicy
 from durable_rpc.workflow._runtime import WorkflowInfo, WorkflowInstance
@@ -87,6 +92,9 @@ __all__ = [
     "ChildWorkflowHandle",
     "ChildWorkflowStartError",
     "ParentClosePolicy",
+    "ExternalSignalError",
+    "ExternalWorkflowHandle",
+    "get_external_workflow_handle",
     "execute_child_workflow",
     "start_child_workflow",
     "ActivityError",

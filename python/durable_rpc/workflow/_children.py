@@ -129,6 +129,14 @@ class ChildWorkflowHandle(Generic[_R]):
     def __await__(self) -> Generator[Any, None, _R]:
         return self.result().__await__()
 
+    async def signal(self, signal: Callable[..., Any] | str, *args: Any) -> None:
+        """Send ``signal`` to the child (its latest run: a child that continued-as-new
+        gets it too); returns once delivered. Raises ExternalSignalError when the child
+        already closed."""
+        from durable_rpc.workflow._external import send
+
+        await send(self._instance, self.id, "", signal, args)
+
     def cancel(self) -> None:
         """Request cancellation of the child (a RequestCancelChildWorkflow command; the
         child gets CancelRequested). Once per child; a no-op once it closed."""

@@ -12,7 +12,7 @@ from typing import Any
 from durable_rpc.search_attributes import from_proto as sa_from_proto
 from durable_rpc.search_attributes import to_proto as sa_to_proto
 from durable_rpc.v1 import payload_pb2, workflow_task_pb2
-from durable_rpc.workflow import _children, _sandbox
+from durable_rpc.workflow import _children, _external, _sandbox
 from durable_rpc.workflow._definition import WorkflowDefinition
 from durable_rpc.workflow._errors import RestrictedOperationError
 from durable_rpc.workflow._loop import WorkflowLoop, new_loop
@@ -44,6 +44,7 @@ class InstanceState:
         self._activities: dict[int, PendingActivity] = {}
         self._timers: dict[int, asyncio.Future[None]] = {}
         self._children: dict[int, _children.PendingChild] = {}
+        self._signals_sent: dict[int, _external.PendingSignal] = {}
         # Seqs whose awaiting code was cancelled: their late resolutions are expected.
         self._abandoned: set[int] = set()
         # Local activities waiting for their outcome, by seq (request, future, hint).

@@ -72,6 +72,12 @@ pub(crate) enum Recorded {
     ChildCancelRequested {
         child_seq: i64,
     },
+    /// A signal to another run: its target and name are the identity (not its input).
+    ExternalSignalInitiated {
+        seq: i64,
+        workflow_id: String,
+        signal_name: String,
+    },
 }
 
 impl Recorded {
@@ -124,6 +130,11 @@ impl Recorded {
             Attributes::ChildCancelRequested(c) => {
                 Recorded::ChildCancelRequested { child_seq: c.seq }
             }
+            Attributes::ExternalSignalInitiated(e) => Recorded::ExternalSignalInitiated {
+                seq: e.seq,
+                workflow_id: e.workflow_id.clone(),
+                signal_name: e.signal_name.clone(),
+            },
             _ => return None,
         })
     }
@@ -172,6 +183,11 @@ impl Recorded {
             },
             Kind::RequestCancelChildWorkflow(c) => Recorded::ChildCancelRequested {
                 child_seq: c.child_seq,
+            },
+            Kind::SignalExternalWorkflow(e) => Recorded::ExternalSignalInitiated {
+                seq: command.seq,
+                workflow_id: e.workflow_id.clone(),
+                signal_name: e.signal_name.clone(),
             },
         })
     }
@@ -243,6 +259,14 @@ impl fmt::Display for Recorded {
             Recorded::ChildCancelRequested { child_seq } => {
                 write!(f, "RequestCancelChildWorkflow(child_seq={child_seq})")
             }
+            Recorded::ExternalSignalInitiated {
+                seq,
+                workflow_id,
+                signal_name,
+            } => write!(
+                f,
+                "SignalExternalWorkflow(seq={seq}, id={workflow_id:?}, signal={signal_name:?})"
+            ),
         }
     }
 }
@@ -281,6 +305,9 @@ pub(crate) fn event_kind(attrs: &Attributes) -> &'static str {
         Attributes::ChildWorkflowTimedOut(_) => "child_workflow_timed_out",
         Attributes::ActivityCancelRequested(_) => "activity_cancel_requested",
         Attributes::ActivityCancelled(_) => "activity_cancelled",
+        Attributes::ExternalSignalInitiated(_) => "external_signal_initiated",
+        Attributes::ExternalSignalDelivered(_) => "external_signal_delivered",
+        Attributes::ExternalSignalFailed(_) => "external_signal_failed",
     }
 }
 

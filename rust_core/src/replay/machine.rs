@@ -13,7 +13,7 @@ use crate::proto::{resolve_child_workflow_job, Failure};
 use crate::proto::{
     Activation, ActivationCompletion, ActivationJob, CancelWorkflowJob, Command, DoUpdateJob,
     FireTimerJob, History, RecordedMarker, ResolveActivityJob, ResolveChildWorkflowJob,
-    ResolveChildWorkflowStartJob, SignalWorkflowJob, StartWorkflowJob,
+    ResolveChildWorkflowStartJob, ResolveSignalExternalJob, SignalWorkflowJob, StartWorkflowJob,
 };
 
 /// Written in descriptions when one side of a comparison has nothing.
@@ -276,6 +276,22 @@ impl ReplayMachine {
                 Attributes::ChildWorkflowTimedOut(c) => {
                     child_closed(c.seq, "timed_out", c.run_id, c.failure)
                 }
+                Attributes::ExternalSignalDelivered(delivered) => {
+                    Job::ResolveSignalExternal(ResolveSignalExternalJob {
+                        seq: delivered.seq,
+                        failure: None,
+                    })
+                }
+                Attributes::ExternalSignalFailed(failed) => {
+                    Job::ResolveSignalExternal(ResolveSignalExternalJob {
+                        seq: failed.seq,
+                        failure: Some(Failure {
+                            message: failed.message,
+                            r#type: failed.reason,
+                            ..Default::default()
+                        }),
+                    })
+                }
                 // Terminal, delivers nothing.
                 Attributes::WorkflowTerminated(_) | Attributes::WorkflowTimedOut(_) => continue,
                 // Command events were handled above.
@@ -292,7 +308,8 @@ impl ReplayMachine {
                 | Attributes::WorkflowContinuedAsNew(_)
                 | Attributes::ActivityCancelRequested(_)
                 | Attributes::ChildWorkflowInitiated(_)
-                | Attributes::ChildCancelRequested(_) => continue,
+                | Attributes::ChildCancelRequested(_)
+                | Attributes::ExternalSignalInitiated(_) => continue,
             };
             inputs.push(ActivationJob {
                 event_id: id,

@@ -32,6 +32,8 @@ mod error;
 mod machine;
 
 #[cfg(test)]
+mod test_support;
+#[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod tests_activity_cancel;
@@ -43,6 +45,8 @@ mod tests_continue;
 mod tests_markers;
 #[cfg(test)]
 mod tests_search;
+#[cfg(test)]
+mod tests_signals;
 #[cfg(test)]
 mod tests_updates;
 

@@ -2,42 +2,19 @@
 //! recorded `activity_cancel_requested` events, and `activity_cancelled` input events
 //! resolve the activity as cancelled.
 
-use prost_types::Timestamp;
-
+use super::test_support::{marker, numbered, ts};
 use super::*;
 use crate::proto::activation_job::Job;
 use crate::proto::command::Kind;
 use crate::proto::history_event::Attributes;
 use crate::proto::{
     ActivationCompletion, ActivityCancelRequested, ActivityCancelled, ActivityScheduled, Command,
-    History, HistoryEvent, RequestCancelActivity, ScheduleActivity, StartTimer, TimerFired,
-    TimerStarted, WorkflowStarted, WorkflowTaskCompleted,
+    History, RequestCancelActivity, ScheduleActivity, StartTimer, TimerFired, TimerStarted,
+    WorkflowStarted,
 };
 
-fn ts(seconds: i64) -> Timestamp {
-    Timestamp { seconds, nanos: 0 }
-}
-
 fn history(events: Vec<Attributes>) -> History {
-    History {
-        events: events
-            .into_iter()
-            .enumerate()
-            .map(|(i, a)| HistoryEvent {
-                event_id: i as i64 + 1,
-                event_time: Some(ts(1000)),
-                attributes: Some(a),
-            })
-            .collect(),
-    }
-}
-
-fn marker(last_seen: i64) -> Attributes {
-    Attributes::WorkflowTaskCompleted(WorkflowTaskCompleted {
-        last_seen_event_id: last_seen,
-        workflow_time: Some(ts(100)),
-        ..Default::default()
-    })
+    numbered(events)
 }
 
 fn schedule(seq: i64) -> Command {

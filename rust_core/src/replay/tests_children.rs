@@ -1,7 +1,6 @@
 //! Replay of child workflows.
 
-use prost_types::Timestamp;
-
+use super::test_support::{marker, numbered, ts};
 use super::*;
 use crate::proto::activation_job::Job;
 use crate::proto::command::Kind;
@@ -9,21 +8,9 @@ use crate::proto::history_event::Attributes;
 use crate::proto::resolve_child_workflow_job::Outcome;
 use crate::proto::{
     ActivationCompletion, ChildCancelRequested, ChildWorkflowFailed, ChildWorkflowInitiated,
-    ChildWorkflowStarted, Command, Failure, History, HistoryEvent, RequestCancelChildWorkflow,
-    StartChildWorkflow, WorkflowStarted, WorkflowTaskCompleted,
+    ChildWorkflowStarted, Command, Failure, History, RequestCancelChildWorkflow,
+    StartChildWorkflow, WorkflowStarted,
 };
-
-fn ts(seconds: i64) -> Timestamp {
-    Timestamp { seconds, nanos: 0 }
-}
-
-fn marker(last_seen: i64) -> Attributes {
-    Attributes::WorkflowTaskCompleted(WorkflowTaskCompleted {
-        last_seen_event_id: last_seen,
-        workflow_time: Some(ts(100)),
-        ..Default::default()
-    })
-}
 
 fn history() -> History {
     let events = [
@@ -55,17 +42,7 @@ fn history() -> History {
             }),
         }),
     ];
-    History {
-        events: events
-            .into_iter()
-            .enumerate()
-            .map(|(i, a)| HistoryEvent {
-                event_id: i as i64 + 1,
-                event_time: Some(ts(1000)),
-                attributes: Some(a),
-            })
-            .collect(),
-    }
+    numbered(events.into())
 }
 
 fn start_child(seq: i64, workflow_type: &str, id: &str) -> Command {

@@ -1,19 +1,14 @@
 //! Replay of continue-as-new.
 
-use prost_types::Timestamp;
-
+use super::test_support::{numbered, ts};
 use super::*;
 use crate::proto::activation_job::Job;
 use crate::proto::command::Kind;
 use crate::proto::history_event::Attributes;
 use crate::proto::{
-    ActivationCompletion, Command, CompleteWorkflow, ContinueAsNew, History, HistoryEvent, Payload,
+    ActivationCompletion, Command, CompleteWorkflow, ContinueAsNew, History, Payload,
     WorkflowContinuedAsNew, WorkflowStarted, WorkflowTaskCompleted,
 };
-
-fn ts(seconds: i64) -> Timestamp {
-    Timestamp { seconds, nanos: 0 }
-}
 
 fn history() -> History {
     let events = [
@@ -36,17 +31,7 @@ fn history() -> History {
             }),
         }),
     ];
-    History {
-        events: events
-            .into_iter()
-            .enumerate()
-            .map(|(i, a)| HistoryEvent {
-                event_id: i as i64 + 1,
-                event_time: Some(ts(1000)),
-                attributes: Some(a),
-            })
-            .collect(),
-    }
+    numbered(events.into())
 }
 
 fn continue_as_new(data: &[u8]) -> Command {

@@ -2,22 +2,17 @@
 
 use std::collections::HashMap;
 
-use prost_types::Timestamp;
-
+use super::test_support::{numbered, ts};
 use super::*;
 use crate::proto::activation_job::Job;
 use crate::proto::command::Kind;
 use crate::proto::history_event::Attributes;
 use crate::proto::search_attribute_value::Value;
 use crate::proto::{
-    ActivationCompletion, Command, History, HistoryEvent, Memo, Payload, SearchAttributeValue,
-    SearchAttributes, SearchAttributesUpserted, UpsertSearchAttributes, WorkflowStarted,
-    WorkflowTaskCompleted, WorkflowTimedOut,
+    ActivationCompletion, Command, History, Memo, Payload, SearchAttributeValue, SearchAttributes,
+    SearchAttributesUpserted, UpsertSearchAttributes, WorkflowStarted, WorkflowTaskCompleted,
+    WorkflowTimedOut,
 };
-
-fn ts(seconds: i64) -> Timestamp {
-    Timestamp { seconds, nanos: 0 }
-}
 
 fn attrs(pairs: &[(&str, Value)]) -> SearchAttributes {
     let mut indexed_fields = HashMap::new();
@@ -71,17 +66,7 @@ fn history(upserted: SearchAttributes, timed_out: bool) -> History {
             timeout_kind: "execution".into(),
         }));
     }
-    History {
-        events: events
-            .into_iter()
-            .enumerate()
-            .map(|(i, a)| HistoryEvent {
-                event_id: i as i64 + 1,
-                event_time: Some(ts(1000)),
-                attributes: Some(a),
-            })
-            .collect(),
-    }
+    numbered(events)
 }
 
 fn upsert(pairs: &[(&str, Value)]) -> Command {

@@ -1,21 +1,16 @@
 //! Replay of workflow updates: accepted updates are re-delivered from their recorded
 //! `update_accepted` events, and accept/complete commands are matched.
 
-use prost_types::Timestamp;
-
+use super::test_support::{marker, numbered, ts};
 use super::*;
 use crate::proto::activation_job::Job;
 use crate::proto::command::Kind;
 use crate::proto::history_event::Attributes;
 use crate::proto::{
     complete_update, update_completed, AcceptUpdate, ActivationCompletion, Command, CompleteUpdate,
-    DoUpdateJob, History, HistoryEvent, Payload, SignalReceived, UpdateAccepted, UpdateCompleted,
-    WorkflowStarted, WorkflowTaskCompleted,
+    DoUpdateJob, History, Payload, SignalReceived, UpdateAccepted, UpdateCompleted,
+    WorkflowStarted,
 };
-
-fn ts(seconds: i64) -> Timestamp {
-    Timestamp { seconds, nanos: 0 }
-}
 
 fn payload(data: &[u8]) -> Payload {
     Payload {
@@ -25,25 +20,7 @@ fn payload(data: &[u8]) -> Payload {
 }
 
 fn history(events: Vec<Attributes>) -> History {
-    History {
-        events: events
-            .into_iter()
-            .enumerate()
-            .map(|(i, a)| HistoryEvent {
-                event_id: i as i64 + 1,
-                event_time: Some(ts(1000)),
-                attributes: Some(a),
-            })
-            .collect(),
-    }
-}
-
-fn marker(last_seen: i64) -> Attributes {
-    Attributes::WorkflowTaskCompleted(WorkflowTaskCompleted {
-        last_seen_event_id: last_seen,
-        workflow_time: Some(ts(100)),
-        ..Default::default()
-    })
+    numbered(events)
 }
 
 fn started() -> Attributes {
