@@ -19,6 +19,7 @@ from durable_rpc.client._handle import (
     WorkflowInfo,
     WorkflowUpdateHandle,
     info_from_proto,
+    update_stage,
 )
 from durable_rpc.client._refs import signal_name, update_ref, workflow_ref
 from durable_rpc.errors import StoreUnavailableError, UpdateTimeoutError
@@ -207,8 +208,7 @@ class Client:
         ``update_id`` makes retries safe: a repeat finds the same run and the same update,
         whose handler runs once. A started run sees the update in its first activation.
         """
-        if wait_for not in ("accepted", "completed"):
-            raise ValueError("wait_for must be 'accepted' or 'completed'")
+        stage = update_stage(wait_for)
         workflow_type, defn_version, hint = workflow_ref(workflow)
         name, update_hint = update_ref(update)
         update_input = converter.encode_args(list(update_args))
@@ -222,11 +222,7 @@ class Client:
             update_name=name,
             update_input=payload_pb2.Payload(data=update_input),
             update_id=update_id or uuid.uuid4().hex,
-            wait_for=(
-                service_pb2.UPDATE_STAGE_ACCEPTED
-                if wait_for == "accepted"
-                else service_pb2.UPDATE_STAGE_COMPLETED
-            ),
+            wait_for=stage,
         )
         _start_options(request, memo, search_attributes, execution_timeout, run_timeout)
         wait = UPDATE_POLL_S if timeout is None else timeout

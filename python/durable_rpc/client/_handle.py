@@ -218,8 +218,7 @@ class WorkflowHandle:
     ) -> WorkflowUpdateHandle:
         """Send an update and wait until it reaches ``wait_for``; a handle whose
         ``result()`` waits for (or returns) its outcome. Raises like execute_update."""
-        if wait_for not in ("accepted", "completed"):
-            raise ValueError("wait_for must be 'accepted' or 'completed'")
+        stage = update_stage(wait_for)
         name, hint = update_ref(update)
         handle = WorkflowUpdateHandle(
             self,
@@ -227,11 +226,6 @@ class WorkflowHandle:
             name,
             converter.encode_args(args),
             result_type if result_type is not None else hint,
-        )
-        stage = (
-            service_pb2.UPDATE_STAGE_ACCEPTED
-            if wait_for == "accepted"
-            else service_pb2.UPDATE_STAGE_COMPLETED
         )
         await handle._wait(stage, timeout)
         return handle
@@ -305,6 +299,15 @@ class WorkflowHandle:
 
 # One UpdateWorkflow call waits at most this long on the server (its maximum is 60 s).
 UPDATE_POLL_S = 50.0
+
+
+def update_stage(wait_for: Literal["accepted", "completed"]) -> service_pb2.UpdateStage.ValueType:
+    """The UpdateStage a caller's ``wait_for`` names."""
+    if wait_for == "accepted":
+        return service_pb2.UPDATE_STAGE_ACCEPTED
+    if wait_for == "completed":
+        return service_pb2.UPDATE_STAGE_COMPLETED
+    raise ValueError("wait_for must be 'accepted' or 'completed'")
 
 
 class WorkflowUpdateHandle:

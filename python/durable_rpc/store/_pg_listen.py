@@ -40,25 +40,31 @@ BACKOFF_MAX_S = 2.0
 _KINDS: frozenset[str] = frozenset({"workflow", "activity", "query"})
 
 
+def _pair_lists(notes: Notes) -> tuple[tuple[str, list[tuple[str, str]]], ...]:
+    """The notes' lists of (namespace, id) pairs, by payload key."""
+    return (("c", notes.closed), ("a", notes.answered), ("u", notes.updates))
+
+
 def encode(origin: str, notes: Notes) -> list[str]:
     """The notes as JSON payloads of at most MAX_PAYLOAD bytes each."""
     items: list[tuple[str, Any]] = [("t", list(t)) for t in sorted(notes.tasks)]
-    items += [("c", list(c)) for c in notes.closed]
-    items += [("a", list(a)) for a in notes.answered]
-    items += [("u", list(u)) for u in notes.updates]
+    items += [(key, list(pair)) for key, pairs in _pair_lists(notes) for pair in pairs]
     payloads: list[str] = []
     current: dict[str, Any] = {"o": origin}
     if notes.due:
         current["d"] = min(notes.due)
     size = len(json.dumps(current))
+    held = 0  # items in ``current``
     for key, value in items:
         item_size = len(json.dumps(value)) + 8
-        if size + item_size > MAX_PAYLOAD and any(k in current for k in "tcau"):
+        if size + item_size > MAX_PAYLOAD and held:
             payloads.append(json.dumps(current, separators=(",", ":")))
             current = {"o": origin}
             size = len(json.dumps(current))
+            held = 0
         current.setdefault(key, []).append(value)
         size += item_size
+        held += 1
     payloads.append(json.dumps(current, separators=(",", ":")))
     return payloads
 
@@ -73,12 +79,8 @@ def decode(payload: str) -> tuple[str, Notes] | None:
                 notes.tasks.add((str(namespace), str(queue), kind))
         if data.get("d") is not None:
             notes.due.add(int(data["d"]))
-        for namespace, run_id in data.get("c", ()):
-            notes.closed.append((str(namespace), str(run_id)))
-        for namespace, query_id in data.get("a", ()):
-            notes.answered.append((str(namespace), str(query_id)))
-        for namespace, update_id in data.get("u", ()):
-            notes.updates.append((str(namespace), str(update_id)))
+        for key, pairs in _pair_lists(notes):
+            pairs.extend((str(namespace), str(ident)) for namespace, ident in data.get(key, ()))
         return str(data["o"]), notes
     except (ValueError, KeyError, TypeError):
         return None

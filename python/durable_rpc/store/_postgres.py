@@ -395,13 +395,13 @@ class PostgresStore(SqlStore):
                 self._pool.release(conn, discard=discard)
             if write:
                 self._count(failed=False)
-                return result, tx.notes if _has_notes(tx.notes) else None
+                return result, tx.notes if tx.notes else None
             return result, None
 
     def _commit(self, conn: psycopg.Connection[Any], notes: Notes | None) -> None:
         """COMMIT, preceded by the NOTIFYs of the notes (one round trip)."""
         statements: list[sql.Composable] = []
-        if notes is not None and _has_notes(notes):
+        if notes:
             statements.extend(notify_statements(self._channel, encode(self.origin, notes)))
         statements.append(sql.SQL("COMMIT"))
         conn.execute(sql.SQL("; ").join(statements))
@@ -422,10 +422,6 @@ class PostgresStore(SqlStore):
             notes.deliver(listener)
         except Exception:
             _log.exception("store listener failed")
-
-
-def _has_notes(notes: Notes) -> bool:
-    return bool(notes)
 
 
 def _rollback(conn: psycopg.Connection[Any]) -> bool:

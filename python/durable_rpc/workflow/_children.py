@@ -23,6 +23,7 @@ from durable_rpc.activity._failure import application_error_from_failure
 from durable_rpc.search_attributes import memo_to_proto
 from durable_rpc.search_attributes import to_proto as sa_to_proto
 from durable_rpc.v1 import payload_pb2, workflow_task_pb2
+from durable_rpc.workflow._external import send
 
 if TYPE_CHECKING:
     from durable_rpc.workflow._runtime import WorkflowInstance
@@ -133,8 +134,6 @@ class ChildWorkflowHandle(Generic[_R]):
         """Send ``signal`` to the child (its latest run: a child that continued-as-new
         gets it too); returns once delivered. Raises ExternalSignalError when the child
         already closed."""
-        from durable_rpc.workflow._external import send
-
         await send(self._instance, self.id, "", signal, args)
 
     def cancel(self) -> None:
