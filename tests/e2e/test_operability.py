@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -11,6 +12,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+from durable_rpc import Client
 from tests.e2e.conftest import ROOT, ServerProcess
 
 
@@ -81,3 +83,15 @@ def test_cli_drives_a_run_with_tables_and_json(server: ServerProcess) -> None:
     assert result.returncode == 2 and "terminated" in result.stderr
     missing = cli(server, "describe", "no-such-run")
     assert missing.returncode != 0 and "NOT_FOUND" in missing.stderr
+
+
+async def test_a_burst_of_concurrent_calls_is_served(client: Client) -> None:
+    # Three times grpc's default limit of calls pending in its core (1,000), on one channel.
+    async def start(index: int) -> str:
+        handle = await client.start_workflow(
+            "Greeter", "Ada", id=f"burst-{index}", task_queue="burst"
+        )
+        return handle.run_id
+
+    run_ids = await asyncio.gather(*(start(index) for index in range(3000)))
+    assert len(set(run_ids)) == 3000
