@@ -8,7 +8,9 @@ return short strings):
 - latency: p50/p99 of --sequential runs started one after another (start -> result);
 - throughput: --workflows runs started concurrently, workflows/s until all complete
   (best and median of --reps);
-- peak RSS (VmHWM) of the server and the worker process.
+- peak RSS (VmHWM) of the server and the worker process;
+- CPU per workflow over the whole run, from /proc: the server(s), the worker, this process
+  (the client) and, on PostgreSQL, every postgres process (a cluster on this machine).
 
     python bench/e2e_bench.py [--workflows 500] [--json]
 """
@@ -32,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from _checkout import child_env
+from _proc import cpu_s, peak_rss_mib, postgres_cpu_s
 from bench_stores import connect, database, server_commands, target
 
 from durable_rpc import (
@@ -72,11 +75,18 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def peak_rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
+def cpu_by_process(
+    servers: list[subprocess.Popen[bytes]], worker: subprocess.Popen[bytes], store: str
+) -> dict[str, float]:
+    """CPU seconds so far of each kind of process of the benchmark."""
+    cpu = {
+        "server": sum(cpu_s(server.pid) for server in servers),
+        "worker": cpu_s(worker.pid),
+        "client": time.process_time(),
+    }
+    if store == "postgres":
+        cpu["postgres"] = postgres_cpu_s()
+    return cpu
 
 
 def percentile(values: list[float], pct: float) -> float:
@@ -191,7 +201,13 @@ def main() -> int:
             assert worker.stdout is not None
             if worker.stdout.readline().strip() != b"worker ready":
                 raise SystemExit("worker did not start")
+            cpu = cpu_by_process(servers, worker, args.store)
             figures = run_event_loop(measure(address, queue, args, db_url))
+            cpu_after = cpu_by_process(servers, worker, args.store)
+            ran = args.warmup + args.sequential + args.reps * args.workflows
+            figures["cpu_ms_per_workflow"] = {
+                name: round((cpu_after[name] - cpu[name]) / ran * 1e3, 2) for name in cpu
+            }
             figures["server_peak_rss_mib"] = max(peak_rss_mib(s.pid) for s in servers)
             figures["worker_peak_rss_mib"] = peak_rss_mib(worker.pid)
         finally:
@@ -225,6 +241,8 @@ def main() -> int:
             f"peak RSS: server {figures['server_peak_rss_mib']:.0f} MiB, worker "
             f"{figures['worker_peak_rss_mib']:.0f} MiB"
         )
+        cpu = figures["cpu_ms_per_workflow"]
+        print("CPU per workflow: " + ", ".join(f"{name} {ms:.2f} ms" for name, ms in cpu.items()))
     return 0
 
 

@@ -38,11 +38,11 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import _checkout  # noqa: F401  (first: makes durable_rpc this checkout's code)
 import psycopg
+from _proc import postgres_cpu_s
 from bench_stores import database
 
 from durable_rpc.store import open_store
@@ -345,21 +345,6 @@ def one_workflow(cur: psycopg.Cursor[Any], way: Way, queue: str, worker: str) ->
         "SELECT status FROM runs WHERE namespace = 'default' AND run_id = %s", (run,)
     ).fetchone()
     assert status == ("completed",), status
-
-
-def postgres_cpu_s() -> float:
-    """CPU of every postgres process on this machine (the cluster's backends and helpers)."""
-    total = 0
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            text = stat.read_text()
-        except OSError:
-            continue  # exited meanwhile
-        name, rest = text.split("(", 1)[1].rsplit(")", 1)
-        if name == "postgres":
-            fields = rest.split()
-            total += int(fields[11]) + int(fields[12])
-    return total / os.sysconf("SC_CLK_TCK")
 
 
 def run_way(url: str, way: Way, workflows: int, threads: int) -> dict[str, float]:

@@ -23,14 +23,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 import psycopg
+from _proc import cpu_s
 from bench_stores import database
 
 SCHEMA = """
@@ -134,11 +133,6 @@ def seed(conn: psycopg.Connection[Any], ops: int) -> list[int]:
     return [row[0] for row in rows]
 
 
-def backend_cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def by_statements(conn: psycopg.Connection[Any], task: int, sql: dict[str, str]) -> None:
     cur = conn.cursor()
     cur.execute(f"BEGIN; SELECT {NOW}")
@@ -197,7 +191,7 @@ def measure(url: str, ops: int) -> dict[str, dict[str, float]]:
             conn.execute("TRUNCATE runs, tasks, history RESTART IDENTITY")
             tasks = seed(conn, ops)
             conn.execute("VACUUM ANALYZE")  # both ways start from the same table state
-            wall, cpu, backend = time.perf_counter(), time.process_time(), backend_cpu_s(pid)
+            wall, cpu, backend = time.perf_counter(), time.process_time(), cpu_s(pid)
             for task in tasks:
                 if way == "statements":
                     by_statements(conn, task, sql)
@@ -207,7 +201,7 @@ def measure(url: str, ops: int) -> dict[str, dict[str, float]]:
                     by_function(conn, task)
             figures = {
                 "client_cpu_us": (time.process_time() - cpu) / ops * 1e6,
-                "backend_cpu_us": (backend_cpu_s(pid) - backend) / ops * 1e6,
+                "backend_cpu_us": (cpu_s(pid) - backend) / ops * 1e6,
                 "wall_us": (time.perf_counter() - wall) / ops * 1e6,
             }
             events = conn.execute("SELECT count(*) FROM history").fetchone()
