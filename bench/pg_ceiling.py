@@ -1,16 +1,18 @@
-"""The database work of the hello workload alone, on the store's real PostgreSQL schema.
+"""The hello workload's database work alone, on the store's real PostgreSQL schema.
 
 What is the most workflows/s this machine's PostgreSQL can carry if the server, worker
 and client cost nothing? The script runs only the database side of each workflow of
-``e2e_bench`` — the store's own tables and indexes (migrated by ``PostgresStore``), the
-same row writes per operation as the store's statements — from several threads at once
-until both cores are busy, two ways:
+``e2e_bench`` — the store's own tables and indexes (migrated by ``PostgresStore``) — with
+eight workflows in flight until both cores are busy, three ways:
 
-- ``statements``: each operation as the store sends it today: ``BEGIN`` with the clock,
-  its statements one round trip each, ``COMMIT`` (with the ``NOTIFY`` when it has one);
+- ``store``: the store's own operations, called as the server calls them (no gRPC);
+- ``statements``: the same row writes as the store's statements, sent as the store sends
+  them (``BEGIN`` with the clock, a round trip per statement, ``COMMIT`` with the
+  ``NOTIFY`` when it has one) from a bare driver: what the database work costs without
+  the store's Python around it;
 - ``function``: each operation as one autocommitted call of a PL/pgSQL function holding
-  the same statements (the one-call plan of docs/scale-out.md, at its best: the server
-  has nothing left to compute between them).
+  those statements (the one-call plan of docs/scale-out.md, at its best: the server has
+  nothing left to compute between them).
 
 A workflow is six operations: start (run, start request, two events, workflow task),
 workflow-task claim (lease, attempt, history read), its completion (fence, run lock, two
@@ -18,8 +20,8 @@ checks, queue and lease the first activity, three events), the first activity's 
 with the next decision (the same shape), the second's with the closing decision (fence,
 run lock, three events, close, cancel leftovers), and the result read.
 
-It prints throughput and CPU per workflow: this process (the driver work a server would
-do) and every PostgreSQL process (from /proc: the cluster must run on this machine).
+It prints throughput and CPU per workflow: this process (the store or the driver: work a
+server would do) and every PostgreSQL process (from /proc: the cluster must run here).
 
     python bench/pg_ceiling.py [--pg-url URL] [--workflows 3000] [--threads 8] [--json]
 """
@@ -45,7 +47,8 @@ import psycopg
 from _proc import postgres_cpu_s
 from bench_stores import database
 
-from durable_rpc.store import open_store
+from durable_rpc.store import EagerActivities, InlineWorkflowTask, Store, open_store
+from durable_rpc.v1 import options_pb2, payload_pb2, workflow_task_pb2
 
 NOW = "(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::bigint"
 NS = "'default'"
@@ -347,6 +350,28 @@ def one_workflow(cur: psycopg.Cursor[Any], way: Way, queue: str, worker: str) ->
     assert status == ("completed",), status
 
 
+class Meter:
+    """Wall time, this process's CPU (the driver, or the store) and PostgreSQL's CPU."""
+
+    def start(self) -> None:
+        self.wall, self.client, self.backend = (
+            time.perf_counter(),
+            time.process_time(),
+            postgres_cpu_s(),
+        )
+
+    def figures(self, done: int) -> dict[str, float]:
+        wall = time.perf_counter() - self.wall
+        client = time.process_time() - self.client
+        backend = postgres_cpu_s() - self.backend
+        return {
+            "workflows_per_s": done / wall,
+            "client_cpu_ms_per_workflow": client / done * 1e3,
+            "postgres_cpu_ms_per_workflow": backend / done * 1e3,
+            "total_cpu_ms_per_workflow": (client + backend) / done * 1e3,
+        }
+
+
 def run_way(url: str, way: Way, workflows: int, threads: int) -> dict[str, float]:
     connections = [psycopg.connect(url, autocommit=True) for _ in range(threads)]
     per_thread = workflows // threads
@@ -361,24 +386,85 @@ def run_way(url: str, way: Way, workflows: int, threads: int) -> dict[str, float
             errors.append(exc)
 
     workers = [threading.Thread(target=drive, args=(i,)) for i in range(threads)]
-    wall, client, backend = time.perf_counter(), time.process_time(), postgres_cpu_s()
+    meter = Meter()
+    meter.start()
     for worker in workers:
         worker.start()
     for worker in workers:
         worker.join()
-    wall, client = time.perf_counter() - wall, time.process_time() - client
-    backend = postgres_cpu_s() - backend
+    figures = meter.figures(per_thread * threads)
     for conn in connections:
         conn.close()
     if errors:
         raise errors[0]
-    done = per_thread * threads
-    return {
-        "workflows_per_s": done / wall,
-        "client_cpu_ms_per_workflow": client / done * 1e3,
-        "postgres_cpu_ms_per_workflow": backend / done * 1e3,
-        "total_cpu_ms_per_workflow": (client + backend) / done * 1e3,
-    }
+    return figures
+
+
+def _schedule_activity(seq: int) -> workflow_task_pb2.Command:
+    options = options_pb2.ActivityOptions()
+    options.start_to_close_timeout.FromMilliseconds(30_000)
+    return workflow_task_pb2.Command(
+        seq=seq,
+        schedule_activity=workflow_task_pb2.ScheduleActivity(
+            activity_type="say_hello", input=payload_pb2.Payload(data=b"bench"), options=options
+        ),
+    )
+
+
+async def store_workflow(store: Store, queue: str, worker: str) -> None:
+    """The same workflow through the store's own operations (what the server calls)."""
+    workflow, data = uuid.uuid4().hex, payload_pb2.Payload(data=b"Hello").SerializeToString()
+    started = await store.start_workflow("default", workflow, "hello", "", queue, data, workflow)
+    task = await store.claim_workflow_task("default", queue, worker, 30_000)
+    assert task is not None, "the workflow task was claimed"
+    eager = EagerActivities(queue, frozenset({"say_hello"}), 1)
+    decided = await store.complete_workflow_task_tracked(
+        "default", task.lease, len(task.events), [_schedule_activity(1)], eager=eager
+    )
+    [first] = decided.eager_activities
+    middle = await store.complete_activity_task_inline(
+        "default",
+        first.lease,
+        data,
+        inline=InlineWorkflowTask(
+            started.run_id, decided.history_length, [_schedule_activity(2)], eager=eager
+        ),
+    )
+    assert middle.inline is not None, "the first result carried the next decision"
+    [second] = middle.inline.eager_activities
+    close = workflow_task_pb2.Command(
+        seq=3, complete_workflow=workflow_task_pb2.CompleteWorkflow(result=payload_pb2.Payload())
+    )
+    await store.complete_activity_task_inline(
+        "default",
+        second.lease,
+        data,
+        inline=InlineWorkflowTask(started.run_id, middle.inline.history_length, [close]),
+    )
+    outcome = await store.get_outcome("default", workflow, started.run_id)
+    assert outcome.status == "completed", outcome.status
+
+
+def run_store(url: str, workflows: int, concurrency: int) -> dict[str, float]:
+    per_loop = workflows // concurrency
+
+    async def drive() -> dict[str, float]:
+        store = open_store(url)
+        await store.open()
+        try:
+            meter = Meter()
+            meter.start()
+
+            async def loop(index: int) -> None:
+                for _ in range(per_loop):
+                    await store_workflow(store, f"s{index}", f"w{index}")
+
+            await asyncio.gather(*(loop(index) for index in range(concurrency)))
+            return meter.figures(per_loop * concurrency)
+        finally:
+            await store.close()
+
+    return asyncio.run(drive())
 
 
 def measure(url: str, workflows: int, threads: int, rounds: int) -> dict[str, Any]:
@@ -391,16 +477,21 @@ def measure(url: str, workflows: int, threads: int, rounds: int) -> dict[str, An
     with psycopg.connect(url, autocommit=True) as conn:
         for operation in OPERATIONS:
             conn.execute(_as_function(operation))
-    ways: dict[str, Way] = {"statements": by_statements, "function": by_function}
+    ways: dict[str, Callable[[], dict[str, float]]] = {
+        "store": lambda: run_store(url, workflows, threads),
+        "statements": lambda: run_way(url, by_statements, workflows, threads),
+        "function": lambda: run_way(url, by_function, workflows, threads),
+    }
     results: dict[str, list[dict[str, float]]] = {name: [] for name in ways}
     run_way(url, by_function, threads * 20, threads)  # warm the caches
+    run_store(url, threads * 20, threads)
     with psycopg.connect(url, autocommit=True) as conn:
         # Statistics, as autovacuum gathers them within a minute: plans made for the empty
         # tables of a fresh database look runs up by scanning their namespace.
         conn.execute("ANALYZE")
     for _ in range(rounds):
-        for name, way in ways.items():  # interleaved: the tables grow alike for both
-            results[name].append(run_way(url, way, workflows, threads))
+        for name, run in ways.items():  # interleaved: the tables grow alike for each
+            results[name].append(run())
     return {
         name: max(runs, key=lambda figures: figures["workflows_per_s"])
         | {"workflows_per_s_runs": [round(r["workflows_per_s"], 1) for r in runs]}
