@@ -120,7 +120,11 @@ class _PgTx(Tx):
 
     def _fetch(self, sql_: str, params: Sequence[Any]) -> list[Row]:
         cursor = self._cursor.execute(_to_pg(sql_), tuple(params))
-        if cursor.description is None:
+        # No result set (an UPDATE without RETURNING): no columns. Cheaper than asking for
+        # ``cursor.description``, which builds a Column object per column (~6% of the
+        # store's CPU, py-spy).
+        result = cursor.pgresult
+        if result is None or not result.nfields:
             return []
         rows: list[Row] = cursor.fetchall()
         return rows
