@@ -106,6 +106,8 @@ class Listener:
         self._kwargs = connect_kwargs
         self._channel = channel
         self._origin = origin
+        #: How encode() begins this store's payloads (the origin is their first key).
+        self._own_prefix = json.dumps({"o": origin}, separators=(",", ":"))[:-1]
         self._listener = listener
         self._task: asyncio.Task[None] | None = None
         self._ready = asyncio.Event()
@@ -158,6 +160,8 @@ class Listener:
                     await conn.close()
 
     def _on_payload(self, payload: str) -> None:
+        if payload.startswith(self._own_prefix):
+            return  # this store's own change, delivered locally after its commit
         decoded = decode(payload)
         if decoded is None:
             _log.warning("ignoring an unknown notification payload: %.200s", payload)
