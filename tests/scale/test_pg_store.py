@@ -38,6 +38,7 @@ from tests.store.helpers import (
     schedule,
     start,
     timer,
+    wait_db_time,
 )
 
 pytestmark = pytest.mark.timeout(120)
@@ -67,7 +68,10 @@ async def test_listener_hears_changes_committed_by_another_replica(open_pg: Open
     await heard.wait_for(lambda: (NS, run_id) in heard.closed, "B's run closing")
 
     # B heard its own changes once: locally after the commit, not again through LISTEN.
-    await asyncio.sleep(0.3)
+    # Notifications arrive in commit order: once B hears A's later start, any echo of
+    # B's own changes would have arrived before it.
+    await start(a, "barrier", queue="barrier-queue")
+    await own.wait_for(lambda: (NS, "barrier-queue", "workflow") in own.tasks, "A's start")
     assert own.closed == [(NS, run_id)]
     assert own.tasks.count((NS, QUEUE, "workflow")) == 1
 
@@ -205,9 +209,12 @@ async def test_expired_activity_attempts_are_processed_once(open_pg: OpenPg) -> 
     options = activity_options(start_to_close_ms=200, non_idempotent=True)
     for i in range(runs):
         await _run_with(a, f"act-{i}", [schedule(1, options=options)])
+    expiries = []
     for i in range(runs):
-        assert await (a if i % 2 else b).claim_activity_task(NS, QUEUE, f"w{i}", []) is not None
-    await asyncio.sleep(0.3)
+        attempt = await (a if i % 2 else b).claim_activity_task(NS, QUEUE, f"w{i}", [])
+        assert attempt is not None
+        expiries.append(attempt.lease_expires_at_ms)
+    await wait_db_time(a, max(expiries) + 1)  # every attempt is past its deadline
     expired = 0
     for _ in range(20):
         reports = await asyncio.gather(*(s.process_due() for s in (a, b, a, b)))
