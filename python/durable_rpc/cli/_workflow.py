@@ -86,10 +86,28 @@ common = [
 ]
 
 
-def with_common(fn: Callable[..., Any]) -> Callable[..., Any]:
-    for option in reversed(common):
-        fn = option(fn)
-    return fn
+#: The options of every command that may start a run (start, signal- and update-with-start).
+start_options = [
+    click.option(
+        "--id", "workflow_id", required=True, help="Workflow id (unique among open runs)."
+    ),
+    click.option("--task-queue", required=True),
+    click.option("--input", "input_json", default="[]", help="JSON array: the start arguments."),
+    click.option("--version", default="1", show_default=True),
+]
+
+
+def _with(options: list[Callable[[Any], Any]]) -> Callable[[Callable[..., Any]], Any]:
+    def decorate(fn: Callable[..., Any]) -> Any:
+        for option in reversed(options):
+            fn = option(fn)
+        return fn
+
+    return decorate
+
+
+with_common = _with(common)
+with_start_options = _with(start_options)
 
 
 @click.group()
@@ -99,10 +117,7 @@ def workflow() -> None:
 
 @workflow.command()
 @click.argument("workflow_type")
-@click.option("--id", "workflow_id", required=True, help="Workflow id (unique among open runs).")
-@click.option("--task-queue", required=True)
-@click.option("--input", "input_json", default="[]", help="JSON array of arguments.")
-@click.option("--version", default="1", show_default=True)
+@with_start_options
 @click.option("--request-id", default=None, help="Idempotency key (default: random).")
 @with_common
 def start(
@@ -117,9 +132,7 @@ def start(
     as_json: bool,
 ) -> None:
     """Start a run of WORKFLOW_TYPE."""
-    args = json.loads(input_json)
-    if not isinstance(args, list):
-        args = [args]
+    args = _json_args(input_json)
     handle = _run(
         address,
         namespace,
@@ -347,11 +360,8 @@ def update(
 @workflow.command(name="update-with-start")
 @click.argument("workflow_type")
 @click.argument("update_name")
-@click.option("--id", "workflow_id", required=True, help="Workflow id.")
-@click.option("--task-queue", required=True)
-@click.option("--input", "input_json", default="[]", help="JSON array: start arguments.")
+@with_start_options
 @click.option("--update-input", "update_json", default="[]", help="JSON array: update args.")
-@click.option("--version", default="1", show_default=True)
 @click.option("--update-id", default=None, help="Deduplication key (default: random).")
 @click.option(
     "--timeout", type=float, default=None, help="Seconds to wait (default: as long as it takes)."
@@ -399,11 +409,8 @@ def update_with_start(
 @workflow.command(name="signal-with-start")
 @click.argument("workflow_type")
 @click.argument("signal_name")
-@click.option("--id", "workflow_id", required=True, help="Workflow id.")
-@click.option("--task-queue", required=True)
-@click.option("--input", "input_json", default="[]", help="JSON array: start arguments.")
+@with_start_options
 @click.option("--signal-input", "signal_json", default="[]", help="JSON array: signal args.")
-@click.option("--version", default="1", show_default=True)
 @click.option("--request-id", default=None, help="Deduplication key (default: random).")
 @with_common
 def signal_with_start(
