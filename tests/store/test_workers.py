@@ -28,18 +28,42 @@ async def test_run_is_pinned_to_the_registered_fingerprint(store: Store) -> None
     )
 
 
-async def test_changed_fingerprint_is_refused_unless_allowed(store: Store) -> None:
+async def test_changed_fingerprint_is_refused_only_while_open_runs_are_pinned(
+    store: Store,
+) -> None:
     await register(store, "w1", "fp-1")
     await register(store, "w2", "fp-1")  # same code: fine
-    with pytest.raises(DefinitionChangedError):
-        await register(store, "w3", "fp-2")
+    await register(store, "w2", "fp-2")  # no run is pinned to fp-1: the new code takes over
+    await start(store, "pinned")
+    assert events(await history(store, "pinned"))[0].workflow_started.definition_fingerprint == (
+        "fp-2"
+    )
+    with pytest.raises(DefinitionChangedError) as refused:
+        await register(store, "w3", "fp-3")
+    message = str(refused.value)
+    assert "1 open run is pinned" in message
+    assert "new version" in message
+    assert "workflow.patched" in message
+    assert "allow_definition_change=True" in message
     await start(store, "still-old")
     assert events(await history(store, "still-old"))[0].workflow_started.definition_fingerprint == (
-        "fp-1"
+        "fp-2"
     )
-    await register(store, "w3", "fp-2", allow=True)
+    with pytest.raises(DefinitionChangedError, match="2 open runs are pinned"):
+        await register(store, "w3", "fp-3")
+    await register(store, "w3", "fp-3", allow=True)
     await start(store, "new")
-    assert events(await history(store, "new"))[0].workflow_started.definition_fingerprint == "fp-2"
+    assert events(await history(store, "new"))[0].workflow_started.definition_fingerprint == "fp-3"
+    # Once the runs pinned to other code close, nothing can be reinterpreted any more.
+    with pytest.raises(DefinitionChangedError, match="3 open runs are pinned"):
+        await register(store, "w4", "fp-4")
+    for workflow_id in ("pinned", "still-old", "new"):
+        await store.terminate(NS, workflow_id, None, "done")
+    await register(store, "w4", "fp-4")
+    await start(store, "newest")
+    assert events(await history(store, "newest"))[0].workflow_started.definition_fingerprint == (
+        "fp-4"
+    )
 
 
 async def test_definition_available_follows_live_workers(store: Store) -> None:

@@ -49,11 +49,11 @@ class _WorkerOps(_SqlOpsBase):
                         (namespace, name, version, fingerprint, now),
                     )
                 elif known != fingerprint:
-                    if not allow_definition_change:
-                        raise DefinitionChangedError(
-                            f"definition ({name!r}, {version!r}) is registered with "
-                            f"fingerprint {known!r}, not {fingerprint!r}"
-                        )
+                    pinned = _open_runs_pinned_elsewhere(tx, namespace, name, version, fingerprint)
+                    if pinned and not allow_definition_change:
+                        raise DefinitionChangedError(_changed_message(name, version, pinned))
+                    # No open run is pinned to other code (or the operator overrode it):
+                    # nothing can be reinterpreted, so the new code simply takes over.
                     tx.run(
                         "UPDATE definitions SET fingerprint = ?, registered_at_ms = ? "
                         "WHERE namespace = ? AND name = ? AND version = ?",
@@ -115,3 +115,31 @@ class _WorkerOps(_SqlOpsBase):
             )
 
         await self._write(op)
+
+
+def _open_runs_pinned_elsewhere(
+    tx: Tx, namespace: str, name: str, version: str, fingerprint: str
+) -> int:
+    """Open runs of ``(name, version)`` pinned to code other than ``fingerprint``: the
+    runs a changed definition could reinterpret. Runs started before any worker
+    registered the definition are pinned to nothing ('') and never block."""
+    count = tx.value(
+        "SELECT COUNT(*) FROM runs WHERE namespace = ? AND workflow_type = ? "
+        "AND workflow_version = ? AND status = 'running' "
+        "AND definition_fingerprint <> '' AND definition_fingerprint <> ?",
+        (namespace, name, version, fingerprint),
+    )
+    return int(count or 0)
+
+
+def _changed_message(name: str, version: str, pinned: int) -> str:
+    runs = "1 open run is" if pinned == 1 else f"{pinned} open runs are"
+    return (
+        f"workflow ({name!r}, version {version!r}) changed its code, and {runs} pinned to "
+        "the code it replaces (comments, docstrings and formatting never count; this is "
+        "a change of behaviour). Ways out: register the new code under a new version "
+        "(@workflow.defn(version=...)) and keep the old one deployed until its runs "
+        "close; guard the change with workflow.patched(...) and register it with "
+        "Worker(..., allow_definition_change=True); or, if the change cannot alter a "
+        "running history, pass allow_definition_change=True alone"
+    )

@@ -4,13 +4,13 @@
 from __future__ import annotations
 
 import functools
-import hashlib
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar, overload
 
 from durable_rpc.converter import arg_and_result_hints
+from durable_rpc.workflow._fingerprint import fingerprint
 
 _C = TypeVar("_C", bound=type)
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -77,18 +77,6 @@ class WorkflowDefinition:
     updates: Mapping[str, UpdateDefinition] = field(default_factory=dict)
 
 
-def fingerprint(cls: type) -> str:
-    """SHA-256 of the class's source: a changed body under the same (name, version) is
-    a different graph, which the server refuses at registration."""
-    try:
-        source = inspect.getsource(cls)
-    except (OSError, TypeError):
-        # Classes built at runtime (or from a REPL) have no source: the qualified name
-        # is the best stable identity available.
-        source = f"{cls.__module__}.{cls.__qualname__}"
-    return hashlib.sha256(source.encode()).hexdigest()
-
-
 def _build(cls: _C, name: str | None, version: str) -> _C:
     runs = [m for m in vars(cls).values() if getattr(m, _RUN_ATTR, False)]
     if len(runs) != 1:
@@ -149,18 +137,35 @@ def _build(cls: _C, name: str | None, version: str) -> _C:
 @overload
 def defn(cls: _C, /) -> _C: ...
 @overload
-def defn(*, name: str | None = None, version: str = "1") -> Callable[[_C], _C]: ...
+def defn(*, name: str | None = None, version: str | int = "1") -> Callable[[_C], _C]: ...
 def defn(
-    cls: _C | None = None, /, *, name: str | None = None, version: str = "1"
+    cls: _C | None = None, /, *, name: str | None = None, version: str | int = "1"
 ) -> _C | Callable[[_C], _C]:
     """Mark a class as a workflow definition ``(name, version)``; name defaults to the
     class name. The class needs one ``@workflow.run`` async method and a no-argument
-    constructor; each run gets a fresh instance."""
-    if not version:
-        raise ValueError("workflow version must not be empty")
+    constructor; each run gets a fresh instance. ``version`` is a string; an int (the
+    natural spelling, ``version=2``) stands for its decimal string, so ``2`` and ``"2"``
+    are the same definition."""
+    version = _version_text(version)
+    if name is not None and (not isinstance(name, str) or not name):
+        raise TypeError(f"workflow name must be a non-empty str, not {name!r}")
     if cls is not None:
         return _build(cls, name, version)
     return functools.partial(_build, name=name, version=version)
+
+
+def _version_text(version: object) -> str:
+    """The wire form of a version, refused here rather than deep inside a later call."""
+    # bool is an int subclass; True is no version anyone meant.
+    if isinstance(version, int) and not isinstance(version, bool):
+        return str(version)
+    if not isinstance(version, str):
+        raise TypeError(
+            f"workflow version must be a str or an int, not {type(version).__name__} ({version!r})"
+        )
+    if not version:
+        raise ValueError("workflow version must not be empty")
+    return version
 
 
 def run(fn: _F) -> _F:
