@@ -45,4 +45,6 @@ if [ -z "${DURABLE_RPC_TEST_PG_URL:-}" ]; then
 fi
 
 step "pytest"
-python -m pytest -q -p no:cacheprovider "$@"
+# Each test's own timeout (pyproject: 300 s, thread method) ends a stuck test; this cap
+# ends the whole run if anything outside a test (a fixture's teardown, collection) hangs.
+timeout --kill-after=60 3000 python -m pytest -q -p no:cacheprovider "$@"

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
-import sys
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from durable_rpc import Client
-from tests.e2e.conftest import ROOT, ServerProcess
+from tests.cli_process import run_cli
+from tests.e2e.conftest import ServerProcess
 
 
 def test_health_reports_serving_per_service(server: ServerProcess) -> None:
@@ -35,15 +34,7 @@ def test_reflection_lists_the_services(server: ServerProcess) -> None:
 
 
 def cli(server: ServerProcess, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "DURABLE_RPC_ADDRESS": server.address}
-    return subprocess.run(
-        [sys.executable, "-m", "durable_rpc.cli", "workflow", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        timeout=60,
-    )
+    return run_cli("workflow", *args, address=server.address)
 
 
 def test_cli_drives_a_run_with_tables_and_json(server: ServerProcess) -> None:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 from datetime import timedelta
 
 import pytest
@@ -13,7 +11,8 @@ import pytest
 from durable_rpc import Client
 from durable_rpc.client import WorkflowTimedOutError
 from durable_rpc.errors import InvalidArgumentError
-from tests.e2e.conftest import ROOT, ServerProcess
+from tests.cli_process import checked, run_cli_async
+from tests.e2e.conftest import ServerProcess
 from tests.features import apps
 from tests.features.conftest import FeatureWorker
 
@@ -73,12 +72,8 @@ async def test_memo_search_attributes_upsert_and_list_queries(
     await other.terminate("done")
 
     # The CLI: list with a search-attribute filter, as JSON.
-    out = await asyncio.to_thread(
-        subprocess.run,
-        [
-            sys.executable,
-            "-m",
-            "durable_rpc.cli",
+    out = checked(
+        await run_cli_async(
             "workflow",
             "list",
             "--address",
@@ -86,13 +81,9 @@ async def test_memo_search_attributes_upsert_and_list_queries(
             "--query",
             'CustomerId = "c-1"',
             "--json",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        check=True,
+        )
     )
-    rows = json.loads(out.stdout)
+    rows = json.loads(out)
     assert [row["workflow_id"] for row in rows] == ["tagged-1"]
     assert rows[0]["search_attributes"]["CustomerId"] == "c-1"
 

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
 from durable_rpc import Client
-from tests.e2e.conftest import ROOT, ServerProcess
+from tests.cli_process import checked, run_cli_async
+from tests.e2e.conftest import ServerProcess
 from tests.features import apps
 from tests.features.conftest import FeatureWorker
 
@@ -125,27 +123,12 @@ async def test_after_the_run_closed_a_new_request_starts_a_new_run(
 async def test_cli_signal_with_start(
     server: ServerProcess, client: Client, worker: FeatureWorker, queue: str
 ) -> None:
-    def cli(*args: str) -> str:
-        done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "durable_rpc.cli",
-                "workflow",
-                *args,
-                "--address",
-                server.address,
-                "--json",
-            ],
-            capture_output=True,
-            text=True,
-            cwd=ROOT,
-            timeout=60,
-            check=True,
+    async def cli(*args: str) -> str:
+        return checked(
+            await run_cli_async("workflow", *args, "--address", server.address, "--json")
         )
-        return done.stdout
 
-    cli(
+    await cli(
         "signal-with-start",
         "Cart",
         "add",
@@ -158,7 +141,7 @@ async def test_cli_signal_with_start(
         "--signal-input",
         '["fig"]',
     )
-    cli(
+    await cli(
         "signal-with-start",
         "Cart",
         "add",
