@@ -149,18 +149,6 @@ async def test_wrong_worker_and_wrong_task_are_lease_lost(store: Store) -> None:
     assert kinds(await history(store)) == ["workflow_started", "workflow_task_completed"]
 
 
-async def test_expired_lease_is_lost_even_without_a_new_claim(store: Store) -> None:
-    await start(store)
-    task = await claim(store, "w1", lease_ms=50)
-    await wait_db_time(store, task.lease_expires_at_ms + 1)
-    with pytest.raises(LeaseLostError):
-        await store.complete_workflow_task(NS, task.lease, 1, [complete(1)])
-    assert kinds(await history(store)) == ["workflow_started"]
-    assert (await store.get_outcome(NS, "wf-1", None)).status == "running"
-    again = await claim(store, "w1")
-    assert again.fencing_token == task.fencing_token + 1
-
-
 async def test_duplicate_completion_with_same_lease_is_idempotent(store: Store) -> None:
     await start(store)
     task = await claim(store)

@@ -101,8 +101,14 @@ class _ActivityOps(_WorkflowTaskOps):
                 "heartbeat_details = COALESCE(?, heartbeat_details)",
                 (now, now, now, now, details),
             )
-            if row is not None:
+            if row is not None and row["expires_at_ms"] > now:
                 return HeartbeatResult(bool(row["cancel_requested"]), row["expires_at_ms"])
+            if row is not None:
+                # A lease revived past the attempt's start_to_close deadline cannot be
+                # extended: that attempt is over (raising undoes the revival).
+                raise LeaseLostError(
+                    lease_lost_message(lease.task_id, lease.worker_id, lease.fencing_token)
+                )
             stale = tx.one(
                 "SELECT state, worker_id, fencing_token, expires_at_ms FROM tasks "
                 "WHERE task_id = ? AND namespace = ? AND kind = 'activity'",

@@ -72,8 +72,11 @@ class _DueOps(_ActivityOps):
                     tx.notes.tasks.add((row["namespace"], row["task_queue"], kind))
 
             # 3. Expired workflow-task leases: the task is claimable again (next attempt).
+            # Marked `expired` under the old token: the holder's late report still wins
+            # until someone claims the task (see fenced_update).
             expired_wf = tx.all(
-                "UPDATE tasks SET state = 'queued', attempt = attempt + 1 WHERE task_id IN ("
+                "UPDATE tasks SET state = 'queued', attempt = attempt + 1, "
+                "outcome_token = fencing_token, outcome_kind = 'expired' WHERE task_id IN ("
                 "SELECT task_id FROM tasks WHERE kind = 'workflow' AND state = 'leased' "
                 "AND due_ms IS NOT NULL AND due_ms <= ? ORDER BY due_ms LIMIT ?"
                 f"{tx.claim_lock_suffix}) RETURNING namespace, run_id, task_queue, attempt",
@@ -87,7 +90,10 @@ class _DueOps(_ActivityOps):
                 )
                 tx.notes.tasks.add((row["namespace"], row["task_queue"], "workflow"))
 
-            # 4. Expired activity leases with no outcome: ambiguous attempts.
+            # 4. Expired activity leases with no outcome: ambiguous attempts. A retry keeps
+            # the `expired` mark and the token, so the holder's late report still wins
+            # until someone claims the retry; a final outcome (ambiguous, exhausted,
+            # cancelled) ends the attempt for good (see fenced_update).
             expired = tx.all(
                 "SELECT * FROM tasks WHERE kind = 'activity' AND state = 'leased' "
                 "AND due_ms IS NOT NULL AND due_ms <= ? ORDER BY due_ms LIMIT ?"

@@ -326,6 +326,28 @@ def open_run(tx: Tx, namespace: str, run_id: str) -> Row:
     return run
 
 
+# A holder's write that comes after its lease expired (a server outage, a paused worker)
+# still counts while nobody else has claimed the task since -- a claim raises the token,
+# so the token is still the latest -- and nothing has ended the attempt: the lease is
+# either still `leased` (the expiry pass has not run yet) or the expiry pass only put the
+# task back for a retry with the same token (`outcome_kind = 'expired'`). An expiry that
+# recorded a final outcome (ambiguous non-idempotent attempt, attempts exhausted,
+# cancelled) left the task `failed`/`cancelled`: not revived, so that report is LEASE_LOST.
+# Reviving puts the lease back as the claim left it (the retry's attempt number undone)
+# with an expiry just past `now`, so the caller's write then goes through the ordinary
+# fence and sets the expiry, state and outcome it always sets.
+_REVIVE = (
+    "UPDATE tasks SET state = 'leased', "
+    "attempt = CASE WHEN state = 'leased' THEN attempt ELSE attempt - 1 END, "
+    "expires_at_ms = ?, due_ms = ?, queue_deadline_ms = NULL, "
+    "outcome_token = NULL, outcome_kind = NULL "
+    "WHERE task_id = ? AND namespace = ? AND kind = ? AND worker_id = ? "
+    "AND fencing_token = ? AND (state = 'leased' OR (state IN ('queued', 'waiting') "
+    "AND outcome_kind = 'expired' AND outcome_token = fencing_token)) "
+    "RETURNING run_id, attempt"
+)
+
+
 def fenced_update(
     tx: Tx,
     namespace: str,
@@ -336,19 +358,31 @@ def fenced_update(
     params: Sequence[object] = (),
 ) -> Row | None:
     """The conditional write of the lease protocol: applies ``assignments`` only if the
-    caller still owns the leased task with this token and the lease has not expired."""
-    return tx.one(
-        f"UPDATE tasks SET {assignments} WHERE {FENCE} RETURNING *",
-        (
-            *params,
-            lease.task_id,
-            namespace,
-            kind,
-            lease.worker_id,
-            lease.fencing_token,
-            now,
-        ),
+    caller still owns the leased task with this token and the lease has not expired --
+    or it expired but the lease can be revived (see ``_REVIVE``)."""
+    fence = (lease.task_id, namespace, kind, lease.worker_id, lease.fencing_token)
+    row = tx.one(
+        f"UPDATE tasks SET {assignments} WHERE {FENCE} RETURNING *", (*params, *fence, now)
     )
+    if row is not None:
+        return row
+    # Only a miss pays for the revival: the live lease above is the hot path.
+    revived = tx.one(_REVIVE, (now + 1, now + 1, *fence))
+    if revived is None:
+        return None
+    if kind == "workflow":
+        # The expiry pass counted a next attempt on the run too (describe shows it).
+        tx.run(
+            "UPDATE runs SET wft_attempt = ? WHERE namespace = ? AND run_id = ?",
+            (revived["attempt"], namespace, revived["run_id"]),
+        )
+    row = tx.one(
+        f"UPDATE tasks SET {assignments} WHERE {FENCE} RETURNING *", (*params, *fence, now)
+    )
+    if row is not None and row["due_ms"] is not None:
+        # The expiry pass already consumed this task's due time: announce the new one.
+        tx.notes.due.add(row["due_ms"])
+    return row
 
 
 def record_outcome(
