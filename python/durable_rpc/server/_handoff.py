@@ -18,7 +18,7 @@ import logging
 from collections.abc import Hashable
 
 from durable_rpc.errors import DurableRpcError
-from durable_rpc.server._notify import Waiters
+from durable_rpc.server._notify import Arrival, Waiters
 from durable_rpc.store import ClaimedWorkflowTask, StartResult, Store
 
 log = logging.getLogger(__name__)
@@ -26,14 +26,15 @@ log = logging.getLogger(__name__)
 
 class Handoffs:
     def __init__(self, waiters: Waiters, store: Store) -> None:
-        self._waiters = waiters
+        #: The task-arrival waiters of every long poll (workflow, activity, query).
+        self.waiters = waiters
         self._store = store
-        self._delivered: dict[asyncio.Future[None], ClaimedWorkflowTask] = {}
+        self._delivered: dict[Arrival, ClaimedWorkflowTask] = {}
         self._releasing: set[asyncio.Future[None]] = set()
 
     def reserve(self, key: Hashable) -> Reservation | None:
         """Reserve the oldest poll of ``key`` waiting with its worker id, if any."""
-        reserved = self._waiters.reserve(key)
+        reserved = self.waiters.reserve(key)
         if reserved is None:
             return None
         future, worker_id = reserved
@@ -41,9 +42,9 @@ class Handoffs:
 
     def waiting(self, key: Hashable) -> int:
         """How many polls of ``key`` wait ready to be handed a task."""
-        return self._waiters.named(key)
+        return self.waiters.named(key)
 
-    def take(self, woken: asyncio.Future[None]) -> ClaimedWorkflowTask | None:
+    def take(self, woken: Arrival) -> ClaimedWorkflowTask | None:
         """For a woken poll: the task handed to it, if that is what woke it."""
         return self._delivered.pop(woken, None)
 
@@ -61,7 +62,7 @@ class Handoffs:
         elif not reservation.deliver(handed):
             self._give_back(namespace, handed)
 
-    def give_back_leftover(self, namespace: str, woken: asyncio.Future[None]) -> None:
+    def give_back_leftover(self, namespace: str, woken: Arrival) -> None:
         """A poll leaving (cancelled) without taking what was handed to it gives it back."""
         left = self.take(woken)
         if left is not None:
@@ -82,7 +83,7 @@ class Handoffs:
 
 
 class Reservation:
-    def __init__(self, owner: Handoffs, future: asyncio.Future[None], worker_id: str) -> None:
+    def __init__(self, owner: Handoffs, future: Arrival, worker_id: str) -> None:
         self._owner = owner
         self._future = future
         self.worker_id = worker_id

@@ -10,6 +10,8 @@ import asyncio
 import threading
 from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from typing import Any
 
 from durable_rpc.store import RunOutcome
 
@@ -17,63 +19,101 @@ from durable_rpc.store import RunOutcome
 _KEPT_OUTCOMES = 4096
 
 
+class Wakeup:
+    """One notification of a task arrival, travelling from poller to poller.
+
+    A woken poll whose claim finds nothing (its filter - activity types, the workflow
+    definitions its worker registered - excludes what arrived) passes the wake-up on to
+    the next waiting poll that has not come up empty for it, so the arrival reaches a
+    poll that can take it. Every poll that claims nothing joins ``empty_handed`` and is
+    skipped from then on: the wake-up ends once every waiting poll has tried it, so it
+    never loops. (A claim that succeeds passes it on too, tried set and all: one
+    notification may announce several tasks, and a poll that found none of them before
+    cannot take them now.)
+    """
+
+    __slots__ = ("empty_handed",)
+
+    def __init__(self) -> None:
+        self.empty_handed: set[object] = set()
+
+
+#: A registered waiter: resolved with the wake-up that woke it (None: a timer, a
+#: hand-over, a wake-up of every waiter).
+Arrival = asyncio.Future[Wakeup | None]
+
+
+@dataclass(slots=True)
+class _Waiter:
+    #: The poll waiting (one object per long poll, across its re-registrations).
+    poller: object
+    #: The waiting worker, once the poll waits (`name_waiter`): a start may hand it a task.
+    worker_id: str | None = None
+
+
 class Waiters:
     """Futures waiting on a key, woken oldest first.
 
     `notify(key)` wakes ONE waiter: every woken long poll runs a claim, so waking all
     pollers of a queue per arrival would turn one task into as many claim transactions
-    as there are pollers (a thundering herd). A poller that claimed after a wake-up
-    passes the wake-up on (see `WorkerService._long_poll`), so a burst of tasks announced
-    by one notification is still drained promptly.
+    as there are pollers (a thundering herd). The woken poll passes the wake-up on
+    (see `Wakeup` and `WorkerService._long_poll`): after a claim, so a burst of tasks
+    announced by one notification is still drained promptly; after finding nothing, so
+    a task its filter excludes still reaches a poll that can take it.
     """
 
     def __init__(self) -> None:
-        # Insertion order is wake order; the value names the waiting worker once the
-        # poll waits (`name_waiter`), which lets a start hand it a task (`reserve`).
-        self._waiting: defaultdict[Hashable, dict[asyncio.Future[None], str | None]] = defaultdict(
-            dict
-        )
+        # Insertion order is wake order.
+        self._waiting: defaultdict[Hashable, dict[Arrival, _Waiter]] = defaultdict(dict)
 
-    def register(self, key: Hashable) -> asyncio.Future[None]:
-        """Register before checking for work, so an arrival in between is not missed."""
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiting[key][future] = None
+    def register(self, key: Hashable, poller: object = None) -> Arrival:
+        """Register before checking for work, so an arrival in between is not missed.
+
+        ``poller`` identifies the long poll across its registrations (see `Wakeup`)."""
+        future: Arrival = asyncio.get_running_loop().create_future()
+        self._waiting[key][future] = _Waiter(future if poller is None else poller)
         future.add_done_callback(lambda f: self._discard(key, f))
         return future
 
-    def name_waiter(self, key: Hashable, future: asyncio.Future[None], worker_id: str) -> None:
+    def name_waiter(self, key: Hashable, future: Arrival, worker_id: str) -> None:
         """Say which worker ``future`` (registered under ``key``) waits for."""
-        waiting = self._waiting.get(key)
-        if waiting is not None and future in waiting:
-            waiting[future] = worker_id
+        waiter = self._waiting.get(key, {}).get(future)
+        if waiter is not None:
+            waiter.worker_id = worker_id
+
+    def waiting(self, key: Hashable) -> int:
+        """How many waiters of ``key`` still wait."""
+        return sum(1 for f in self._waiting.get(key, ()) if not f.done())
 
     def named(self, key: Hashable) -> int:
         """How many waiters of ``key`` named their worker and still wait."""
         waiting = self._waiting.get(key, {})
-        return sum(1 for f, w in waiting.items() if w is not None and not f.done())
+        return sum(1 for f, w in waiting.items() if w.worker_id is not None and not f.done())
 
-    def reserve(self, key: Hashable) -> tuple[asyncio.Future[None], str] | None:
+    def reserve(self, key: Hashable) -> tuple[Arrival, str] | None:
         """Take the oldest waiter of ``key`` that named its worker out of the wake order
         (no notification reaches it any more): the caller will resolve it."""
         waiting = self._waiting.get(key)
-        for future, worker_id in list((waiting or {}).items()):
-            if worker_id is not None and not future.done():
+        for future, waiter in list((waiting or {}).items()):
+            if waiter.worker_id is not None and not future.done():
                 self._discard(key, future)
-                return future, worker_id
+                return future, waiter.worker_id
         return None
 
-    def _discard(self, key: Hashable, future: asyncio.Future[None]) -> None:
+    def _discard(self, key: Hashable, future: Arrival) -> None:
         waiting = self._waiting.get(key)
         if waiting is not None:
             waiting.pop(future, None)
             if not waiting:
                 del self._waiting[key]
 
-    def notify(self, key: Hashable) -> None:
-        """Wake the oldest waiter of `key` that is still waiting."""
-        for future in list(self._waiting.get(key, ())):
-            if not future.done():
-                future.set_result(None)
+    def notify(self, key: Hashable, wakeup: Wakeup | None = None) -> None:
+        """Wake the oldest waiter of `key` still waiting that has not come up empty for
+        ``wakeup`` (a new wake-up when None); nobody when all of them have."""
+        wakeup = wakeup or Wakeup()
+        for future, waiter in list(self._waiting.get(key, {}).items()):
+            if not future.done() and waiter.poller not in wakeup.empty_handed:
+                future.set_result(wakeup)
                 return
 
     def notify_every(self, key: Hashable) -> None:
@@ -86,7 +126,7 @@ class Waiters:
             self.notify_every(key)
 
 
-async def wait(future: asyncio.Future[None], timeout: float) -> bool:
+async def wait(future: asyncio.Future[Any], timeout: float) -> bool:
     """Wait for a waiter at most `timeout` seconds; True if a wake-up resolved it.
 
     A plain timer that resolves the future: cheaper than asyncio.wait/wait_for, which

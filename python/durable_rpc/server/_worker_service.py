@@ -20,7 +20,7 @@ from durable_rpc.errors import (
 from durable_rpc.payload import PayloadError
 from durable_rpc.server import _convert, _validate
 from durable_rpc.server._handoff import Handoffs
-from durable_rpc.server._notify import Notifier, wait
+from durable_rpc.server._notify import Arrival, Notifier, Wakeup, wait
 from durable_rpc.server._queries import QueryRelay
 from durable_rpc.store import (
     ClaimedActivityTask,
@@ -146,54 +146,66 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
         self,
         key: tuple[str, str, str],
         claim: Callable[[], Awaitable[T | None]],
-        handed_over: Callable[[asyncio.Future[None]], T | None] | None = None,
+        handed_over: Callable[[Arrival], T | None] | None = None,
         worker_id: str | None = None,
     ) -> T | None:
         """Claim, or wait for a wake-up on `key` and claim again, until the poll timeout.
 
         The waiter is registered before each claim attempt so an arrival between a
         failed claim and the wait is never missed. Wake-ups go to one poller at a time
-        (see `Waiters`); a poller that was woken and claimed passes the wake-up on, and
-        one that was woken but leaves without claiming (deadline, cancelled call) hands
-        it back, so no announced task is left waiting for the next notification.
-        Shutdown wakes every waiter (`Notifier.wake_all_pollers`).
+        and travel on (see `Waiters` and `Wakeup`): a poller that was woken passes the
+        wake-up on after its claim, whether it took a task (one notification may
+        announce several) or found nothing its filter lets it take (the arrival is
+        someone else's); one that was woken but leaves without claiming (deadline,
+        cancelled call) hands it back, so no announced task is left waiting for the next
+        notification. Shutdown wakes every waiter (`Notifier.wake_all_pollers`).
 
         With `handed_over` (workflow tasks, see `_handoff.py`) the waiting poll names
         `worker_id`, so a start may claim its first task for it and hand it over.
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._poll_timeout_s
-        unclaimed_wakeup = False
+        waiters = self._notifier.tasks
+        poller = object()  # this poll, across its registrations (see `Wakeup`)
+        wakeup: Wakeup | None = None  # the wake-up this poll holds and has not passed on
         try:
             while not self._shutting_down.is_set():
-                arrival = self._notifier.tasks.register(key)
+                arrival = waiters.register(key, poller)
+                consumed = False
                 try:
                     task = await claim()
-                    woken, unclaimed_wakeup = unclaimed_wakeup, False
+                    if wakeup is not None:
+                        if task is None:
+                            wakeup.empty_handed.add(poller)
+                        waiters.notify(key, wakeup)
+                        wakeup = None
                     if task is not None:
-                        if woken:
-                            # One notification may announce several tasks.
-                            self._notifier.tasks.notify(key)
                         return task
                     remaining = deadline - loop.time()
                     if remaining <= 0:
                         return None
                     if handed_over is not None and worker_id is not None:
                         # Only while waiting: a poll busy claiming takes nothing handed.
-                        self._notifier.tasks.name_waiter(key, arrival, worker_id)
-                    unclaimed_wakeup = await wait(arrival, remaining)
+                        waiters.name_waiter(key, arrival, worker_id)
+                    await wait(arrival, remaining)
+                    consumed, wakeup = True, arrival.result()
                     if handed_over is not None and (handed := handed_over(arrival)) is not None:
-                        unclaimed_wakeup = False
                         return handed
                 finally:
+                    missed = None
+                    if not consumed and arrival.done() and not arrival.cancelled():
+                        missed = arrival.result()
+                    if missed is not None:
+                        # Woken while busy claiming, then left: the wake-up is not ours.
+                        waiters.notify(key, missed)
                     arrival.cancel()
                     if handed_over is not None:
                         # Handed over as this poll was cancelled: give it back.
                         self.handoffs.give_back_leftover(key[0], arrival)
             return None
         finally:
-            if unclaimed_wakeup:
-                self._notifier.tasks.notify(key)
+            if wakeup is not None:
+                waiters.notify(key, wakeup)
 
     async def RegisterWorker(
         self, request: service_pb2.RegisterWorkerRequest, context: grpc.aio.ServicerContext
