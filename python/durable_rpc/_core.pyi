@@ -158,7 +158,7 @@ class LeaseBook:
     monotonic clock in ms, passed in by the caller.
 
     A lease granted or renewed at ``t`` for ``lease_ms`` is due for a heartbeat from
-    ``t + lease_ms * heartbeat_fraction`` and must be assumed lost from ``t + lease_ms``.
+    ``t + lease_ms * heartbeat_fraction`` and has lapsed locally from ``t + lease_ms``.
     """
 
     def __new__(cls, heartbeat_fraction: float = 0.5) -> LeaseBook:
@@ -187,8 +187,8 @@ class LeaseBook:
         first. Does not reset anything; :meth:`renewed` does."""
 
     def expired(self, now_ms: int) -> list[tuple[str, int]]:
-        """``(task_id, token)`` of leases past ``granted + lease_ms``, earliest first: stop
-        acting on them."""
+        """``(task_id, token)`` of leases past ``granted + lease_ms``, earliest first: lapsed
+        by the local clock (the worker's keeper asks the server, which decides)."""
 
     def next_deadline(self) -> int | None:
         """The earliest heartbeat-due time over held leases, or None."""

@@ -4,7 +4,8 @@
 
 Activities append one line per execution to $DURABLE_RPC_TEST_LOG so tests can count
 executions across processes. A "blocking" activity waits forever unless the worker was
-started with --release: the way a test holds an attempt open before killing its worker.
+started with --release (or is sent SIGUSR1): the way a test holds an attempt open before
+killing its worker, or its server.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import argparse
 import asyncio
 import os
 import signal
+import time
 import uuid
 from datetime import timedelta
 
@@ -66,6 +68,48 @@ async def charge_card(amount: int) -> str:
     record(f"charge-start:{amount}")
     await _block_unless_released()
     return f"charged:{amount}"
+
+
+@activity.defn
+async def nap(name: str, seconds: float) -> str:
+    record(f"nap-start:{name}")
+    # Heartbeats while it sleeps: only a pause of the whole process lets its lease lapse.
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        activity.heartbeat(name)
+        await asyncio.sleep(min(left, 0.2))
+    record(f"nap-end:{name}")
+    return f"rested:{name}"
+
+
+@workflow.defn(name="HeldStep")
+class HeldStep:
+    """One blocking activity whose lease (start_to_close) a test lets expire."""
+
+    @workflow.run
+    async def run(self, tag: str, start_to_close_s: float) -> str:
+        return await workflow.execute_activity(
+            slow_step, tag, start_to_close_timeout=timedelta(seconds=start_to_close_s)
+        )
+
+
+@workflow.defn(name="Naps")
+class Naps:
+    """``count`` activities in flight at once, each sleeping ``seconds``."""
+
+    @workflow.run
+    async def run(self, count: int, seconds: float, heartbeat_s: float) -> list[str]:
+        naps = [
+            workflow.execute_activity(
+                nap,
+                f"{index}",
+                seconds,
+                start_to_close_timeout=timedelta(seconds=60),
+                heartbeat_timeout=timedelta(seconds=heartbeat_s),
+            )
+            for index in range(count)
+        ]
+        return list(await asyncio.gather(*naps))
 
 
 @workflow.defn(name="TwoSteps")
@@ -201,13 +245,15 @@ async def main() -> None:
     worker = Worker(
         client,
         task_queue=args.task_queue,
-        workflows=[TwoSteps, Charge, Sleeper, Collector, SideEffects, evolving],
-        activities=[step, slow_step, charge_card],
+        workflows=[TwoSteps, Charge, Sleeper, Collector, SideEffects, HeldStep, Naps, evolving],
+        activities=[step, slow_step, charge_card, nap],
         allow_definition_change=True,
     )
     token = CancellationToken()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, token.cancel)
+    # SIGUSR1 releases the blocked activities of a worker started without --release.
+    loop.add_signal_handler(signal.SIGUSR1, _release.set)
     config = WorkflowSupervisorConfig(8).with_backoff(
         timedelta(milliseconds=50), timedelta(seconds=1)
     )

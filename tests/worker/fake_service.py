@@ -71,11 +71,15 @@ class FakeWorkerService:
         self._enter("RespondQueryTask", request)
         return service_pb2.RespondQueryTaskResponse()
 
-    async def CompleteWorkflowTask(self, request: Any) -> service_pb2.CompleteWorkflowTaskResponse:
+    async def CompleteWorkflowTask(
+        self, request: Any, **_: Any
+    ) -> service_pb2.CompleteWorkflowTaskResponse:
         self._enter("CompleteWorkflowTask", request)
         return service_pb2.CompleteWorkflowTaskResponse()
 
-    async def FailWorkflowTask(self, request: Any) -> service_pb2.FailWorkflowTaskResponse:
+    async def FailWorkflowTask(
+        self, request: Any, **_: Any
+    ) -> service_pb2.FailWorkflowTaskResponse:
         self._enter("FailWorkflowTask", request)
         return service_pb2.FailWorkflowTaskResponse()
 
@@ -85,15 +89,19 @@ class FakeWorkerService:
         self._enter("HeartbeatActivityTask", request)
         return self.heartbeat_answer(request)
 
-    async def CompleteActivityTask(self, request: Any) -> service_pb2.CompleteActivityTaskResponse:
+    async def CompleteActivityTask(
+        self, request: Any, **_: Any
+    ) -> service_pb2.CompleteActivityTaskResponse:
         self._enter("CompleteActivityTask", request)
         return service_pb2.CompleteActivityTaskResponse()
 
-    async def FailActivityTask(self, request: Any) -> service_pb2.FailActivityTaskResponse:
+    async def FailActivityTask(
+        self, request: Any, **_: Any
+    ) -> service_pb2.FailActivityTaskResponse:
         self._enter("FailActivityTask", request)
         return service_pb2.FailActivityTaskResponse()
 
-    async def CompleteTasks(self, request: Any) -> service_pb2.CompleteTasksResponse:
+    async def CompleteTasks(self, request: Any, **_: Any) -> service_pb2.CompleteTasksResponse:
         """Each item through its single-call method, errors answered per item (as the
         real server does)."""
         self.calls["CompleteTasks"].append(request)

@@ -134,7 +134,9 @@ async def run_attempt(
         raise
     finally:
         keeper.release(lease.task_id)
-    if attempt.lease_lost:
+    if attempt.lease_lost and (user.cancelled() or user.exception() is not None):
+        # Stopped by the loss. One that had already returned keeps its result: the
+        # server judges the report, and a retry this worker claimed can still use it.
         return AttemptOutcome("lease_lost")
     if user.cancelled():
         cancelled = asyncio.CancelledError("the activity was cancelled")

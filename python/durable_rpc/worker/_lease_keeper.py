@@ -3,8 +3,14 @@
 One background task per worker. It sleeps until the lease book's next deadline, sends
 a heartbeat for every lease due (at half its window, carrying the details last given
 to ``activity.heartbeat``), and tells an attempt to stop when its lease is lost: the
-server answered LEASE_LOST, or the lease lapsed locally with no successful heartbeat.
-A stopped attempt never completes; a newer owner holds a higher fencing token.
+server answered LEASE_LOST. A stopped attempt never completes; a newer owner holds a
+higher fencing token.
+
+A lease that lapsed by this process's clock (the server was unreachable, the process was
+paused) is not given up: the server still takes the holder's heartbeats and report while
+its token is the task's latest (nobody claimed the task since, DESIGN.md), so the attempt
+runs on, keeps heartbeating, and only the server's LEASE_LOST stops it. Stopping it
+locally would throw away an effect that may already have happened.
 """
 
 from __future__ import annotations
@@ -70,6 +76,8 @@ class HeldLease:
     not_before_ms: int = 0
     # context.beats as of the last heartbeat sent (see needs_heartbeat).
     sent_beats: int = 0
+    # The lease lapsed by the local clock (logged once; cleared by a renewal).
+    lapsed: bool = False
 
     def needs_heartbeat(self) -> bool:
         """Without a heartbeat timeout the keeper heartbeats on the activity's behalf (to
@@ -127,14 +135,22 @@ class LeaseKeeper:
 
     def _tick(self, heartbeats: set[asyncio.Task[None]]) -> None:
         now = now_ms()
+        lapsed: list[tuple[str, int]] = []
         for key, token in self._book.expired(now):
             held = self._held.get(int(key))
-            if held is not None and held.lease.fencing_token == token:
-                log.warning("lease of activity task %s lapsed before a heartbeat", key)
-                self._lose(held)
-            else:
+            if held is None or held.lease.fencing_token != token:
                 self._book.release(key)
-        for key, token in self._book.due_for_heartbeat(now):
+                continue
+            if not held.lapsed:
+                held.lapsed = True
+                log.warning(
+                    "lease of activity task %s lapsed locally; the attempt goes on until "
+                    "the server says it is lost",
+                    key,
+                )
+            lapsed.append((key, token))
+        # Lapsed leases are heartbeaten like due ones (the book no longer lists them).
+        for key, token in [*lapsed, *self._book.due_for_heartbeat(now)]:
             task_id = int(key)
             held = self._held.get(task_id)
             if held is None or held.lease.fencing_token != token:
@@ -178,6 +194,7 @@ class LeaseKeeper:
         if self._held.get(task_id) is not held:
             return
         held.sent_beats = beats
+        held.lapsed = False
         window = lease_window_ms(
             response.lease_expires_at if response.HasField("lease_expires_at") else None,
             held.cap_ms,

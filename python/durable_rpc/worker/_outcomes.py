@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from typing import Any
 
 from durable_rpc._rpc_status import error_from_status
@@ -20,6 +21,11 @@ from durable_rpc.v1 import service_pb2
 from durable_rpc.worker._client import WorkerClient, call
 
 MAX_OUTCOMES_PER_CALL = 256
+# A report waits for the channel to (re)connect rather than failing at once while the
+# server is away (wait_for_ready): it then goes out the moment the server is back, ahead
+# of the polls that could claim the task's retry. Bounded per call, so a report to an
+# unreachable server ends in DEADLINE_EXCEEDED and its retry loop decides what is next.
+REPORT_CALL_TIMEOUT_S = 10.0
 
 # An outcome sent alone goes through its own method: no batch envelope to build and parse.
 _METHODS = {
@@ -70,7 +76,10 @@ class OutcomeSender:
             )
             method = self._client.worker_service.CompleteTasks
         try:
-            response = await call(method, single)
+            response = await call(
+                functools.partial(method, wait_for_ready=True, timeout=REPORT_CALL_TIMEOUT_S),
+                single,
+            )
         except DurableRpcError as error:
             for _, _, future in batch:
                 if not future.done():

@@ -34,6 +34,7 @@ from durable_rpc.worker._client import WorkerClient, call
 from durable_rpc.worker._inline import StickyHistories, StickyRun, sticky_run, with_activity_result
 from durable_rpc.worker._lease_keeper import LeaseKeeper
 from durable_rpc.worker._outcomes import OutcomeSender
+from durable_rpc.worker._report_retry import DEFAULT_SHUTDOWN_GRACE_S, ReportBackoff
 from durable_rpc.worker._workflow_task import (
     Decision,
     answer_query,
@@ -52,10 +53,6 @@ TaskOutcome = Literal["completed", "failed", "lease_lost"]
 TaskKind = Literal["workflow", "activity", "query"]
 _T = TypeVar("_T")
 
-# A completion that fails for a transient reason is retried this many times: completing
-# twice with the same lease is idempotent, so retrying is always safe.
-_REPORT_ATTEMPTS = 4
-_REPORT_BACKOFF_S = 0.2
 _DEFAULT_WORKER_HEARTBEAT_S = 10.0
 
 
@@ -99,6 +96,7 @@ class Worker:
         workflow_task_deadline: timedelta = timedelta(seconds=10),
         activity_executor: Executor | None = None,
         sticky_cache_size: int = 1000,
+        shutdown_report_grace: timedelta = timedelta(seconds=DEFAULT_SHUTDOWN_GRACE_S),
     ) -> None:
         if not task_queue:
             raise ValueError("task_queue must not be empty")
@@ -110,6 +108,9 @@ class Worker:
         self.build_id = build_id
         self.allow_definition_change = allow_definition_change
         self.workflow_task_deadline = workflow_task_deadline
+        # How long a report the server cannot take keeps trying once shutdown began
+        # (see _report_retry.py); before that it tries until the server answers.
+        self.shutdown_report_grace = shutdown_report_grace
         self._workflows = _index_workflows(workflows)
         self._activities = _index_activities(activities)
         if not self._workflows and not self._activities:
@@ -138,6 +139,12 @@ class Worker:
         # Set while no eager activity is between its hand-over and its report.
         self._eager_settled = asyncio.Event()
         self._eager_settled.set()
+        # Activity attempts running or reporting, by task id: settled with the outcome the
+        # server did not take (LEASE_LOST), else None. A claim of the same task under a
+        # newer token -- its retry, handed to this very worker by a poll answered while
+        # the worker was paused or cut off -- reports that outcome instead of running the
+        # activity a second time.
+        self._unsettled: dict[int, asyncio.Future[AttemptOutcome | None]] = {}
         # Where outcomes of eager work are counted (set by the supervisor).
         self.outcomes: OutcomeSink | None = None
         # Eager dispatch is a claim: once shutdown begins, completions stop asking for it.
@@ -549,22 +556,57 @@ class Worker:
         self, task: service_pb2.PollActivityTaskResponse
     ) -> TaskOutcome:
         lease = self._lease(task.task_id, task.fencing_token)
+        earlier = self._unsettled.get(task.task_id)
+        if earlier is not None:
+            # Shielded: this claim giving up must not cancel the earlier attempt's report.
+            held = await asyncio.shield(earlier)
+            if held is not None:
+                log.info(
+                    "activity task %s claimed again (token %s) while this worker held its "
+                    "outcome: reporting that outcome, not running it again",
+                    task.task_id,
+                    task.fencing_token,
+                )
+                return await self._report_attempt(task, lease, held)
+        settled: asyncio.Future[AttemptOutcome | None] = asyncio.get_running_loop().create_future()
+        self._unsettled[task.task_id] = settled
+        untaken: AttemptOutcome | None = None
+        try:
+            outcome = await self._run_activity(task, lease)
+            reported = await self._report_attempt(task, lease, outcome)
+            if reported == "lease_lost" and outcome.kind != "lease_lost":
+                untaken = outcome
+            return reported
+        finally:
+            if self._unsettled.get(task.task_id) is settled:
+                del self._unsettled[task.task_id]
+            settled.set_result(untaken)
+
+    async def _run_activity(
+        self, task: service_pb2.PollActivityTaskResponse, lease: service_pb2.Lease
+    ) -> AttemptOutcome:
         definition = self._activities.get(task.activity_type)
         if definition is None:
             failure = payload_pb2.Failure(
                 type="ActivityNotRegistered",
                 message=f"worker {self.worker_id} has no activity {task.activity_type!r}",
             )
-            outcome = AttemptOutcome("failed", failure=failure)
-        else:
-            outcome = await run_attempt(
-                definition,
-                task,
-                lease,
-                task_queue=self.task_queue,
-                keeper=self._keeper,
-                executor=self._activity_executor,
-            )
+            return AttemptOutcome("failed", failure=failure)
+        return await run_attempt(
+            definition,
+            task,
+            lease,
+            task_queue=self.task_queue,
+            keeper=self._keeper,
+            executor=self._activity_executor,
+        )
+
+    async def _report_attempt(
+        self,
+        task: service_pb2.PollActivityTaskResponse,
+        lease: service_pb2.Lease,
+        outcome: AttemptOutcome,
+    ) -> TaskOutcome:
         if outcome.kind == "lease_lost":
             log.info("activity task %s lost its lease; its outcome is dropped", task.task_id)
             return "lease_lost"
@@ -697,22 +739,45 @@ class Worker:
         on_response: Callable[[Any], object] | None = None,
     ) -> TaskOutcome:
         """Send a completion; LEASE_LOST means another owner took over: drop silently.
-        ``kind`` names the TaskOutcome field (``complete_workflow_task``, ...)."""
-        for attempt in range(_REPORT_ATTEMPTS):
+        ``kind`` names the TaskOutcome field (``complete_workflow_task``, ...).
+
+        A transient failure (StoreUnavailableError: UNAVAILABLE, DEADLINE_EXCEEDED, no
+        connection) is retried until the server answers for good: the report stays
+        acceptable after the lease expired until someone else claims the task, and
+        completing twice with the same lease is idempotent (see _report_retry.py)."""
+        backoff = ReportBackoff(
+            lambda: not self.claiming, self.shutdown_report_grace.total_seconds()
+        )
+        task_id = request.lease.task_id
+        while True:
             try:
                 response = await self._outcomes.send(kind, request)
-                if on_response is not None:
-                    on_response(response)
-                return outcome
             except LeaseLostError:
                 self._keeper.lost += 1
-                log.info("task %s: lease lost before reporting; dropped", request.lease.task_id)
+                log.info("task %s: lease lost before reporting; dropped", task_id)
                 return "lease_lost"
-            except StoreUnavailableError:
-                if attempt == _REPORT_ATTEMPTS - 1:
+            except StoreUnavailableError as error:
+                pause = backoff.pause()
+                if pause is None:
+                    log.warning(
+                        "task %s: report abandoned on shutdown after %d tries (%s); the "
+                        "server will treat the attempt as lost when its lease expires",
+                        task_id,
+                        backoff.failures,
+                        error,
+                    )
                     raise
-                await asyncio.sleep(_REPORT_BACKOFF_S * 2**attempt)
-        raise AssertionError("unreachable")
+                if backoff.failures == 1:
+                    log.warning(
+                        "task %s: report failed, retrying until it lands: %s", task_id, error
+                    )
+                await asyncio.sleep(pause)
+                continue
+            if backoff.failures:
+                log.info("task %s: report landed after %d retries", task_id, backoff.failures)
+            if on_response is not None:
+                on_response(response)
+            return outcome
 
 
 def _blocked_error(what: str, seconds: float, thread_id: int | None) -> TimeoutError:

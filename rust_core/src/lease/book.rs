@@ -51,7 +51,7 @@ impl Held {
 ///
 /// Times are the worker's local monotonic clock in milliseconds, supplied by the caller.
 /// A lease granted (or renewed) at `t` for `lease_ms` is due for a heartbeat from
-/// `t + lease_ms * heartbeat_fraction` and must be assumed lost from `t + lease_ms`
+/// `t + lease_ms * heartbeat_fraction` and has lapsed locally from `t + lease_ms`
 /// (the caller should record `t` as the time it *sent* the claim or heartbeat, so the
 /// local view errs on the early side of the server's).
 #[derive(Debug, Clone)]
@@ -144,7 +144,8 @@ impl LeaseBook {
     }
 
     /// Leases past `granted + lease_ms` at `now_ms`, earliest expiry first (ties by task
-    /// id): the worker must assume they are lost and stop acting on them.
+    /// id): lapsed by the local clock. Only the server knows whether they are lost (a
+    /// holder's late heartbeat or report is accepted while its token is the latest).
     pub fn expired(&self, now_ms: i64) -> Vec<(String, i64)> {
         self.select(|h| h.expires() <= now_ms, Held::expires)
     }
