@@ -25,6 +25,7 @@ from durable_rpc.converter import ConversionError
 from durable_rpc.errors import (
     DefinitionChangedError,
     DurableRpcError,
+    HistoryLimitExceededError,
     InternalError,
     InvalidArgumentError,
     InvalidPayloadError,
@@ -74,6 +75,7 @@ __all__ = [
     "QueryFailedError",
     "QueryTimeoutError",
     "PayloadError",
+    "HistoryLimitExceededError",
     "ResourceExhaustedError",
     "RetryPolicy",
     "StoreUnavailableError",

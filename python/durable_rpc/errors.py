@@ -82,6 +82,19 @@ class ResourceExhaustedError(DurableRpcError):
     reason = "RESOURCE_EXHAUSTED"
 
 
+class HistoryLimitExceededError(ResourceExhaustedError):
+    """The run's history reached its hard limit (events or bytes): new input is refused,
+    and a workflow task whose commands pass it fails the run. Continue-as-new before."""
+
+    reason = "HISTORY_LIMIT_EXCEEDED"
+
+
+class UnimplementedError(DurableRpcError):
+    """The server does not implement this RPC (it is newer than the server)."""
+
+    reason = "UNIMPLEMENTED"
+
+
 class InternalError(DurableRpcError):
     reason = "INTERNAL"
 
@@ -125,6 +138,8 @@ STATUS_BY_REASON: dict[str, grpc.StatusCode] = {
     WorkflowNotRunningError.reason: grpc.StatusCode.FAILED_PRECONDITION,
     StoreUnavailableError.reason: grpc.StatusCode.UNAVAILABLE,
     ResourceExhaustedError.reason: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    HistoryLimitExceededError.reason: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    UnimplementedError.reason: grpc.StatusCode.UNIMPLEMENTED,
     InternalError.reason: grpc.StatusCode.INTERNAL,
     QueryFailedError.reason: grpc.StatusCode.FAILED_PRECONDITION,
     QueryTimeoutError.reason: grpc.StatusCode.DEADLINE_EXCEEDED,
@@ -145,6 +160,8 @@ ERROR_BY_REASON: dict[str, type[DurableRpcError]] = {
         WorkflowNotRunningError,
         StoreUnavailableError,
         ResourceExhaustedError,
+        HistoryLimitExceededError,
+        UnimplementedError,
         InternalError,
         QueryFailedError,
         QueryTimeoutError,

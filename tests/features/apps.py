@@ -456,6 +456,42 @@ class Ledger:
         return self.balance
 
 
+# --- the history budget ------------------------------------------------------------------
+
+
+@workflow.defn(name="Budget")
+class Budget:
+    """Takes chunks by signal until "stop", then reports what workflow.info() said of its
+    history; with ``bloat`` > 0 it first schedules an activity with that big an input
+    (its own command passing the history limit)."""
+
+    def __init__(self) -> None:
+        self.chunks = 0
+        self.stopped = False
+
+    @workflow.signal
+    def chunk(self, data: str) -> None:
+        if data == "stop":
+            self.stopped = True
+        else:
+            self.chunks += 1
+
+    @workflow.run
+    async def run(self, bloat: int) -> dict[str, int | bool]:
+        if bloat:
+            await workflow.execute_activity(
+                book, "x" * bloat, start_to_close_timeout=timedelta(seconds=10)
+            )
+        await workflow.wait_condition(lambda: self.stopped)
+        info = workflow.info()
+        return {
+            "chunks": self.chunks,
+            "history_length": info.history_length,
+            "history_size_bytes": info.history_size_bytes,
+            "continue_as_new_suggested": info.continue_as_new_suggested,
+        }
+
+
 WORKFLOWS = [
     Kid,
     Parent,
@@ -471,6 +507,7 @@ WORKFLOWS = [
     Tagged,
     Looper,
     Ledger,
+    Budget,
 ]
 ACTIVITIES = [
     book,

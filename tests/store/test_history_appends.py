@@ -27,10 +27,11 @@ def conn() -> Iterator[sqlite3.Connection]:
         d[0]: v for d, v in zip(cursor.description, row, strict=True)
     }
     conn.executescript(
-        "CREATE TABLE runs (namespace TEXT, run_id TEXT, history_length INTEGER);"
+        "CREATE TABLE runs (namespace TEXT, run_id TEXT, history_length INTEGER, "
+        "history_size_bytes INTEGER DEFAULT 0);"
         "CREATE TABLE history (namespace TEXT, run_id TEXT, event_id INTEGER, kind TEXT, "
         "event_time_ms INTEGER, data BLOB, PRIMARY KEY (namespace, run_id, event_id));"
-        "INSERT INTO runs VALUES ('ns', 'a', 2), ('ns', 'b', 0);"
+        "INSERT INTO runs VALUES ('ns', 'a', 2, 0), ('ns', 'b', 0, 0);"
         "INSERT INTO history VALUES ('ns', 'a', 1, 'workflow_started', 0, x''), "
         "('ns', 'a', 2, 'signal_received', 0, x'');"
     )
@@ -91,7 +92,9 @@ def test_a_read_of_history_or_runs_sees_buffered_appends(conn: sqlite3.Connectio
 def test_a_remembered_run_row_needs_no_length_read(conn: sqlite3.Connection) -> None:
     statements: list[str] = []
     tx = _tx(conn, statements)
-    tx.remember_run({"namespace": "ns", "run_id": "a", "history_length": 2})
+    tx.remember_run(
+        {"namespace": "ns", "run_id": "a", "history_length": 2, "history_size_bytes": 0}
+    )
     assert tx.next_event_id("ns", "a") == 3
     assert statements == []
 
@@ -149,8 +152,8 @@ async def test_a_decision_writes_its_events_in_one_statement(tmp_path: Path) -> 
 
 def test_whole_history_only_for_a_run_created_here(conn: sqlite3.Connection) -> None:
     tx = _tx(conn, [])
-    conn.execute("INSERT INTO runs VALUES ('ns', 'new', 0)")
-    tx.remember_history_length("ns", "new", 0)
+    conn.execute("INSERT INTO runs VALUES ('ns', 'new', 0, 0)")
+    tx.remember_history_length("ns", "new", 0, 0)
     tx.add_event("ns", "new", tx.next_event_id("ns", "new"), "workflow_started", 0, b"s")
     tx.add_event("ns", "a", tx.next_event_id("ns", "a"), "timer_started", 0, b"t")
     tx.add_event("ns", "new", tx.next_event_id("ns", "new"), "workflow_task_scheduled", 0, b"w")

@@ -8,7 +8,10 @@ import click
 
 from durable_rpc._loop import run_event_loop
 from durable_rpc.server import Server, ServerConfig
+from durable_rpc.store import HistoryLimits
 from durable_rpc.telemetry import EXPORTERS, configure_tracing
+
+_LIMITS = HistoryLimits()
 
 
 @click.command()
@@ -33,6 +36,49 @@ from durable_rpc.telemetry import EXPORTERS, configure_tracing
 @click.option(
     "--poll-timeout", type=float, default=20.0, show_default=True, help="Long-poll seconds."
 )
+@click.option(
+    "--history-max-events",
+    type=click.IntRange(min=1),
+    default=_LIMITS.max_events,
+    show_default=True,
+    help="A run's hard history limit in events: new input past it is refused "
+    "(HISTORY_LIMIT_EXCEEDED) and a workflow task passing it fails the run.",
+)
+@click.option(
+    "--history-max-bytes",
+    type=click.IntRange(min=1),
+    default=_LIMITS.max_bytes,
+    show_default=True,
+    help="A run's hard history limit in bytes of serialized events.",
+)
+@click.option(
+    "--history-warn-events",
+    type=click.IntRange(min=1),
+    default=_LIMITS.warn_events,
+    show_default=True,
+    help="From this many events describe warns and continue-as-new is suggested.",
+)
+@click.option(
+    "--history-warn-bytes",
+    type=click.IntRange(min=1),
+    default=_LIMITS.warn_bytes,
+    show_default=True,
+    help="From this many bytes describe warns and continue-as-new is suggested.",
+)
+@click.option(
+    "--history-page-bytes",
+    type=click.IntRange(min=1),
+    default=_LIMITS.page_bytes,
+    show_default=True,
+    help="Most bytes of history events in one response (a larger single event comes alone).",
+)
+@click.option(
+    "--max-response-bytes",
+    type=click.IntRange(min=1024),
+    default=ServerConfig.max_response_bytes,
+    show_default=True,
+    help="gRPC's limit on a response (must hold a history page and its largest event).",
+)
 @click.option("--log-level", default="INFO", show_default=True)
 @click.option(
     "--trace-exporter",
@@ -46,6 +92,12 @@ def server(
     listen: str,
     workflow_task_lease: float,
     poll_timeout: float,
+    history_max_events: int,
+    history_max_bytes: int,
+    history_warn_events: int,
+    history_warn_bytes: int,
+    history_page_bytes: int,
+    max_response_bytes: int,
     log_level: str,
     trace_exporter: str | None,
 ) -> None:
@@ -59,5 +111,22 @@ def server(
         listen=listen,
         workflow_task_lease_ms=int(workflow_task_lease * 1000),
         poll_timeout_s=poll_timeout,
+        history=_history_limits(
+            history_max_events,
+            history_max_bytes,
+            history_warn_events,
+            history_warn_bytes,
+            history_page_bytes,
+        ),
+        max_response_bytes=max_response_bytes,
     )
     run_event_loop(Server(config).serve_until_signal())
+
+
+def _history_limits(
+    max_events: int, max_bytes: int, warn_events: int, warn_bytes: int, page_bytes: int
+) -> HistoryLimits:
+    try:
+        return HistoryLimits(max_events, max_bytes, warn_events, warn_bytes, page_bytes)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from exc

@@ -19,7 +19,7 @@ from durable_rpc.server._interceptor import ErrorInterceptor
 from durable_rpc.server._notify import Notifier
 from durable_rpc.server._worker_service import WorkerService
 from durable_rpc.server._workflow_service import WorkflowService
-from durable_rpc.store import Store, open_store
+from durable_rpc.store import HistoryLimits, Store, StoreOptions, open_store
 from durable_rpc.telemetry import TracingServerInterceptor
 from durable_rpc.v1 import service_pb2, service_pb2_grpc
 
@@ -43,6 +43,15 @@ class ServerConfig:
     max_request_bytes: int = 4 * 1024 * 1024
     # In-flight calls get this long to finish on shutdown.
     shutdown_grace_s: float = 10.0
+    # grpc.health.v1 follows the store: probed this often (and at once after a call
+    # failed with UNAVAILABLE); a probe unanswered this long counts as unusable.
+    health_probe_interval_s: float = 1.0
+    health_probe_timeout_s: float = 5.0
+    # Per-run history limits and the history page size (of a store the server opens).
+    history: HistoryLimits = dataclasses.field(default_factory=HistoryLimits)
+    # gRPC's limit on a response: history pages (``history.page_bytes``, a larger single
+    # event alone, itself bounded by max_request_bytes) stay below it.
+    max_response_bytes: int = 64 * 1024 * 1024
 
 
 class Server:
@@ -50,7 +59,11 @@ class Server:
 
     def __init__(self, config: ServerConfig, store: Store | None = None) -> None:
         self.config = config
-        self.store = store if store is not None else open_store(config.db_url)
+        self.store = (
+            store
+            if store is not None
+            else open_store(config.db_url, StoreOptions(history=config.history))
+        )
         self._grpc: grpc.aio.Server | None = None
         self._due = DueLoop(self.store)
         self._shutting_down = asyncio.Event()
@@ -73,7 +86,7 @@ class Server:
             options=[
                 # grpc's own limit sits above ours so the interceptor answers with a reason.
                 ("grpc.max_receive_message_length", self.config.max_request_bytes * 2),
-                ("grpc.max_send_message_length", 64 * 1024 * 1024),
+                ("grpc.max_send_message_length", self.config.max_response_bytes),
                 ("grpc.so_reuseport", 0),
                 ("grpc.max_concurrent_streams", 100_000),
                 # Calls that reached grpc's core but not yet this process's event loop. Past

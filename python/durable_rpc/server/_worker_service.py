@@ -22,9 +22,9 @@ from durable_rpc.server import _convert, _validate
 from durable_rpc.server._handoff import Handoffs
 from durable_rpc.server._notify import Arrival, Notifier, Wakeup, wait
 from durable_rpc.server._queries import QueryRelay
+from durable_rpc.server._task_history import next_page, workflow_task_message
 from durable_rpc.store import (
     ClaimedActivityTask,
-    ClaimedWorkflowTask,
     EagerActivities,
     EagerWorkflowTask,
     InlineWorkflowTask,
@@ -76,29 +76,6 @@ def _eager_activities(
         task_queue=_validate.name("eager_task_queue", task_queue),
         activity_types=frozenset(_validate.name("eager_activity_types", t) for t in activity_types),
         limit=min(limit, MAX_EAGER_ACTIVITIES),
-    )
-
-
-def _workflow_task_message(task: ClaimedWorkflowTask) -> service_pb2.PollWorkflowTaskResponse:
-    return service_pb2.PollWorkflowTaskResponse(
-        task_id=task.task_id,
-        fencing_token=task.fencing_token,
-        lease_expires_at=_convert.timestamp(task.lease_expires_at_ms),
-        workflow_id=task.workflow_id,
-        run_id=task.run_id,
-        workflow_type=task.workflow_type,
-        workflow_version=task.workflow_version,
-        history=_convert.history(task.events),
-        workflow_time=_convert.timestamp(task.workflow_time_ms),
-        attempt=task.attempt,
-        pending_updates=[
-            service_pb2.PendingUpdate(
-                update_id=update.update_id,
-                update_name=update.update_name,
-                input=_convert.payload(update.input),
-            )
-            for update in task.pending_updates
-        ],
     )
 
 
@@ -263,7 +240,7 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
         )
         if task is None:
             return service_pb2.PollWorkflowTaskResponse()
-        return _workflow_task_message(task)
+        return workflow_task_message(task, self._store.options.history)
 
     async def CompleteWorkflowTask(
         self, request: service_pb2.CompleteWorkflowTaskRequest, context: grpc.aio.ServicerContext
@@ -297,6 +274,15 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
             response.appended.CopyFrom(_convert.history(completion.appended_events))
             response.history_length = completion.history_length
         return response
+
+    async def GetWorkflowTaskHistory(
+        self,
+        request: service_pb2.GetWorkflowTaskHistoryRequest,
+        context: grpc.aio.ServicerContext,
+    ) -> service_pb2.GetWorkflowTaskHistoryResponse:
+        return await next_page(
+            self._store, _validate.namespace(request.namespace), request.next_page_token
+        )
 
     async def FailWorkflowTask(
         self, request: service_pb2.FailWorkflowTaskRequest, context: grpc.aio.ServicerContext
@@ -382,7 +368,9 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
         task = completion.workflow_task
         if task is None:
             return service_pb2.CompleteActivityTaskResponse()
-        return service_pb2.CompleteActivityTaskResponse(workflow_task=_workflow_task_message(task))
+        return service_pb2.CompleteActivityTaskResponse(
+            workflow_task=workflow_task_message(task, self._store.options.history)
+        )
 
     async def FailActivityTask(
         self, request: service_pb2.FailActivityTaskRequest, context: grpc.aio.ServicerContext

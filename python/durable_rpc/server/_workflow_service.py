@@ -64,6 +64,7 @@ def _info(run: RunInfo) -> service_pb2.WorkflowInfo:
         start_time=_convert.timestamp(run.start_time_ms),
         close_time=_convert.timestamp(run.close_time_ms),
         history_length=run.history_length,
+        history_size_bytes=run.history_size_bytes,
         memo=search_attributes_pb2.Memo.FromString(run.memo or b""),
         search_attributes=search_attributes_pb2.SearchAttributes.FromString(
             run.search_attributes or b""
@@ -245,6 +246,7 @@ class WorkflowService(service_pb2_grpc.WorkflowServiceServicer):
             last_workflow_task_failure=_convert.failure(description.last_workflow_task_failure),
             workflow_task_attempt=description.workflow_task_attempt,
             definition_available=description.definition_available,
+            history_warning=description.history_warning,
         )
         for activity in description.pending_activities:
             response.pending_activities.add(

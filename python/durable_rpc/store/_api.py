@@ -53,6 +53,39 @@ class StoreListener(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
+class HistoryLimits:
+    """A run's history bounds, in events and in bytes (the sum of its serialized events).
+
+    Past a hard limit new input (start, signal, update) is refused with
+    HISTORY_LIMIT_EXCEEDED and a workflow task whose commands pass it fails the run with
+    that reason. From a warn mark describe warns, the worker logs and
+    ``workflow.info().continue_as_new_suggested`` is true. Defaults as Temporal's.
+    """
+
+    max_events: int = 51_200
+    max_bytes: int = 50 * 1024 * 1024
+    warn_events: int = 10_240
+    warn_bytes: int = 10 * 1024 * 1024
+    #: A history page (a claimed task's first page, each get_history page) holds events
+    #: up to this many bytes, a larger single event alone: below the gRPC message limit.
+    page_bytes: int = 4 * 1024 * 1024
+
+    def __post_init__(self) -> None:
+        if not 0 < self.warn_events <= self.max_events:
+            raise ValueError("history limits: need 0 < warn_events <= max_events")
+        if not 0 < self.warn_bytes <= self.max_bytes:
+            raise ValueError("history limits: need 0 < warn_bytes <= max_bytes")
+        if self.page_bytes <= 0:
+            raise ValueError("history limits: page_bytes must be positive")
+
+    def exceeded(self, length: int, size_bytes: int) -> bool:
+        return length > self.max_events or size_bytes > self.max_bytes
+
+    def warned(self, length: int, size_bytes: int) -> bool:
+        return length >= self.warn_events or size_bytes >= self.warn_bytes
+
+
+@dataclass(frozen=True, slots=True)
 class StoreOptions:
     """Tunables shared by every backend."""
 
@@ -69,6 +102,8 @@ class StoreOptions:
     max_batch: int = 256
     #: Most due items of each kind handled by one process_due call.
     due_batch: int = 500
+    #: Per-run history limits and the history page size.
+    history: HistoryLimits = field(default_factory=HistoryLimits)
 
 
 @dataclass(slots=True)
@@ -145,6 +180,8 @@ class RunInfo:
     start_time_ms: int
     close_time_ms: int | None
     history_length: int
+    #: The sum of the run's serialized events (what the byte limits count).
+    history_size_bytes: int = 0
     #: Serialized Memo / SearchAttributes (describe and list_runs fill them).
     memo: bytes | None = None
     search_attributes: bytes | None = None
@@ -169,6 +206,8 @@ class RunDescription:
     workflow_task_attempt: int
     definition_available: bool
     cancel_requested: bool
+    #: Set from the history warn mark on: how close the run is to its hard limit.
+    history_warning: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,10 +260,15 @@ class ClaimedWorkflowTask:
     workflow_type: str
     workflow_version: str
     task_queue: str
-    #: The whole history at claim time (serialized HistoryEvent).
+    #: The history at claim time (serialized HistoryEvent): all of it, or its first
+    #: byte-bounded page when ``len(events) < history_length`` (the rest: get_history
+    #: with ``through_event_id=history_length``).
     events: list[bytes]
     #: The run's update requests no decision settled yet, oldest first.
     pending_updates: tuple[PendingUpdateRequest, ...] = ()
+    #: The run's whole history at the claim: events and serialized bytes.
+    history_length: int = 0
+    history_size_bytes: int = 0
 
     @property
     def lease(self) -> LeaseRef:
@@ -336,6 +380,11 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def stats(self) -> StoreStats: ...
 
+    @property
+    def options(self) -> StoreOptions:
+        """The tunables this store applies (its history limits and page size included)."""
+        return StoreOptions()
+
     @abc.abstractmethod
     async def open(self) -> None: ...
 
@@ -435,7 +484,11 @@ class Store(abc.ABC):
         run_id: str | None,
         after_event_id: int,
         limit: int,
-    ) -> HistoryPage: ...
+        through_event_id: int | None = None,
+    ) -> HistoryPage:
+        """Events after ``after_event_id`` (through ``through_event_id`` if given): at most
+        ``limit`` and ``StoreOptions.history.page_bytes`` bytes (a larger single event
+        alone), so a page always fits a message; ``has_more`` when more remain."""
 
     @abc.abstractmethod
     async def get_outcome(

@@ -34,17 +34,26 @@ class HistoryBuffer:
         self._lengths: dict[RunKey, int] = {}
         # Each run's length before this transaction appended to it.
         self._bases: dict[RunKey, int] = {}
+        # Each run's history size in bytes in this transaction, appends included.
+        self._sizes: dict[RunKey, int] = {}
         self.events: list[AppendedEvent] = []
         self._written = 0  # events[:_written] are in the database
 
     def known_length(self, key: RunKey) -> int | None:
         return self._lengths.get(key)
 
-    def remember(self, key: RunKey, length: int) -> None:
-        """The run's stored length, read by this transaction (after its appends were
-        written, so it includes them)."""
+    def remember(self, key: RunKey, length: int, size_bytes: int) -> None:
+        """The run's stored length and size, read by this transaction (after its appends
+        were written, so they include them)."""
         self._lengths[key] = length
+        self._sizes[key] = size_bytes
         self._bases.setdefault(key, length)
+
+    def totals(self, key: RunKey) -> tuple[int, int] | None:
+        """The run's (length, size in bytes) with this transaction's appends; None when
+        this transaction has not read them."""
+        length = self._lengths.get(key)
+        return None if length is None else (length, self._sizes[key])
 
     def reserve(self, key: RunKey) -> int:
         """The run's next event id; its length must be known."""
@@ -53,19 +62,22 @@ class HistoryBuffer:
 
     def add(self, event: AppendedEvent) -> None:
         self.events.append(event)
+        self._sizes[(event.namespace, event.run_id)] += len(event.data)
 
     @property
     def has_unwritten(self) -> bool:
         return self._written < len(self.events)
 
-    def take_unwritten(self) -> list[tuple[RunKey, int, list[AppendedEvent]]]:
+    def take_unwritten(self) -> list[tuple[RunKey, int, int, list[AppendedEvent]]]:
         """The events not written yet, per run in order of first append, with the run's
-        length to store; from now on they count as written."""
+        length and size to store; from now on they count as written."""
         by_run: dict[RunKey, list[AppendedEvent]] = {}
         for event in self.events[self._written :]:
             by_run.setdefault((event.namespace, event.run_id), []).append(event)
         self._written = len(self.events)
-        return [(key, self._lengths[key], events) for key, events in by_run.items()]
+        return [
+            (key, self._lengths[key], self._sizes[key], events) for key, events in by_run.items()
+        ]
 
     def appended_after(self, key: RunKey, event_id: int, kinds: tuple[str, ...]) -> bool | None:
         """Whether the run has an event of ``kinds`` after ``event_id``, when every event

@@ -257,6 +257,17 @@ def _v6() -> tuple[str, ...]:
     return ("ALTER TABLE tasks ADD COLUMN trace_context TEXT",)
 
 
+def _v7(bigint: str) -> tuple[str, ...]:
+    """A run's history size in bytes (the sum of its events' serialized sizes) beside its
+    length, kept by every append, so the history limits are checked from the run row
+    alone; existing runs are measured once."""
+    return (
+        f"ALTER TABLE runs ADD COLUMN history_size_bytes {bigint} NOT NULL DEFAULT 0",
+        "UPDATE runs SET history_size_bytes = COALESCE((SELECT SUM(length(h.data)) "
+        "FROM history h WHERE h.namespace = runs.namespace AND h.run_id = runs.run_id), 0)",
+    )
+
+
 SQLITE_MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _SQLITE_V1),
     Migration(2, "memo, search attributes, workflow timeouts", _v2("BLOB", "INTEGER", "REAL")),
@@ -264,6 +275,7 @@ SQLITE_MIGRATIONS: tuple[Migration, ...] = (
     Migration(4, "queries across replicas", _v4("BLOB", "INTEGER")),
     Migration(5, "update requests across replicas", _v5("BLOB", "INTEGER")),
     Migration(6, "activity trace context", _v6()),
+    Migration(7, "history size of a run", _v7("INTEGER")),
 )
 
 

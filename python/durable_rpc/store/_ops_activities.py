@@ -16,6 +16,7 @@ from durable_rpc.store._api import (
     InlineWorkflowTask,
     LeaseRef,
 )
+from durable_rpc.store._history_limits import DecisionPastHistoryLimit
 from durable_rpc.store._logic import (
     activity_retry_delay_ms,
     activity_timeouts,
@@ -144,7 +145,9 @@ class _ActivityOps(_WorkflowTaskOps):
             with contextlib.suppress(InvalidArgumentError):
                 inline_plan = validate_commands(inline_commands)
 
-        def op(tx: Tx) -> ActivityCompletion | _WorkflowClaim:
+        def op(
+            tx: Tx, inline: InlineWorkflowTask | None = inline
+        ) -> ActivityCompletion | _WorkflowClaim:
             require_namespace(tx, namespace)
             now = tx.now_ms()
             task = record_outcome(
@@ -220,7 +223,13 @@ class _ActivityOps(_WorkflowTaskOps):
             tx.notes.tasks.discard((namespace, run["task_queue"], "workflow"))
             return claim
 
-        done = await self._write(op)
+        try:
+            done = await self._write(op)
+        except DecisionPastHistoryLimit:
+            # The inline decision took the run past its history limit: the completion is
+            # recorded alone (its result is never lost) and the ordinary workflow task
+            # that follows fails the run (complete_workflow_task_tracked).
+            done = await self._write(lambda tx: op(tx, None))
         if isinstance(done, ActivityCompletion):
             return done
         return ActivityCompletion(

@@ -15,6 +15,7 @@ from durable_rpc.store._api import (
     ClaimedWorkflowTask,
     PendingUpdateRequest,
 )
+from durable_rpc.store._history_pages import read_page
 from durable_rpc.store._logic import activity_timeouts, earliest, parse_options
 from durable_rpc.store._ops_base import _SqlOpsBase
 from durable_rpc.store._ops_updates import pending_update_requests
@@ -51,13 +52,10 @@ def lease_check_at(expires_ms: int) -> int:
 INLINE_HISTORY_EVENTS = 256
 
 
-def _read_history(tx: Tx, namespace: str, run_id: str, length: int) -> list[bytes]:
-    rows = tx.all(
-        "SELECT data FROM history WHERE namespace = ? AND run_id = ? AND event_id <= ? "
-        "ORDER BY event_id",
-        (namespace, run_id, length),
-    )
-    return [bytes(row["data"]) for row in rows]
+def _first_page(tx: Tx, namespace: str, run_id: str, length: int, page_bytes: int) -> list[bytes]:
+    """The claimed task's history through ``length``, or its first ``page_bytes`` (the
+    worker fetches the rest: GetWorkflowTaskHistory)."""
+    return read_page(tx, namespace, run_id, 0, length, max(length, 1), page_bytes)[0]
 
 
 class _LeaseOps(_SqlOpsBase):
@@ -103,7 +101,9 @@ class _LeaseOps(_SqlOpsBase):
             run=run,
             events=(
                 tx.whole_history(namespace, row["run_id"])
-                or _read_history(tx, namespace, row["run_id"], length)
+                or _first_page(
+                    tx, namespace, row["run_id"], length, self._options.history.page_bytes
+                )
                 if length <= INLINE_HISTORY_EVENTS
                 else None
             ),
@@ -123,8 +123,11 @@ class _LeaseOps(_SqlOpsBase):
             # History is append-only: reading it after the claim committed, up to the
             # length seen by the claim, is the claim's snapshot (big reads stay off the
             # writer).
+            page_bytes = self._options.history.page_bytes
             events = await self._read(
-                lambda tx: _read_history(tx, namespace, run["run_id"], run["history_length"])
+                lambda tx: _first_page(
+                    tx, namespace, run["run_id"], run["history_length"], page_bytes
+                )
             )
         return ClaimedWorkflowTask(
             task_id=claim.task_id,
@@ -140,6 +143,8 @@ class _LeaseOps(_SqlOpsBase):
             task_queue=run["task_queue"],
             events=events,
             pending_updates=claim.pending_updates,
+            history_length=run["history_length"],
+            history_size_bytes=run["history_size_bytes"],
         )
 
     def _lease_activity(

@@ -25,6 +25,8 @@ from durable_rpc.store._api import (
     StartOptions,
     StartResult,
 )
+from durable_rpc.store._history_limits import refuse_input, warning
+from durable_rpc.store._history_pages import read_page
 from durable_rpc.store._logic import failure_bytes, parse_payload
 from durable_rpc.store._ops_leases import _LeaseOps, _WorkflowClaim
 from durable_rpc.store._runs import (
@@ -104,6 +106,7 @@ class _RunOps(_LeaseOps):
                 run_id=new_run_id,
                 request_recorded=True,
             )
+            refuse_input(tx, self._options.history, namespace, run_id, "start")
             if claim_for is None:
                 return StartResult(run_id, started=True)
             claim = self._lease_workflow_task(
@@ -151,6 +154,9 @@ class _RunOps(_LeaseOps):
             deliver_signal(
                 tx, namespace, run["run_id"], run["task_queue"], signal_name, payload, request_id
             )
+            refuse_input(
+                tx, self._options.history, namespace, run["run_id"], f"signal {signal_name!r}"
+            )
             return True
 
         return await self._write(op)
@@ -191,6 +197,9 @@ class _RunOps(_LeaseOps):
                     signal_payload,
                     request_id,
                 )
+                refuse_input(
+                    tx, self._options.history, namespace, run_id, f"signal {signal_name!r}"
+                )
                 return SignalWithStartResult(run_id, started=False, delivered=True)
             earlier = earlier_start(tx, namespace, workflow_id, request_id)
             if earlier is not None:
@@ -213,6 +222,7 @@ class _RunOps(_LeaseOps):
             deliver_signal(
                 tx, namespace, run_id, task_queue, signal_name, signal_payload, request_id
             )
+            refuse_input(tx, self._options.history, namespace, run_id, "signal-with-start")
             return SignalWithStartResult(run_id, started=True, delivered=True)
 
         return await self._write(op)
@@ -293,6 +303,9 @@ class _RunOps(_LeaseOps):
                 workflow_task_attempt=run["wft_attempt"],
                 definition_available=available is not None,
                 cancel_requested=bool(run["cancel_requested"]),
+                history_warning=warning(
+                    self._options.history, run["history_length"], run["history_size_bytes"]
+                ),
             )
 
         return await self._read(op)
@@ -304,21 +317,20 @@ class _RunOps(_LeaseOps):
         run_id: str | None,
         after_event_id: int,
         limit: int,
+        through_event_id: int | None = None,
     ) -> HistoryPage:
         if after_event_id < 0:
             raise InvalidArgumentError("after_event_id must not be negative")
         if limit <= 0:
             raise InvalidArgumentError("limit must be positive")
+        page_bytes = self._options.history.page_bytes
 
         def op(tx: Tx) -> HistoryPage:
             run = find_run(tx, namespace, workflow_id, run_id)
-            rows = tx.all(
-                "SELECT data FROM history WHERE namespace = ? AND run_id = ? AND event_id > ? "
-                "ORDER BY event_id LIMIT ?",
-                (namespace, run["run_id"], after_event_id, limit + 1),
+            events, has_more = read_page(
+                tx, namespace, run["run_id"], after_event_id, through_event_id, limit, page_bytes
             )
-            events = [bytes(row["data"]) for row in rows[:limit]]
-            return HistoryPage(run["run_id"], events, has_more=len(rows) > limit)
+            return HistoryPage(run["run_id"], events, has_more=has_more)
 
         return await self._read(op)
 

@@ -17,7 +17,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from durable_rpc.errors import ResourceExhaustedError
-from durable_rpc.store._api import PendingUpdateRequest, StartOptions, UpdateWithStartResult
+from durable_rpc.store._api import (
+    HistoryLimits,
+    PendingUpdateRequest,
+    StartOptions,
+    UpdateWithStartResult,
+)
+from durable_rpc.store._history_limits import refuse_input
 from durable_rpc.store._logic import parse_payload
 from durable_rpc.store._ops_base import _SqlOpsBase
 from durable_rpc.store._runs import check_start, create_run, earlier_start, open_run_of
@@ -73,8 +79,19 @@ def settle_update(
     tx.notes.updates.append((namespace, update_id))
 
 
+# What an accepted update adds to history besides its input and name: UpdateAccepted and
+# UpdateCompleted events' framing, ids and times (its result is the decision's).
+_UPDATE_EVENTS_OVERHEAD_BYTES = 128
+
+
 def hold_update_request(
-    tx: Tx, namespace: str, run: Row, update_id: str, update_name: str, input: bytes
+    tx: Tx,
+    namespace: str,
+    run: Row,
+    update_id: str,
+    update_name: str,
+    input: bytes,
+    limits: HistoryLimits,
 ) -> None:
     """Records the request on the open ``run`` (read under its row lock: run_id,
     task_queue, pending_updates) unless it is known already (a repeated id; a rejected id
@@ -96,6 +113,18 @@ def hold_update_request(
             raise ResourceExhaustedError(
                 f"{run['pending_updates']} updates of run {run_id} already wait for a workflow task"
             )
+        # Checked when the request is recorded (it is in history only once accepted), so
+        # a caller learns it now, not from a run that later fails on it.
+        events_bytes = len(input) + len(update_name) + 2 * len(update_id)
+        refuse_input(
+            tx,
+            limits,
+            namespace,
+            run_id,
+            f"update {update_name!r}",
+            extra_events=2,
+            extra_bytes=events_bytes + _UPDATE_EVENTS_OVERHEAD_BYTES,
+        )
         tx.run(
             "INSERT INTO update_requests (namespace, run_id, update_id, update_name, input, "
             "state, created_at_ms) VALUES (?, ?, ?, ?, ?, 'pending', ?)",
@@ -131,7 +160,9 @@ class _UpdateOps(_SqlOpsBase):
             )
             if run is None or run["status"] != "running":
                 return False
-            hold_update_request(tx, namespace, run, update_id, update_name, input)
+            hold_update_request(
+                tx, namespace, run, update_id, update_name, input, self._options.history
+            )
             return True
 
         return await self._write(op)
@@ -180,9 +211,20 @@ class _UpdateOps(_SqlOpsBase):
                 )
                 # Its first workflow task (queued by create_run) carries the request.
                 new_run = {"run_id": run_id, "task_queue": task_queue, "pending_updates": 0}
-                hold_update_request(tx, namespace, new_run, update_id, update_name, update_input)
+                refuse_input(tx, self._options.history, namespace, run_id, "start")
+                hold_update_request(
+                    tx,
+                    namespace,
+                    new_run,
+                    update_id,
+                    update_name,
+                    update_input,
+                    self._options.history,
+                )
                 return UpdateWithStartResult(run_id, started=True)
-            hold_update_request(tx, namespace, run, update_id, update_name, update_input)
+            hold_update_request(
+                tx, namespace, run, update_id, update_name, update_input, self._options.history
+            )
             return UpdateWithStartResult(str(run["run_id"]), started=False)
 
         return await self._write(op)

@@ -13,6 +13,7 @@ from durable_rpc.store._api import (
     LeaseRef,
     WorkflowTaskCompletion,
 )
+from durable_rpc.store._history_limits import DecisionPastHistoryLimit, check_decision
 from durable_rpc.store._logic import (
     INPUT_EVENT_KINDS,
     CommandPlan,
@@ -37,7 +38,13 @@ from durable_rpc.store._shared import (
     saw_new_input,
 )
 from durable_rpc.store._tx import Row, Tx
-from durable_rpc.v1 import history_pb2, workflow_task_pb2
+from durable_rpc.v1 import history_pb2, payload_pb2, workflow_task_pb2
+
+
+def _fail_for_history_limit(error: DecisionPastHistoryLimit) -> workflow_task_pb2.Command:
+    """The command a decision that passed the history limit is recorded as instead."""
+    failure = payload_pb2.Failure(message=error.message, type=error.reason, non_retryable=True)
+    return workflow_task_pb2.Command(fail_workflow=workflow_task_pb2.FailWorkflow(failure=failure))
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +124,12 @@ class _WorkflowTaskOps(_LeaseOps, _CommandOps):
             require(update_id, "rejected update id")
             parse_failure(failure, f"rejection of update {update_id!r}")
 
-        def op(tx: Tx) -> WorkflowTaskCompletion:
+        def op(
+            tx: Tx,
+            commands: list[workflow_task_pb2.Command],
+            plan: CommandPlan,
+            eager: EagerActivities | None,
+        ) -> WorkflowTaskCompletion:
             require_namespace(tx, namespace)
             now = tx.now_ms()
             task = record_outcome(
@@ -161,7 +173,16 @@ class _WorkflowTaskOps(_LeaseOps, _CommandOps):
                 now,
             )
 
-        return await self._write(op)
+        try:
+            return await self._write(lambda tx: op(tx, commands, plan, eager))
+        except DecisionPastHistoryLimit as error:
+            # As Temporal does: the decision's commands are not applied (its transaction
+            # rolled back) and the run fails with HISTORY_LIMIT_EXCEEDED instead, under
+            # the same lease, in one transaction. A closing command is never past the
+            # limit (``_record_decision``), so this second try records.
+            failing = [_fail_for_history_limit(error)]
+            failing_plan = validate_commands(failing)
+            return await self._write(lambda tx: op(tx, failing, failing_plan, None))
 
     def _check_decision(self, tx: Tx, run: Row, plan: CommandPlan) -> None:
         """The checks of a decision that need stored state (before anything is written):
@@ -216,6 +237,8 @@ class _WorkflowTaskOps(_LeaseOps, _CommandOps):
         append_decision_inputs(tx, closed)
         if not closed:
             self._append_immediate_cancellations(tx, namespace, run_id, commands, now)
+            # A decision that closes the run is always recorded: it ends the growth.
+            check_decision(tx, self._options.history, namespace, run_id)
             new_input = tx.appended_after(
                 namespace, run_id, decision.last_seen_event_id, INPUT_EVENT_KINDS
             )

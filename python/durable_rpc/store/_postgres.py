@@ -133,16 +133,16 @@ class _PgTx(Tx):
         return self._cursor.execute(_to_pg(sql_), tuple(params)).rowcount
 
     def _write_events(
-        self, namespace: str, run_id: str, length: int, rows: list[tuple[Any, ...]]
+        self, namespace: str, run_id: str, length: int, size: int, rows: list[tuple[Any, ...]]
     ) -> None:
         # One round trip: the length update rides along as a data-modifying CTE.
         placeholders = ", ".join(["(?, ?, ?, ?, ?, ?)"] * len(rows))
         self._execute(
-            "WITH grown AS (UPDATE runs SET history_length = ? "
+            "WITH grown AS (UPDATE runs SET history_length = ?, history_size_bytes = ? "
             "WHERE namespace = ? AND run_id = ?) "
             "INSERT INTO history (namespace, run_id, event_id, kind, event_time_ms, data) "
             f"VALUES {placeholders}",
-            [length, namespace, run_id, *(value for row in rows for value in row)],
+            [length, size, namespace, run_id, *(value for row in rows for value in row)],
         )
 
     def now_ms(self) -> int:
@@ -316,6 +316,11 @@ class PostgresStore(SqlStore):
             self._pool.release(conn)
 
     # -- running operations ---------------------------------------------------------------
+
+    async def check_health(self) -> None:
+        # A round trip on a pooled connection: while the database is unreachable the pool
+        # fails fast (and reconnects with a capped backoff once it is back).
+        await self._read_latest(lambda tx: tx.now_ms())
 
     async def _write(self, fn: Callable[[Tx], T]) -> T:
         return await self._submit(self._run_write, fn)

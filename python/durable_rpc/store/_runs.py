@@ -168,7 +168,7 @@ def create_run(
             version,
         ),
     )
-    tx.remember_history_length(namespace, run_id, 0)
+    tx.remember_history_length(namespace, run_id, 0, 0)
     started_extra: dict[str, object] = {}
     if parent is not None:
         tx.run(

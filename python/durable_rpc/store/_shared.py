@@ -78,6 +78,7 @@ def run_info(row: Row) -> RunInfo:
         start_time_ms=row["start_time_ms"],
         close_time_ms=row["close_time_ms"],
         history_length=row["history_length"],
+        history_size_bytes=row["history_size_bytes"],
     )
 
 

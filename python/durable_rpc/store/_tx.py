@@ -131,10 +131,36 @@ class Tx(abc.ABC):
         lock (PostgreSQL: ``row_lock_suffix``; SQLite: the single writer), so appending to
         it needs no read of its own."""
         if row is not None:
-            self.remember_history_length(row["namespace"], row["run_id"], row["history_length"])
+            self.remember_history_length(
+                row["namespace"], row["run_id"], row["history_length"], row["history_size_bytes"]
+            )
 
-    def remember_history_length(self, namespace: str, run_id: str, length: int) -> None:
-        self.history.remember((namespace, run_id), length)
+    def remember_history_length(
+        self, namespace: str, run_id: str, length: int, size_bytes: int
+    ) -> None:
+        self.history.remember((namespace, run_id), length, size_bytes)
+
+    def history_totals(self, namespace: str, run_id: str) -> tuple[int, int]:
+        """The run's history (length, size in bytes), this transaction's appends included
+        (what the history limits are checked against)."""
+        key = (namespace, run_id)
+        if self.history.known_length(key) is None:
+            self._read_totals(key)
+        totals = self.history.totals(key)
+        assert totals is not None
+        return totals
+
+    def _read_totals(self, key: tuple[str, str]) -> None:
+        # No flush first: other runs' buffered rows do not change this run's totals.
+        rows = self._fetch(
+            "SELECT history_length, history_size_bytes FROM runs "
+            f"WHERE namespace = ? AND run_id = ?{self.row_lock_suffix}",
+            key,
+        )
+        assert rows, f"append to unknown run {key[1]!r}"
+        self.history.remember(
+            key, int(rows[0]["history_length"]), int(rows[0]["history_size_bytes"])
+        )
 
     def appended_after(
         self, namespace: str, run_id: str, event_id: int, kinds: tuple[str, ...]
@@ -150,14 +176,7 @@ class Tx(abc.ABC):
         """Reserves the run's next event id (its history length + 1 in this transaction)."""
         key = (namespace, run_id)
         if self.history.known_length(key) is None:
-            # No flush first: other runs' buffered rows do not change this run's length.
-            rows = self._fetch(
-                "SELECT history_length FROM runs WHERE namespace = ? AND run_id = ?"
-                f"{self.row_lock_suffix}",
-                key,
-            )
-            assert rows, f"append to unknown run {run_id!r}"
-            self.history.remember(key, int(rows[0]["history_length"]))
+            self._read_totals(key)
         return self.history.reserve(key)
 
     def add_event(
@@ -170,15 +189,16 @@ class Tx(abc.ABC):
     def flush_events(self) -> None:
         """Writes the buffered history rows and the new history lengths (called before a
         statement that could read them and when the operation's function returns)."""
-        for (namespace, run_id), length, events in self.history.take_unwritten():
-            self._write_events(namespace, run_id, length, [e.row for e in events])
+        for (namespace, run_id), length, size, events in self.history.take_unwritten():
+            self._write_events(namespace, run_id, length, size, [e.row for e in events])
 
     def _write_events(
-        self, namespace: str, run_id: str, length: int, rows: list[tuple[Any, ...]]
+        self, namespace: str, run_id: str, length: int, size: int, rows: list[tuple[Any, ...]]
     ) -> None:
         self._execute(
-            "UPDATE runs SET history_length = ? WHERE namespace = ? AND run_id = ?",
-            (length, namespace, run_id),
+            "UPDATE runs SET history_length = ?, history_size_bytes = ? "
+            "WHERE namespace = ? AND run_id = ?",
+            (length, size, namespace, run_id),
         )
         placeholders = ", ".join(["(?, ?, ?, ?, ?, ?)"] * len(rows))
         self._execute(

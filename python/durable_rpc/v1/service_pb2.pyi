@@ -479,6 +479,7 @@ class WorkflowInfo(_message.Message):
     START_TIME_FIELD_NUMBER: _builtins.int
     CLOSE_TIME_FIELD_NUMBER: _builtins.int
     HISTORY_LENGTH_FIELD_NUMBER: _builtins.int
+    HISTORY_SIZE_BYTES_FIELD_NUMBER: _builtins.int
     MEMO_FIELD_NUMBER: _builtins.int
     SEARCH_ATTRIBUTES_FIELD_NUMBER: _builtins.int
     workflow_id: _builtins.str
@@ -488,6 +489,8 @@ class WorkflowInfo(_message.Message):
     task_queue: _builtins.str
     status: Global___WorkflowStatus.ValueType
     history_length: _builtins.int
+    history_size_bytes: _builtins.int
+    """The sum of the run's serialized history events (what the history limits count)."""
     @_builtins.property
     def start_time(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
@@ -510,12 +513,13 @@ class WorkflowInfo(_message.Message):
         start_time: _timestamp_pb2.Timestamp | None = ...,
         close_time: _timestamp_pb2.Timestamp | None = ...,
         history_length: _builtins.int = ...,
+        history_size_bytes: _builtins.int = ...,
         memo: _search_attributes_pb2.Memo | None = ...,
         search_attributes: _search_attributes_pb2.SearchAttributes | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["close_time", b"close_time", "memo", b"memo", "search_attributes", b"search_attributes", "start_time", b"start_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["close_time", b"close_time", "history_length", b"history_length", "memo", b"memo", "run_id", b"run_id", "search_attributes", b"search_attributes", "start_time", b"start_time", "status", b"status", "task_queue", b"task_queue", "workflow_id", b"workflow_id", "workflow_type", b"workflow_type", "workflow_version", b"workflow_version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["close_time", b"close_time", "history_length", b"history_length", "history_size_bytes", b"history_size_bytes", "memo", b"memo", "run_id", b"run_id", "search_attributes", b"search_attributes", "start_time", b"start_time", "status", b"status", "task_queue", b"task_queue", "workflow_id", b"workflow_id", "workflow_type", b"workflow_type", "workflow_version", b"workflow_version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -566,9 +570,16 @@ class DescribeWorkflowResponse(_message.Message):
     LAST_WORKFLOW_TASK_FAILURE_FIELD_NUMBER: _builtins.int
     WORKFLOW_TASK_ATTEMPT_FIELD_NUMBER: _builtins.int
     DEFINITION_AVAILABLE_FIELD_NUMBER: _builtins.int
+    HISTORY_WARNING_FIELD_NUMBER: _builtins.int
     workflow_task_attempt: _builtins.int
     definition_available: _builtins.bool
     """False when no live worker registers the run's definition."""
+    history_warning: _builtins.str
+    """Set once the run's history passed the server's warn mark (events or bytes): one
+    plain sentence saying how close it is to the hard limit, past which new input is
+    refused (HISTORY_LIMIT_EXCEEDED) and the run's next workflow task fails the run.
+    The workflow should continue-as-new.
+    """
     @_builtins.property
     def info(self) -> Global___WorkflowInfo: ...
     @_builtins.property
@@ -587,10 +598,11 @@ class DescribeWorkflowResponse(_message.Message):
         last_workflow_task_failure: _payload_pb2.Failure | None = ...,
         workflow_task_attempt: _builtins.int = ...,
         definition_available: _builtins.bool = ...,
+        history_warning: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["info", b"info", "last_workflow_task_failure", b"last_workflow_task_failure"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["definition_available", b"definition_available", "info", b"info", "last_workflow_task_failure", b"last_workflow_task_failure", "pending_activities", b"pending_activities", "workflow_task_attempt", b"workflow_task_attempt"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["definition_available", b"definition_available", "history_warning", b"history_warning", "info", b"info", "last_workflow_task_failure", b"last_workflow_task_failure", "pending_activities", b"pending_activities", "workflow_task_attempt", b"workflow_task_attempt"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -609,7 +621,10 @@ class GetWorkflowHistoryRequest(_message.Message):
     workflow_id: _builtins.str
     run_id: _builtins.str
     page_size: _builtins.int
-    """Default 1000, at most 10000."""
+    """Default 1000, at most 10000. A page is also bounded in bytes (the server's history
+    page size, 4 MiB by default; a single larger event comes alone), so it may hold
+    fewer events: follow next_page_token until it is empty.
+    """
     next_page_token: _builtins.bytes
     def __init__(
         self,
@@ -998,6 +1013,11 @@ class PollWorkflowTaskResponse(_message.Message):
     WORKFLOW_TIME_FIELD_NUMBER: _builtins.int
     ATTEMPT_FIELD_NUMBER: _builtins.int
     PENDING_UPDATES_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    HISTORY_LENGTH_FIELD_NUMBER: _builtins.int
+    HISTORY_SIZE_BYTES_FIELD_NUMBER: _builtins.int
+    HISTORY_WARN_EVENTS_FIELD_NUMBER: _builtins.int
+    HISTORY_WARN_BYTES_FIELD_NUMBER: _builtins.int
     task_id: _builtins.int
     """0 = no task arrived before the poll timeout."""
     fencing_token: _builtins.int
@@ -1007,6 +1027,20 @@ class PollWorkflowTaskResponse(_message.Message):
     workflow_version: _builtins.str
     attempt: _builtins.int
     """1 for the first try of this task; higher after failed or expired tries."""
+    next_page_token: _builtins.bytes
+    """History paging: `history` is bounded in bytes (the server's history page size), so
+    a long history comes as its first page and a non-empty token; the worker fetches
+    the rest with GetWorkflowTaskHistory (pages up to the claim's history_length) before
+    replaying. Empty: `history` is the whole history.
+    """
+    history_length: _builtins.int
+    """The run's whole history at the claim: its events and their serialized bytes."""
+    history_size_bytes: _builtins.int
+    history_warn_events: _builtins.int
+    """The server's history warn marks (workflow.info().continue_as_new_suggested is true
+    from the activation whose history reaches either).
+    """
+    history_warn_bytes: _builtins.int
     @_builtins.property
     def lease_expires_at(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
@@ -1037,14 +1071,66 @@ class PollWorkflowTaskResponse(_message.Message):
         workflow_time: _timestamp_pb2.Timestamp | None = ...,
         attempt: _builtins.int = ...,
         pending_updates: _abc.Iterable[Global___PendingUpdate] | None = ...,
+        next_page_token: _builtins.bytes = ...,
+        history_length: _builtins.int = ...,
+        history_size_bytes: _builtins.int = ...,
+        history_warn_events: _builtins.int = ...,
+        history_warn_bytes: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["history", b"history", "lease_expires_at", b"lease_expires_at", "workflow_time", b"workflow_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "fencing_token", b"fencing_token", "history", b"history", "lease_expires_at", b"lease_expires_at", "pending_updates", b"pending_updates", "run_id", b"run_id", "task_id", b"task_id", "workflow_id", b"workflow_id", "workflow_time", b"workflow_time", "workflow_type", b"workflow_type", "workflow_version", b"workflow_version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "fencing_token", b"fencing_token", "history", b"history", "history_length", b"history_length", "history_size_bytes", b"history_size_bytes", "history_warn_bytes", b"history_warn_bytes", "history_warn_events", b"history_warn_events", "lease_expires_at", b"lease_expires_at", "next_page_token", b"next_page_token", "pending_updates", b"pending_updates", "run_id", b"run_id", "task_id", b"task_id", "workflow_id", b"workflow_id", "workflow_time", b"workflow_time", "workflow_type", b"workflow_type", "workflow_version", b"workflow_version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___PollWorkflowTaskResponse: _TypeAlias = PollWorkflowTaskResponse  # noqa: Y015
+
+@_typing.final
+class GetWorkflowTaskHistoryRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    next_page_token: _builtins.bytes
+    """A PollWorkflowTaskResponse's or a previous page's next_page_token."""
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        next_page_token: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespace", b"namespace", "next_page_token", b"next_page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetWorkflowTaskHistoryRequest: _TypeAlias = GetWorkflowTaskHistoryRequest  # noqa: Y015
+
+@_typing.final
+class GetWorkflowTaskHistoryResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    HISTORY_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.bytes
+    """Empty on the task's last page."""
+    @_builtins.property
+    def history(self) -> _history_pb2.History: ...
+    def __init__(
+        self,
+        *,
+        history: _history_pb2.History | None = ...,
+        next_page_token: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["history", b"history"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["history", b"history", "next_page_token", b"next_page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetWorkflowTaskHistoryResponse: _TypeAlias = GetWorkflowTaskHistoryResponse  # noqa: Y015
 
 @_typing.final
 class PendingUpdate(_message.Message):

@@ -645,6 +645,11 @@ class WorkerServiceStub(object):
                 request_serializer=durable__rpc_dot_v1_dot_service__pb2.FailWorkflowTaskRequest.SerializeToString,
                 response_deserializer=durable__rpc_dot_v1_dot_service__pb2.FailWorkflowTaskResponse.FromString,
                 _registered_method=True)
+        self.GetWorkflowTaskHistory = channel.unary_unary(
+                '/durable_rpc.v1.WorkerService/GetWorkflowTaskHistory',
+                request_serializer=durable__rpc_dot_v1_dot_service__pb2.GetWorkflowTaskHistoryRequest.SerializeToString,
+                response_deserializer=durable__rpc_dot_v1_dot_service__pb2.GetWorkflowTaskHistoryResponse.FromString,
+                _registered_method=True)
         self.PollActivityTask = channel.unary_unary(
                 '/durable_rpc.v1.WorkerService/PollActivityTask',
                 request_serializer=durable__rpc_dot_v1_dot_service__pb2.PollActivityTaskRequest.SerializeToString,
@@ -719,6 +724,14 @@ class WorkerServiceServicer(object):
 
     def FailWorkflowTask(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetWorkflowTaskHistory(self, request, context):
+        """The rest of a workflow task's history, one byte-bounded page per call, when the
+        PollWorkflowTaskResponse (or an eager task) carried a `next_page_token`.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -804,6 +817,11 @@ def add_WorkerServiceServicer_to_server(servicer, server):
                     servicer.FailWorkflowTask,
                     request_deserializer=durable__rpc_dot_v1_dot_service__pb2.FailWorkflowTaskRequest.FromString,
                     response_serializer=durable__rpc_dot_v1_dot_service__pb2.FailWorkflowTaskResponse.SerializeToString,
+            ),
+            'GetWorkflowTaskHistory': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetWorkflowTaskHistory,
+                    request_deserializer=durable__rpc_dot_v1_dot_service__pb2.GetWorkflowTaskHistoryRequest.FromString,
+                    response_serializer=durable__rpc_dot_v1_dot_service__pb2.GetWorkflowTaskHistoryResponse.SerializeToString,
             ),
             'PollActivityTask': grpc.unary_unary_rpc_method_handler(
                     servicer.PollActivityTask,
@@ -1004,6 +1022,33 @@ class WorkerService(object):
             '/durable_rpc.v1.WorkerService/FailWorkflowTask',
             durable__rpc_dot_v1_dot_service__pb2.FailWorkflowTaskRequest.SerializeToString,
             durable__rpc_dot_v1_dot_service__pb2.FailWorkflowTaskResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetWorkflowTaskHistory(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/durable_rpc.v1.WorkerService/GetWorkflowTaskHistory',
+            durable__rpc_dot_v1_dot_service__pb2.GetWorkflowTaskHistoryRequest.SerializeToString,
+            durable__rpc_dot_v1_dot_service__pb2.GetWorkflowTaskHistoryResponse.FromString,
             options,
             channel_credentials,
             insecure,

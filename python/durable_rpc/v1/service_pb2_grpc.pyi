@@ -242,6 +242,10 @@ class WorkerServiceStub:
     """Long-polls for a workflow task; an empty response (task_id 0) means none came."""
     CompleteWorkflowTask: _grpc.UnaryUnaryMultiCallable[_service_pb2.CompleteWorkflowTaskRequest, _service_pb2.CompleteWorkflowTaskResponse]
     FailWorkflowTask: _grpc.UnaryUnaryMultiCallable[_service_pb2.FailWorkflowTaskRequest, _service_pb2.FailWorkflowTaskResponse]
+    GetWorkflowTaskHistory: _grpc.UnaryUnaryMultiCallable[_service_pb2.GetWorkflowTaskHistoryRequest, _service_pb2.GetWorkflowTaskHistoryResponse]
+    """The rest of a workflow task's history, one byte-bounded page per call, when the
+    PollWorkflowTaskResponse (or an eager task) carried a `next_page_token`.
+    """
     PollActivityTask: _grpc.UnaryUnaryMultiCallable[_service_pb2.PollActivityTaskRequest, _service_pb2.PollActivityTaskResponse]
     """Long-polls for an activity attempt; an empty response (task_id 0) means none came."""
     HeartbeatActivityTask: _grpc.UnaryUnaryMultiCallable[_service_pb2.HeartbeatActivityTaskRequest, _service_pb2.HeartbeatActivityTaskResponse]
@@ -271,6 +275,10 @@ class WorkerServiceAsyncStub(WorkerServiceStub):
     """Long-polls for a workflow task; an empty response (task_id 0) means none came."""
     CompleteWorkflowTask: _aio.UnaryUnaryMultiCallable[_service_pb2.CompleteWorkflowTaskRequest, _service_pb2.CompleteWorkflowTaskResponse]  # type: ignore[assignment]
     FailWorkflowTask: _aio.UnaryUnaryMultiCallable[_service_pb2.FailWorkflowTaskRequest, _service_pb2.FailWorkflowTaskResponse]  # type: ignore[assignment]
+    GetWorkflowTaskHistory: _aio.UnaryUnaryMultiCallable[_service_pb2.GetWorkflowTaskHistoryRequest, _service_pb2.GetWorkflowTaskHistoryResponse]  # type: ignore[assignment]
+    """The rest of a workflow task's history, one byte-bounded page per call, when the
+    PollWorkflowTaskResponse (or an eager task) carried a `next_page_token`.
+    """
     PollActivityTask: _aio.UnaryUnaryMultiCallable[_service_pb2.PollActivityTaskRequest, _service_pb2.PollActivityTaskResponse]  # type: ignore[assignment]
     """Long-polls for an activity attempt; an empty response (task_id 0) means none came."""
     HeartbeatActivityTask: _aio.UnaryUnaryMultiCallable[_service_pb2.HeartbeatActivityTaskRequest, _service_pb2.HeartbeatActivityTaskResponse]  # type: ignore[assignment]
@@ -333,6 +341,16 @@ class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _service_pb2.FailWorkflowTaskRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_service_pb2.FailWorkflowTaskResponse, _abc.Awaitable[_service_pb2.FailWorkflowTaskResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def GetWorkflowTaskHistory(
+        self,
+        request: _service_pb2.GetWorkflowTaskHistoryRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_service_pb2.GetWorkflowTaskHistoryResponse, _abc.Awaitable[_service_pb2.GetWorkflowTaskHistoryResponse]]:
+        """The rest of a workflow task's history, one byte-bounded page per call, when the
+        PollWorkflowTaskResponse (or an eager task) carried a `next_page_token`.
+        """
 
     @_abc_1.abstractmethod
     def PollActivityTask(

@@ -395,11 +395,21 @@ class Activation(_message.Message):
     IS_REPLAYING_FIELD_NUMBER: _builtins.int
     JOBS_FIELD_NUMBER: _builtins.int
     MARKERS_FIELD_NUMBER: _builtins.int
+    HISTORY_LENGTH_FIELD_NUMBER: _builtins.int
+    HISTORY_SIZE_BYTES_FIELD_NUMBER: _builtins.int
     run_id: _builtins.str
     is_replaying: _builtins.bool
     """True while re-executing recorded history; side effects such as logging and
     tracing are suppressed.
     """
+    history_length: _builtins.int
+    """The history as the activated workflow task saw it: a replayed activation's task
+    saw events up to its WorkflowTaskCompleted's last_seen_event_id, the final one the
+    whole history. Replay gives every activation the values it had when it ran live, so
+    workflow.info().history_length / history_size_bytes are deterministic.
+    """
+    history_size_bytes: _builtins.int
+    """The sum of the serialized sizes of those events."""
     @_builtins.property
     def timestamp(self) -> _timestamp_pb2.Timestamp:
         """The workflow's clock for this activation (workflow.now())."""
@@ -422,10 +432,12 @@ class Activation(_message.Message):
         is_replaying: _builtins.bool = ...,
         jobs: _abc.Iterable[Global___ActivationJob] | None = ...,
         markers: _abc.Iterable[Global___RecordedMarker] | None = ...,
+        history_length: _builtins.int = ...,
+        history_size_bytes: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["timestamp", b"timestamp"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["is_replaying", b"is_replaying", "jobs", b"jobs", "markers", b"markers", "run_id", b"run_id", "timestamp", b"timestamp"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["history_length", b"history_length", "history_size_bytes", b"history_size_bytes", "is_replaying", b"is_replaying", "jobs", b"jobs", "markers", b"markers", "run_id", b"run_id", "timestamp", b"timestamp"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -35,6 +35,7 @@ from durable_rpc.worker._inline import StickyHistories, StickyRun, sticky_run, w
 from durable_rpc.worker._lease_keeper import LeaseKeeper
 from durable_rpc.worker._outcomes import OutcomeSender
 from durable_rpc.worker._report_retry import DEFAULT_SHUTDOWN_GRACE_S, ReportBackoff
+from durable_rpc.worker._task_history import HistoryWarnings, fetch_rest_of_history
 from durable_rpc.worker._workflow_task import (
     Decision,
     answer_query,
@@ -43,6 +44,7 @@ from durable_rpc.worker._workflow_task import (
     last_event_id,
 )
 from durable_rpc.workflow._definition import WorkflowDefinition, definition_of
+from durable_rpc.workflow._values import DEFAULT_HISTORY_WARN
 
 if TYPE_CHECKING:
     from durable_rpc.worker._supervisor import CancellationToken, SupervisorReport
@@ -127,6 +129,9 @@ class Worker:
         self._keeper = LeaseKeeper(client)
         # Histories of recently decided runs, for inline workflow tasks (0 = none kept).
         self._sticky = StickyHistories(sticky_cache_size) if sticky_cache_size > 0 else None
+        # The server's history warn marks (events, bytes), from its latest workflow task.
+        self._history_warn = DEFAULT_HISTORY_WARN
+        self._history_warned = HistoryWarnings()
         self._outcomes = OutcomeSender(client)
         self._background: list[asyncio.Task[None]] = []
         self._registered = False
@@ -344,6 +349,16 @@ class Worker:
         if self._sticky is not None:
             # This task supersedes any kept history; kept again once the server answers.
             self._sticky.forget(task.run_id)
+        if task.history_warn_events and task.history_warn_bytes:
+            self._history_warn = (task.history_warn_events, task.history_warn_bytes)
+        self._history_warned.check(task, self._history_warn)
+        try:
+            await fetch_rest_of_history(self.client.worker_service, self.namespace, task)
+        except DurableRpcError as error:
+            # The task is not failed for it (the run is fine): its lease runs out and the
+            # task is claimed again.
+            log.warning("history of workflow task %s not fetched: %s", task.task_id, error)
+            return "failed"
         # Serialized once: replay reads it, and the kept history (inline tasks) starts from it.
         history = task.history.SerializeToString()
         try:
@@ -468,6 +483,7 @@ class Worker:
                 for u in task.pending_updates
             ],
             deadline=time.monotonic() + seconds,
+            history_warn=self._history_warn,
         )
         return await self._run_workflow_code(run, "workflow task")
 
@@ -717,6 +733,7 @@ class Worker:
             history,
             task_queue=self.task_queue,
             deadline=time.monotonic() + seconds,
+            history_warn=self._history_warn,
         )
         with workflow_task_span(
             run.workflow_type, run.workflow_id, task.run_id, 1, run.trace_context or None

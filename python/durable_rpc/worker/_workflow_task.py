@@ -16,6 +16,7 @@ from durable_rpc.worker._local_activity import run_local_activity
 from durable_rpc.workflow._definition import WorkflowDefinition
 from durable_rpc.workflow._errors import WorkflowTaskError
 from durable_rpc.workflow._runtime import QueryError, WorkflowInstance
+from durable_rpc.workflow._values import DEFAULT_HISTORY_WARN
 
 
 def last_event_id(history: history_pb2.History) -> int:
@@ -39,11 +40,20 @@ def decide(
     task_queue: str,
     pending_updates: Sequence[workflow_task_pb2.DoUpdateJob] = (),
     deadline: float | None = None,
+    history_warn: tuple[int, int] = DEFAULT_HISTORY_WARN,
 ) -> Decision:
     """Replay ``history``, then deliver ``pending_updates`` (requests not in history yet)
-    after the new input events. Raises what :func:`replay` raises."""
+    after the new input events. ``history_warn``: the server's warn marks (events, bytes)
+    for ``workflow.info().continue_as_new_suggested``. Raises what :func:`replay` raises."""
     instance, new_commands = _run(
-        definition, history, task_time_ms, task_queue, pending_updates, deadline, inline=False
+        definition,
+        history,
+        task_time_ms,
+        task_queue,
+        pending_updates,
+        deadline,
+        inline=False,
+        history_warn=history_warn,
     )
     # Local activities the live code waits for: run them here, then resolve them in a
     # follow-up activation of the same task (recorded as local_activity markers).
@@ -59,6 +69,7 @@ def decide_inline(
     *,
     task_queue: str,
     deadline: float | None = None,
+    history_warn: tuple[int, int] = DEFAULT_HISTORY_WARN,
 ) -> Decision | None:
     """Decide the workflow task whose only new input is the last event of ``history``
     before the server creates it (see worker/_inline.py). Its clock is the database time
@@ -66,7 +77,9 @@ def decide_inline(
     clock, waits for a local activity (never run for a decision that may be dropped) or
     fails in any way (the ordinary task then meets the same failure and reports it)."""
     try:
-        instance, new_commands = _run(definition, history, 0, task_queue, (), deadline, inline=True)
+        instance, new_commands = _run(
+            definition, history, 0, task_queue, (), deadline, inline=True, history_warn=history_warn
+        )
     except Exception:
         return None
     if instance.read_unknown_clock or instance.pending_local_activities():
@@ -83,11 +96,14 @@ def _run(
     deadline: float | None,
     *,
     inline: bool,
+    history_warn: tuple[int, int] = DEFAULT_HISTORY_WARN,
 ) -> tuple[WorkflowInstance, list[workflow_task_pb2.Command]]:
     machine = _core.ReplayMachine(history, task_time_ms)
     for update in pending_updates:
         machine.add_pending_update(update.SerializeToString())
-    instance = WorkflowInstance(definition, task_queue=task_queue, deadline=deadline)
+    instance = WorkflowInstance(
+        definition, task_queue=task_queue, deadline=deadline, history_warn=history_warn
+    )
     instance.clock_unknown_when_live = inline
     while (raw := machine.next_activation()) is not None:
         if deadline is not None and time.monotonic() > deadline:

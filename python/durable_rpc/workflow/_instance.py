@@ -16,7 +16,12 @@ from durable_rpc.workflow import _children, _external, _sandbox
 from durable_rpc.workflow._definition import WorkflowDefinition
 from durable_rpc.workflow._errors import RestrictedOperationError
 from durable_rpc.workflow._loop import WorkflowLoop, new_loop
-from durable_rpc.workflow._values import LocalActivityRequest, PendingActivity, WorkflowInfo
+from durable_rpc.workflow._values import (
+    DEFAULT_HISTORY_WARN,
+    LocalActivityRequest,
+    PendingActivity,
+    WorkflowInfo,
+)
 
 
 class InstanceState:
@@ -24,10 +29,19 @@ class InstanceState:
     :class:`~durable_rpc.workflow._runtime.WorkflowInstance` build on it."""
 
     def __init__(
-        self, definition: WorkflowDefinition, *, task_queue: str, deadline: float | None = None
+        self,
+        definition: WorkflowDefinition,
+        *,
+        task_queue: str,
+        deadline: float | None = None,
+        history_warn: tuple[int, int] = DEFAULT_HISTORY_WARN,
     ) -> None:
         self.definition = definition
         self.task_queue = task_queue
+        # The server's warn marks (events, bytes) and the history the current
+        # activation's task saw (events, bytes): workflow.info()'s history budget.
+        self.history_warn = history_warn
+        self.history_seen = (0, 0)
         # Absolute time.monotonic() after which a still-running activation fails the task.
         self.deadline = deadline
         self.loop: WorkflowLoop = new_loop(self)
@@ -128,6 +142,14 @@ class InstanceState:
     def current_info(self) -> WorkflowInfo:
         if self.info is None:
             raise RuntimeError("the workflow has not started")
-        if self.info.is_replaying == self.is_replaying:
+        length, size = self.history_seen
+        warn_events, warn_bytes = self.history_warn
+        current = {
+            "is_replaying": self.is_replaying,
+            "history_length": length,
+            "history_size_bytes": size,
+            "continue_as_new_suggested": length >= warn_events or size >= warn_bytes,
+        }
+        if all(getattr(self.info, k) == v for k, v in current.items()):
             return self.info
-        return WorkflowInfo(**{**self.info.__dict__, "is_replaying": self.is_replaying})
+        return WorkflowInfo(**{**self.info.__dict__, **current})

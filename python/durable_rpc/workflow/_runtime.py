@@ -91,6 +91,7 @@ class WorkflowInstance(
             # The run already produced its terminal command; nothing more can happen.
             return workflow_task_pb2.ActivationCompletion()
         self.is_replaying = activation.is_replaying
+        self.history_seen = (activation.history_length, activation.history_size_bytes)
         self._recorded_side_effects = {}
         self._recorded_patches = set()
         self._recorded_locals = {}

@@ -28,6 +28,18 @@ class WorkflowInfo:
     search_attributes: dict[str, Any] = field(default_factory=dict)
     #: The run this one continues (continue-as-new); empty for a run a client started.
     continued_from_run_id: str = ""
+    #: The history as the current workflow task saw it: events and serialized bytes.
+    #: Replay gives each activation the values it had live, so branching on them is
+    #: deterministic.
+    history_length: int = 0
+    history_size_bytes: int = 0
+    #: True once the history reached the server's warn mark (events or bytes): the run
+    #: should continue-as-new before the hard limit fails it.
+    continue_as_new_suggested: bool = False
+
+
+#: The server's default history warn marks (events, bytes), for tasks that name none.
+DEFAULT_HISTORY_WARN = (10_240, 10 * 1024 * 1024)
 
 
 @dataclass

@@ -2,6 +2,7 @@
 
 use std::ops::Range;
 
+use prost::Message;
 use prost_types::Timestamp;
 
 use super::describe::{event_kind, Recorded};
@@ -75,6 +76,9 @@ pub struct ReplayMachine {
     state: State,
     last_replaying: bool,
     new_commands: Vec<Command>,
+    /// `history_bytes[n]`: the serialized size of events 1..=n (index 0 is 0), so an
+    /// activation can say how big the history was when its task ran.
+    history_bytes: Vec<i64>,
 }
 
 impl ReplayMachine {
@@ -89,6 +93,8 @@ impl ReplayMachine {
         let mut updates: Vec<ActivationJob> = Vec::new();
         // True right after a marker and while its command events continue.
         let mut in_command_group = false;
+        let mut history_bytes: Vec<i64> = Vec::with_capacity(history.events.len() + 1);
+        history_bytes.push(0);
 
         if history.events.is_empty() {
             return Err(MalformedHistory::new(
@@ -97,6 +103,8 @@ impl ReplayMachine {
         }
 
         for (index, event) in history.events.into_iter().enumerate() {
+            let size = history_bytes[index] + event.encoded_len() as i64;
+            history_bytes.push(size);
             let expected_id = index as i64 + 1;
             let id = event.event_id;
             if id != expected_id {
@@ -331,6 +339,7 @@ impl ReplayMachine {
             state: State::Idle,
             last_replaying: false,
             new_commands: Vec::new(),
+            history_bytes,
         })
     }
 
@@ -378,7 +387,7 @@ impl ReplayMachine {
             self.state = State::Replaying(self.next_task);
             self.next_task += 1;
             self.last_replaying = true;
-            let mut activation = self.activation(timestamp, true, jobs);
+            let mut activation = self.activation(timestamp, true, jobs, last_seen);
             activation.markers = markers;
             return Ok(Some(activation));
         }
@@ -388,7 +397,8 @@ impl ReplayMachine {
             jobs.append(&mut self.pending_updates);
             self.state = State::Final;
             self.last_replaying = false;
-            return Ok(Some(self.activation(Some(self.task_time), false, jobs)));
+            let through = self.history_bytes.len() as i64 - 1;
+            return Ok(Some(self.activation(Some(self.task_time), false, jobs, through)));
         }
 
         self.state = State::Done;
@@ -458,12 +468,17 @@ impl ReplayMachine {
         timestamp: Option<Timestamp>,
         is_replaying: bool,
         jobs: Vec<ActivationJob>,
+        through_event_id: i64,
     ) -> Activation {
+        // A marker's last_seen_event_id is checked to lie within the history in `new`.
+        let through = through_event_id.clamp(0, self.history_bytes.len() as i64 - 1);
         Activation {
             run_id: self.run_id.clone(),
             timestamp,
             is_replaying,
             jobs,
+            history_length: through,
+            history_size_bytes: self.history_bytes[through as usize],
             ..Activation::default()
         }
     }

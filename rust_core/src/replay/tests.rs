@@ -311,6 +311,28 @@ fn two_activity_history_replays_without_new_commands() {
 }
 
 #[test]
+fn activations_carry_the_history_their_task_saw() {
+    let mut b = HistoryBuilder::started();
+    b.task_done(100).scheduled(1, "charge");
+    b.completed(1, b"a receipt of some length");
+    let sizes: Vec<i64> = b
+        .events
+        .iter()
+        .map(|e| prost::Message::encoded_len(e) as i64)
+        .collect();
+    let mut m = b.machine();
+
+    // The replayed task saw event 1 only; the live one sees all four.
+    let a1 = next(&mut m);
+    assert_eq!((a1.history_length, a1.history_size_bytes), (1, sizes[0]));
+    m.complete_activation(completion(vec![schedule(1, "charge")]))
+        .unwrap();
+    let a2 = next(&mut m);
+    assert_eq!(a2.history_length, 4);
+    assert_eq!(a2.history_size_bytes, sizes.iter().sum::<i64>());
+}
+
+#[test]
 fn final_activation_returns_new_commands() {
     let mut b = HistoryBuilder::started();
     b.task_done(100).scheduled(1, "charge");
