@@ -127,6 +127,23 @@ class UpdateTimeoutError(DurableRpcError):
     reason = "UPDATE_TIMEOUT"
 
 
+class UnauthenticatedError(DurableRpcError):
+    """The call carried no API key, a malformed one, or one that is unknown, revoked or
+    expired."""
+
+    reason = "UNAUTHENTICATED"
+
+
+class PermissionDeniedError(DurableRpcError):
+    """The key is valid but its role or namespace does not allow this call."""
+
+    reason = "PERMISSION_DENIED"
+
+
+class NamespaceAlreadyExistsError(DurableRpcError):
+    reason = "NAMESPACE_ALREADY_EXISTS"
+
+
 STATUS_BY_REASON: dict[str, grpc.StatusCode] = {
     LeaseLostError.reason: grpc.StatusCode.FAILED_PRECONDITION,
     WorkflowAlreadyStartedError.reason: grpc.StatusCode.ALREADY_EXISTS,
@@ -145,6 +162,9 @@ STATUS_BY_REASON: dict[str, grpc.StatusCode] = {
     QueryTimeoutError.reason: grpc.StatusCode.DEADLINE_EXCEEDED,
     UpdateRejectedError.reason: grpc.StatusCode.FAILED_PRECONDITION,
     UpdateTimeoutError.reason: grpc.StatusCode.DEADLINE_EXCEEDED,
+    UnauthenticatedError.reason: grpc.StatusCode.UNAUTHENTICATED,
+    PermissionDeniedError.reason: grpc.StatusCode.PERMISSION_DENIED,
+    NamespaceAlreadyExistsError.reason: grpc.StatusCode.ALREADY_EXISTS,
 }
 
 ERROR_BY_REASON: dict[str, type[DurableRpcError]] = {
@@ -167,5 +187,8 @@ ERROR_BY_REASON: dict[str, type[DurableRpcError]] = {
         QueryTimeoutError,
         UpdateRejectedError,
         UpdateTimeoutError,
+        UnauthenticatedError,
+        PermissionDeniedError,
+        NamespaceAlreadyExistsError,
     )
 }

@@ -100,8 +100,8 @@ async def test_namespaces(store: Store) -> None:
         await store.start_workflow("team-a", "wf", "T", "1", QUEUE, payload(b""), "r")
     with pytest.raises(NamespaceNotFoundError):
         await store.claim_workflow_task("team-a", QUEUE, "w1", 1000)
-    await store.create_namespace("team-a")
-    await store.create_namespace("team-a")  # idempotent
+    await store.ensure_namespace("team-a")
+    await store.ensure_namespace("team-a")  # idempotent
     assert await store.namespace_exists("team-a")
     run = await store.start_workflow("team-a", "wf", "T", "1", QUEUE, payload(b""), "r")
     # Namespaces are isolated: the same workflow id is free in default.

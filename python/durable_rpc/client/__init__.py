@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from durable_rpc.client._channel import TLSConfig
 from durable_rpc.client._client import Client, default_address
 from durable_rpc.client._errors import (
     WorkflowCancelledError,
@@ -20,6 +21,7 @@ from durable_rpc.client._handle import (
 
 __all__ = [
     "Client",
+    "TLSConfig",
     "WorkflowCancelledError",
     "WorkflowDescription",
     "WorkflowFailureError",

@@ -13,6 +13,7 @@ import grpc
 
 from durable_rpc import converter
 from durable_rpc._rpc_status import from_rpc_error
+from durable_rpc.client._channel import ENV_API_KEY, TLSConfig, open_channel
 from durable_rpc.client._handle import (
     UPDATE_POLL_S,
     WorkflowHandle,
@@ -26,7 +27,7 @@ from durable_rpc.errors import StoreUnavailableError, UpdateTimeoutError
 from durable_rpc.search_attributes import memo_to_proto
 from durable_rpc.search_attributes import to_proto as sa_to_proto
 from durable_rpc.telemetry import TracingChannel
-from durable_rpc.v1 import payload_pb2, service_pb2, service_pb2_grpc
+from durable_rpc.v1 import admin_service_pb2_grpc, payload_pb2, service_pb2, service_pb2_grpc
 
 DEFAULT_ADDRESS = "127.0.0.1:7233"
 #: Attempts of a call the server deduplicates by request id when it fails UNAVAILABLE (a
@@ -48,16 +49,31 @@ class Client:
         self.namespace = namespace
         self.workflow_service = service_pb2_grpc.WorkflowServiceStub(channel)
         self.worker_service = service_pb2_grpc.WorkerServiceStub(channel)
+        self.admin_service = admin_service_pb2_grpc.AdminServiceStub(channel)
 
     @classmethod
     async def connect(
-        cls, address: str | None = None, *, namespace: str = "default", timeout: float = 10.0
+        cls,
+        address: str | None = None,
+        *,
+        namespace: str = "default",
+        timeout: float = 10.0,
+        api_key: str | None = None,
+        tls: TLSConfig | None = None,
     ) -> Client:
-        """Connect to ``address`` (default: ``DURABLE_RPC_ADDRESS``) and wait until ready."""
+        """Connect to ``address`` (default: ``DURABLE_RPC_ADDRESS``) and wait until ready.
+
+        ``api_key`` (default: ``DURABLE_RPC_API_KEY``) is sent with every call, for a
+        server that requires authentication; ``tls`` (default: from the
+        ``DURABLE_RPC_TLS_*`` variables, else plain text) encrypts the connection and,
+        with a client certificate, authenticates it to a server that requires mTLS.
+        """
         # Traced by a channel wrapper: grpc client interceptors add tasks to every call.
         channel = TracingChannel(
-            grpc.aio.insecure_channel(
+            open_channel(
                 address or default_address(),
+                tls=tls if tls is not None else TLSConfig.from_env(),
+                api_key=api_key if api_key is not None else os.environ.get(ENV_API_KEY),
                 options=[
                     ("grpc.max_receive_message_length", 64 * 1024 * 1024),
                     ("grpc.keepalive_time_ms", 30_000),

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from durable_rpc.store._api import StoreListener, StoreOptions, StoreStats
 from durable_rpc.store._ops_activities import _ActivityOps
+from durable_rpc.store._ops_admin import _AdminOps
 from durable_rpc.store._ops_commands import _CommandOps
 from durable_rpc.store._ops_due import _DueOps
 from durable_rpc.store._ops_leases import _LeaseOps
@@ -37,6 +38,7 @@ class SqlStore(
     _WorkerOps,
     _QueryOps,
     _UpdateOps,
+    _AdminOps,
 ):
     """The dialect-independent half of a SQL backend."""
 
@@ -69,7 +71,7 @@ class SqlStore(
 
         return await self._read(op)
 
-    async def create_namespace(self, namespace: str) -> None:
+    async def ensure_namespace(self, namespace: str) -> None:
         require(namespace, "namespace")
 
         def op(tx: Tx) -> None:

@@ -62,7 +62,7 @@ class WorkflowEnvironment:
         try:
             client = await Client.connect(f"127.0.0.1:{server.port}", namespace=namespace)
             if namespace != "default":
-                await store.create_namespace(namespace)
+                await store.ensure_namespace(namespace)
         except BaseException:
             await server.stop()
             raise

@@ -1,0 +1,198 @@
+"""Namespaces (the tenants) and API keys: the administration the security model rests on.
+
+Keys are stored as a hash only (``durable_rpc.auth._keys``); a key's state (revoked,
+expired) is judged by the database clock when the key is looked up, so revocation and
+expiry hold on the next call through any replica.
+"""
+
+from __future__ import annotations
+
+from durable_rpc.errors import (
+    InvalidArgumentError,
+    NamespaceAlreadyExistsError,
+    NamespaceNotFoundError,
+    NotFoundError,
+)
+from durable_rpc.store._api import ApiKeyLookup, ApiKeyRecord, NamespaceRecord
+from durable_rpc.store._migrations import DEFAULT_RETENTION_MS
+from durable_rpc.store._ops_base import _SqlOpsBase
+from durable_rpc.store._shared import require
+from durable_rpc.store._tx import Row, Tx
+
+_ROLES = ("client", "worker", "admin")
+
+
+def _namespace(row: Row) -> NamespaceRecord:
+    return NamespaceRecord(
+        name=str(row["name"]),
+        description=str(row["description"]),
+        retention_ms=int(row["retention_ms"]),
+        created_at_ms=int(row["created_at_ms"]),
+    )
+
+
+def _key(row: Row) -> ApiKeyRecord:
+    return ApiKeyRecord(
+        key_id=str(row["key_id"]),
+        name=str(row["name"]),
+        role=str(row["role"]),
+        namespace=None if row["namespace"] is None else str(row["namespace"]),
+        created_at_ms=int(row["created_at_ms"]),
+        expires_at_ms=None if row["expires_at_ms"] is None else int(row["expires_at_ms"]),
+        revoked_at_ms=None if row["revoked_at_ms"] is None else int(row["revoked_at_ms"]),
+    )
+
+
+def _check_retention(retention_ms: int) -> None:
+    if retention_ms <= 0:
+        raise InvalidArgumentError("retention must be positive")
+
+
+def _read_namespace(tx: Tx, name: str) -> NamespaceRecord:
+    row = tx.one("SELECT * FROM namespaces WHERE name = ?", (name,))
+    if row is None:
+        raise NamespaceNotFoundError(f"namespace {name!r} does not exist")
+    return _namespace(row)
+
+
+class _AdminOps(_SqlOpsBase):
+    """Namespaces and API keys."""
+
+    async def create_namespace(
+        self, name: str, description: str, retention_ms: int | None
+    ) -> NamespaceRecord:
+        require(name, "namespace")
+        retention = DEFAULT_RETENTION_MS if retention_ms is None else retention_ms
+        _check_retention(retention)
+
+        def op(tx: Tx) -> NamespaceRecord:
+            created = tx.run(
+                "INSERT INTO namespaces (name, created_at_ms, description, retention_ms) "
+                "VALUES (?, ?, ?, ?) ON CONFLICT (name) DO NOTHING",
+                (name, tx.now_ms(), description, retention),
+            )
+            if not created:
+                raise NamespaceAlreadyExistsError(f"namespace {name!r} already exists")
+            return _read_namespace(tx, name)
+
+        return await self._write(op)
+
+    async def describe_namespace(self, name: str) -> NamespaceRecord:
+        return await self._read(lambda tx: _read_namespace(tx, name))
+
+    async def list_namespaces(self) -> list[NamespaceRecord]:
+        def op(tx: Tx) -> list[NamespaceRecord]:
+            return [_namespace(r) for r in tx.all("SELECT * FROM namespaces ORDER BY name")]
+
+        return await self._read(op)
+
+    async def update_namespace(
+        self, name: str, description: str | None, retention_ms: int | None
+    ) -> NamespaceRecord:
+        if retention_ms is not None:
+            _check_retention(retention_ms)
+
+        def op(tx: Tx) -> NamespaceRecord:
+            current = _read_namespace(tx, name)
+            tx.run(
+                "UPDATE namespaces SET description = ?, retention_ms = ? WHERE name = ?",
+                (
+                    current.description if description is None else description,
+                    current.retention_ms if retention_ms is None else retention_ms,
+                    name,
+                ),
+            )
+            return _read_namespace(tx, name)
+
+        return await self._write(op)
+
+    async def create_api_key(
+        self,
+        key_id: str,
+        secret_hash: str,
+        role: str,
+        namespace: str | None,
+        name: str,
+        expires_in_ms: int | None,
+    ) -> ApiKeyRecord:
+        """Record a key made by ``durable_rpc.auth._keys.new_key`` (the hash only).
+        ``namespace`` None: every namespace (an admin key only)."""
+        require(key_id, "key_id")
+        require(secret_hash, "secret_hash")
+        if role not in _ROLES:
+            raise InvalidArgumentError(f"role must be one of {', '.join(_ROLES)}, not {role!r}")
+        if namespace is None and role != "admin":
+            raise InvalidArgumentError("only an admin key can be for every namespace")
+        if expires_in_ms is not None and expires_in_ms <= 0:
+            raise InvalidArgumentError("expires_in must be positive")
+
+        def op(tx: Tx) -> ApiKeyRecord:
+            if namespace is not None:
+                _read_namespace(tx, namespace)
+            now = tx.now_ms()
+            tx.run(
+                "INSERT INTO api_keys (key_id, secret_hash, role, namespace, name, "
+                "created_at_ms, expires_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    key_id,
+                    secret_hash,
+                    role,
+                    namespace,
+                    name,
+                    now,
+                    None if expires_in_ms is None else now + expires_in_ms,
+                ),
+            )
+            return _key(_key_row(tx, key_id))
+
+        return await self._write(op)
+
+    async def list_api_keys(self, namespace: str | None) -> list[ApiKeyRecord]:
+        """Every key (``namespace`` None) or the keys of one namespace, oldest first."""
+
+        def op(tx: Tx) -> list[ApiKeyRecord]:
+            columns = "key_id, role, namespace, name, created_at_ms, expires_at_ms, revoked_at_ms"
+            if namespace is None:
+                rows = tx.all(f"SELECT {columns} FROM api_keys ORDER BY created_at_ms, key_id")
+            else:
+                rows = tx.all(
+                    f"SELECT {columns} FROM api_keys WHERE namespace = ? "
+                    "ORDER BY created_at_ms, key_id",
+                    (namespace,),
+                )
+            return [_key(r) for r in rows]
+
+        return await self._read(op)
+
+    async def revoke_api_key(self, key_id: str, namespace: str | None) -> ApiKeyRecord:
+        """Revoke the key (idempotent: the first revocation's time stays). ``namespace``:
+        the key must belong to it (None: a key for every namespace)."""
+
+        def op(tx: Tx) -> ApiKeyRecord:
+            row = tx.one("SELECT namespace FROM api_keys WHERE key_id = ?", (key_id,))
+            if row is None or row["namespace"] != namespace:
+                raise NotFoundError(f"no key {key_id!r} in this scope")
+            tx.run(
+                "UPDATE api_keys SET revoked_at_ms = ? WHERE key_id = ? AND revoked_at_ms IS NULL",
+                (tx.now_ms(), key_id),
+            )
+            return _key(_key_row(tx, key_id))
+
+        return await self._write(op)
+
+    async def lookup_api_key(self, key_id: str) -> ApiKeyLookup | None:
+        """The key and its stored hash, judged by the database clock (None: no such key)."""
+
+        def op(tx: Tx) -> ApiKeyLookup | None:
+            row = tx.one("SELECT * FROM api_keys WHERE key_id = ?", (key_id,))
+            if row is None:
+                return None
+            return ApiKeyLookup(_key(row), str(row["secret_hash"]), tx.now_ms())
+
+        return await self._read_latest(op)
+
+
+def _key_row(tx: Tx, key_id: str) -> Row:
+    row = tx.one("SELECT * FROM api_keys WHERE key_id = ?", (key_id,))
+    assert row is not None, "the key was written in this transaction"
+    return row
