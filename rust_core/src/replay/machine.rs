@@ -398,7 +398,12 @@ impl ReplayMachine {
             self.state = State::Final;
             self.last_replaying = false;
             let through = self.history_bytes.len() as i64 - 1;
-            return Ok(Some(self.activation(Some(self.task_time), false, jobs, through)));
+            return Ok(Some(self.activation(
+                Some(self.task_time),
+                false,
+                jobs,
+                through,
+            )));
         }
 
         self.state = State::Done;
