@@ -94,22 +94,45 @@ async def test_a_lease_that_lapsed_locally_keeps_its_attempt_running() -> None:
 async def test_a_retry_claimed_by_the_same_worker_reports_the_held_outcome() -> None:
     progress.clear()
     client = FakeClient()
-    # The first report lands after this worker's own poll took the retry (token 8).
-    client.service.errors["CompleteActivityTask"].append(LeaseLostError("taken over"))
+    # The finished attempt's report keeps failing while this worker's own poll takes the
+    # retry (token 8); then it is answered LEASE_LOST.
+    calls = client.service.calls["CompleteActivityTask"]
+    client.service.errors["CompleteActivityTask"].extend(
+        [*(StoreUnavailableError("down") for _ in range(200)), LeaseLostError("taken over")]
+    )
     await client.service.activity_tasks.put(activity_task(91, "slow", 5))
     retry = activity_task(91, "slow", 5)
     retry.fencing_token, retry.attempt = 8, 2
     token = CancellationToken()
-    run = asyncio.ensure_future(
-        WorkflowSupervisor(new_worker(client, workflows=[]), FAST).run(token)
-    )
-    await eventually(lambda: progress)
+    worker = new_worker(client, workflows=[])
+    run = asyncio.ensure_future(WorkflowSupervisor(worker, FAST).run(token))
+    await eventually(lambda: calls)  # the attempt finished; its report is pending
     await client.service.activity_tasks.put(retry)
-    await eventually(lambda: len(client.service.calls["CompleteActivityTask"]) == 2)
+    await eventually(lambda: calls[-1].lease.fencing_token == 8)
     token.cancel()
     report = await asyncio.wait_for(run, 5)
     assert len(progress) == 5, "the activity ran again"
-    first, second = client.service.calls["CompleteActivityTask"]
-    assert (first.lease.fencing_token, second.lease.fencing_token) == (7, 8)
-    assert payload.decode(second.result.data) == "finished"
+    assert [c.lease.fencing_token for c in calls] == [7] * 201 + [8]
+    assert payload.decode(calls[-1].result.data) == "finished"
+    assert (report.claims, report.completions, report.lease_losses) == (2, 1, 1)
+
+
+async def test_a_retry_claimed_while_the_attempt_still_runs_restarts_it() -> None:
+    progress.clear()
+    client = FakeClient()
+    await client.service.activity_tasks.put(activity_task(92, "slow", 5))
+    retry = activity_task(92, "slow", 5)
+    retry.fencing_token, retry.attempt = 8, 2
+    token = CancellationToken()
+    worker = new_worker(client, workflows=[])
+    run = asyncio.ensure_future(WorkflowSupervisor(worker, FAST).run(token))
+    await eventually(lambda: progress)  # attempt 1 (token 7) is running
+    await client.service.activity_tasks.put(retry)
+    calls = client.service.calls["CompleteActivityTask"]
+    await eventually(lambda: calls)
+    token.cancel()
+    report = await asyncio.wait_for(run, 5)
+    # The claim proved attempt 1's lease lost: it was stopped, attempt 2 ran afresh.
+    assert [c.lease.fencing_token for c in calls] == [8]
+    assert progress.count("step-0") == 2 and len(progress) < 10
     assert (report.claims, report.completions, report.lease_losses) == (2, 1, 1)

@@ -133,7 +133,7 @@ async def run_attempt(
         user.cancel()
         raise
     finally:
-        keeper.release(lease.task_id)
+        keeper.release(lease.task_id, lease.fencing_token)
     if attempt.lease_lost and (user.cancelled() or user.exception() is not None):
         # Stopped by the loss. One that had already returned keeps its result: the
         # server judges the report, and a retry this worker claimed can still use it.

@@ -102,9 +102,26 @@ class LeaseKeeper:
         self._book.track(str(held.lease.task_id), held.lease.fencing_token, window_ms, now_ms())
         self._wake.set()
 
-    def release(self, task_id: int) -> None:
-        self._held.pop(task_id, None)
+    def release(self, task_id: int, fencing_token: int | None = None) -> None:
+        """Stop keeping the task's lease -- only the one with ``fencing_token`` when given,
+        so an attempt ending late cannot drop a newer claim's lease of the same task."""
+        held = self._held.get(task_id)
+        if held is None or (
+            fencing_token is not None and held.lease.fencing_token != fencing_token
+        ):
+            return
+        del self._held[task_id]
         self._book.release(str(task_id))
+
+    def lose_older(self, task_id: int, fencing_token: int) -> bool:
+        """This worker claimed the task again under ``fencing_token``: a lease it still
+        keeps for it with a lower token is lost for certain, so its attempt is stopped.
+        Whether there was one."""
+        held = self._held.get(task_id)
+        if held is None or held.lease.fencing_token >= fencing_token:
+            return False
+        self._lose(held)
+        return True
 
     async def flush(self, held: HeldLease) -> None:
         """Send details the activity recorded since the last heartbeat, now: an attempt

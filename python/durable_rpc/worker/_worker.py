@@ -573,8 +573,14 @@ class Worker:
     ) -> TaskOutcome:
         lease = self._lease(task.task_id, task.fencing_token)
         earlier = self._unsettled.get(task.task_id)
-        if earlier is not None:
-            # Shielded: this claim giving up must not cancel the earlier attempt's report.
+        if earlier is not None and self._keeper.lose_older(task.task_id, task.fencing_token):
+            # The earlier attempt is still running: the server gave up on it (e.g. its
+            # heartbeat timeout passed) and this claim proves its lease lost, so it is
+            # stopped and this attempt runs afresh.
+            log.info("activity task %s claimed again while running: restarted", task.task_id)
+        elif earlier is not None:
+            # Finished, its report pending. Shielded: this claim giving up must not cancel
+            # the earlier attempt's report.
             held = await asyncio.shield(earlier)
             if held is not None:
                 log.info(
