@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import re
+import sys
+import tempfile
+
 import grpc
 from google.protobuf import any_pb2
 from google.rpc import error_details_pb2, status_pb2
@@ -16,13 +21,41 @@ from durable_rpc.errors import (
     StoreUnavailableError,
 )
 
+# A status message travels in a trailer (grpc-message): past the peer's metadata limit
+# (8 KiB by default) the call fails with an opaque error instead of this one.
+MAX_MESSAGE_CHARS = 2000
+
+
+def _server_directories() -> list[str]:
+    """Directories of this process that an error text must not reveal (longest first)."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    found = {os.getcwd(), sys.prefix, sys.base_prefix, here, tempfile.gettempdir()}
+    found.add(os.path.expanduser("~"))
+    return sorted((d.rstrip("/") for d in found if len(d.rstrip("/")) > 1), key=len, reverse=True)
+
+
+# A server directory and the rest of the path after it, where a path can start.
+_SERVER_PATH = re.compile(
+    r"(?<![\w./-])(?:"
+    + "|".join(re.escape(d) for d in _server_directories())
+    + r")(?![\w.-])(?:/[^\s'\"]*)?"
+)
+
+
+def client_text(text: str) -> str:
+    """``text`` fit to send to a client: server paths replaced, length capped."""
+    text = _SERVER_PATH.sub("<server path>", text)
+    if len(text) > MAX_MESSAGE_CHARS:
+        text = text[: MAX_MESSAGE_CHARS - 1] + "…"
+    return text
+
 
 def status_message(error: DurableRpcError) -> status_pb2.Status:
     """``error`` as a google.rpc.Status: code from the one table, reason in details."""
     code = STATUS_BY_REASON.get(error.reason, grpc.StatusCode.INTERNAL)
     info = any_pb2.Any()
     info.Pack(error_details_pb2.ErrorInfo(reason=error.reason, domain=ERROR_DOMAIN))
-    return status_pb2.Status(code=code.value[0], message=str(error), details=[info])
+    return status_pb2.Status(code=code.value[0], message=client_text(str(error)), details=[info])
 
 
 def to_status(error: DurableRpcError) -> grpc.Status:

@@ -1,4 +1,10 @@
-"""Request validation shared by the services: names, namespaces, payloads."""
+"""Request validation shared by the services: names, namespaces, payloads, page tokens.
+
+The rules every request meets whatever its RPC (identifier bounds, timestamp ranges, enum
+values...) are checked from the message descriptors by ``_validate_message``, before any
+handler runs; the helpers here add what a field's meaning requires (required, a payload
+frame, a page token this server issued).
+"""
 
 from __future__ import annotations
 
@@ -6,11 +12,15 @@ import re
 
 from durable_rpc import payload
 from durable_rpc.errors import InvalidArgumentError, InvalidPayloadError
+from durable_rpc.server._validate_message import MAX_IDENTIFIER_BYTES, identifier
 from durable_rpc.v1 import payload_pb2
 
 DEFAULT_NAMESPACE = "default"
-MAX_NAME_LENGTH = 256
-_CONTROL_CHARACTER = re.compile(r"[\x00-\x1f\x7f]")
+# Page tokens are decimal row or event ids: ASCII digits only (int() would also take
+# "-5", " 7", "1_0" and other scripts' digits), and small enough for a 64-bit column.
+_PAGE_TOKEN = re.compile(rb"[1-9][0-9]{0,17}")
+
+__all__ = ["MAX_IDENTIFIER_BYTES", "name", "namespace", "page_token", "payload_bytes"]
 
 
 def namespace(value: str) -> str:
@@ -20,11 +30,17 @@ def namespace(value: str) -> str:
 def name(field: str, value: str, *, required: bool = True) -> str:
     if required and not value:
         raise InvalidArgumentError(f"{field} is required")
-    if len(value) > MAX_NAME_LENGTH:
-        raise InvalidArgumentError(f"{field} is longer than {MAX_NAME_LENGTH} characters")
-    if _CONTROL_CHARACTER.search(value):
-        raise InvalidArgumentError(f"{field} contains control characters")
+    identifier(field, value)
     return value
+
+
+def page_token(field: str, token: bytes) -> int | None:
+    """The id a page token this server issued carries (None when there is no token)."""
+    if not token:
+        return None
+    if _PAGE_TOKEN.fullmatch(token) is None:
+        raise InvalidArgumentError(f"{field} is not one this server issued")
+    return int(token)
 
 
 def payload_bytes(field: str, message: payload_pb2.Payload, *, has: bool) -> bytes:

@@ -13,16 +13,17 @@ from google.protobuf import duration_pb2
 from durable_rpc._rpc_status import status_message
 from durable_rpc.errors import (
     DurableRpcError,
-    InternalError,
     InvalidArgumentError,
     InvalidPayloadError,
 )
 from durable_rpc.payload import PayloadError
 from durable_rpc.server import _convert, _validate
 from durable_rpc.server._handoff import Handoffs
+from durable_rpc.server._interceptor import internal_error
 from durable_rpc.server._notify import Arrival, Notifier, Wakeup, wait
 from durable_rpc.server._queries import QueryRelay
 from durable_rpc.server._task_history import next_page, workflow_task_message
+from durable_rpc.server._validate_message import check_request
 from durable_rpc.store import (
     ClaimedActivityTask,
     EagerActivities,
@@ -430,6 +431,8 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
         """One item of a batch, through the very handler its single call uses."""
         kind = outcome.WhichOneof("outcome")
         try:
+            # Not checked with the batch (CHECKED_PER_ITEM): a bad item fails alone.
+            check_request(outcome)
             if kind == "complete_workflow_task":
                 done = await self.CompleteWorkflowTask(outcome.complete_workflow_task, context)
                 return service_pb2.TaskOutcomeResult(complete_workflow_task=done)
@@ -450,5 +453,5 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
                 error=status_message(InvalidPayloadError(str(error)))
             )
         except Exception as error:
-            log.exception("unexpected error in a batched outcome")
-            return service_pb2.TaskOutcomeResult(error=status_message(InternalError(repr(error))))
+            unexpected = internal_error(error, "a batched outcome")
+            return service_pb2.TaskOutcomeResult(error=status_message(unexpected))

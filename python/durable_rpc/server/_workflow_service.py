@@ -115,12 +115,12 @@ def _page_token(value: int) -> bytes:
 
 
 def _parse_page_token(token: bytes) -> int:
-    if not token:
-        return 0
-    try:
-        return int(token.decode())
-    except ValueError as exc:
-        raise InvalidArgumentError("next_page_token is not one this server issued") from exc
+    return _validate.page_token("next_page_token", token) or 0
+
+
+def _list_cursor(token: bytes) -> str | None:
+    cursor = _validate.page_token("next_page_token", token)
+    return None if cursor is None else str(cursor)
 
 
 class WorkflowService(service_pb2_grpc.WorkflowServiceServicer):
@@ -332,7 +332,7 @@ class WorkflowService(service_pb2_grpc.WorkflowServiceServicer):
             request.started_after.ToMilliseconds() if request.HasField("started_after") else None,
             request.started_before.ToMilliseconds() if request.HasField("started_before") else None,
             size,
-            request.next_page_token.decode() if request.next_page_token else None,
+            _list_cursor(request.next_page_token),
             request.query or None,
         )
         return service_pb2.ListWorkflowsResponse(

@@ -389,10 +389,11 @@ class _RunOps(_LeaseOps):
             where.append("start_time_ms < ?")
             params.append(started_before_ms)
         if cursor:
-            try:
-                after_id = int(cursor)
-            except ValueError as exc:
-                raise InvalidArgumentError(f"invalid cursor {cursor!r}") from exc
+            # A row id this store issued: ASCII digits that fit a 64-bit column (int()
+            # alone takes "-5", " 7" and other scripts' digits, and any size).
+            if not (cursor.isascii() and cursor.isdigit() and len(cursor) <= 18):
+                raise InvalidArgumentError("invalid cursor: not one this store issued")
+            after_id = int(cursor)
             where.append("id < ?")
             params.append(after_id)
         if query:
