@@ -7,6 +7,7 @@ import json
 import subprocess
 
 import grpc
+from google.protobuf import descriptor_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
@@ -31,6 +32,45 @@ def test_reflection_lists_the_services(server: ServerProcess) -> None:
     names = {s.name for s in reply.list_services_response.service}
     assert {"durable_rpc.v1.WorkflowService", "durable_rpc.v1.WorkerService"} <= names
     assert "grpc.health.v1.Health" in names
+
+
+def test_reflection_v1_lists_and_describes_the_services(server: ServerProcess) -> None:
+    """grpc.reflection.v1 (what current grpcurl asks first) beside v1alpha; its messages
+    are v1alpha's under a new package, so v1alpha's classes speak it on the wire."""
+    with grpc.insecure_channel(server.address) as channel:
+        info = channel.stream_stream(
+            "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+            request_serializer=reflection_pb2.ServerReflectionRequest.SerializeToString,
+            response_deserializer=reflection_pb2.ServerReflectionResponse.FromString,
+        )
+        requests = [
+            reflection_pb2.ServerReflectionRequest(list_services=""),
+            reflection_pb2.ServerReflectionRequest(
+                file_containing_symbol="durable_rpc.v1.WorkflowService"
+            ),
+            reflection_pb2.ServerReflectionRequest(
+                file_containing_symbol="grpc.reflection.v1.ServerReflection"
+            ),
+        ]
+        listed, workflow_file, reflection_file = list(info(iter(requests), timeout=5))
+    names = {s.name for s in listed.list_services_response.service}
+    assert {
+        "durable_rpc.v1.WorkflowService",
+        "durable_rpc.v1.WorkerService",
+        "grpc.health.v1.Health",
+        "grpc.reflection.v1.ServerReflection",
+        "grpc.reflection.v1alpha.ServerReflection",
+    } <= names
+    for reply, package in (
+        (workflow_file, "durable_rpc.v1"),
+        (reflection_file, "grpc.reflection.v1"),
+    ):
+        assert not reply.HasField("error_response"), reply.error_response
+        protos = [
+            descriptor_pb2.FileDescriptorProto.FromString(raw)
+            for raw in reply.file_descriptor_response.file_descriptor_proto
+        ]
+        assert package in {p.package for p in protos}
 
 
 def cli(server: ServerProcess, *args: str) -> subprocess.CompletedProcess[str]:

@@ -17,6 +17,7 @@ import subprocess
 import tempfile
 import urllib.parse
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -79,6 +80,14 @@ _cluster: Cluster | None = None
 
 
 def _start_own() -> Cluster:
+    own, stop = start_throwaway()
+    atexit.register(stop)
+    return own
+
+
+def start_throwaway() -> tuple[Cluster, Callable[[], None]]:
+    """A new cluster of this test's own (it may stop and start it), and the function
+    that removes it. Never the shared one of DURABLE_RPC_TEST_PG_URL."""
     # Under /tmp (not pytest's 0700 tmp dirs): the postgres user must reach the directory.
     parent = Path(tempfile.mkdtemp(prefix="durable-rpc-pg-", dir="/tmp"))
     os.chmod(parent, 0o755)
@@ -100,8 +109,7 @@ def _start_own() -> Cluster:
         subprocess.run(["bash", str(SCRIPT), "stop", str(directory)], check=False, timeout=120)
         shutil.rmtree(parent, ignore_errors=True)
 
-    atexit.register(stop)
-    return Cluster(done.stdout.strip().splitlines()[-1], directory)
+    return Cluster(done.stdout.strip().splitlines()[-1], directory), stop
 
 
 def cluster() -> Cluster | None:

@@ -11,10 +11,11 @@ import signal
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
-from grpc_reflection.v1alpha import reflection
 
+from durable_rpc.server import _reflection
 from durable_rpc.server._due import DueLoop
 from durable_rpc.server._handoff import Handoffs
+from durable_rpc.server._health import StoreHealth
 from durable_rpc.server._interceptor import ErrorInterceptor
 from durable_rpc.server._notify import Notifier
 from durable_rpc.server._worker_service import WorkerService
@@ -71,6 +72,14 @@ class Server:
         self.port: int | None = None
         self.handoffs: Handoffs | None = None
         self._notifier: Notifier | None = None
+        self._store_health = StoreHealth(
+            self.store,
+            self._health,
+            ("", *SERVICE_NAMES),
+            interval_s=config.health_probe_interval_s,
+            timeout_s=config.health_probe_timeout_s,
+            store_name=config.db_url,
+        )
 
     async def start(self) -> None:
         await self.store.open()
@@ -81,7 +90,7 @@ class Server:
             # Tracing first: the outermost interceptor sees the final status.
             interceptors=[
                 TracingServerInterceptor(),
-                ErrorInterceptor(self.config.max_request_bytes),
+                ErrorInterceptor(self.config.max_request_bytes, self._store_health.poke),
             ],
             options=[
                 # grpc's own limit sits above ours so the interceptor answers with a reason.
@@ -120,13 +129,8 @@ class Server:
             server,
         )
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
-        reflection.enable_server_reflection(
-            (
-                *SERVICE_NAMES,
-                health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-                reflection.SERVICE_NAME,
-            ),
-            server,
+        _reflection.enable(
+            server, (*SERVICE_NAMES, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name)
         )
         self.port = server.add_insecure_port(self.config.listen)
         if self.port == 0:
@@ -136,6 +140,7 @@ class Server:
         self._due.start()
         for name in ("", *SERVICE_NAMES):
             await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        self._store_health.start()
         log.info("durable-rpc listening on %s (store %s)", self.config.listen, self.config.db_url)
 
     def process_due_now(self) -> None:
@@ -147,6 +152,7 @@ class Server:
         self._shutting_down.set()  # long polls answer "nothing" right away
         if self._notifier is not None:
             self._notifier.wake_all_pollers()
+        await self._store_health.stop()
         await self._health.enter_graceful_shutdown()
         if self._grpc is not None:
             await self._grpc.stop(self.config.shutdown_grace_s)

@@ -444,6 +444,13 @@ class Store(abc.ABC):
     ) -> bool: ...
 
     @abc.abstractmethod
+    async def check_health(self) -> None:
+        """A cheap probe that the store can serve now: returns, or raises
+        StoreUnavailableError saying why not (SQLite: the file is gone, replaced or not
+        writable; PostgreSQL: no connection). Changes nothing and counts in no stats.
+        The server's grpc.health.v1 status follows it (server/_health.py)."""
+
+    @abc.abstractmethod
     async def signal_with_start(
         self,
         namespace: str,

@@ -236,11 +236,12 @@ class SQLiteStore(SqlStore):
             conn.close()
             raise
 
+    # The errors below reach clients: they name no path (the server logs it).
     def _file_identity(self) -> tuple[int, int]:
         try:
             st = os.stat(self._path)
         except OSError as exc:
-            raise StoreUnavailableError(f"database file {self._path} is gone: {exc}") from exc
+            raise StoreUnavailableError(f"the database file is gone ({exc.strerror})") from exc
         return (st.st_dev, st.st_ino)
 
     def _check_file(self) -> None:
@@ -249,7 +250,23 @@ class SQLiteStore(SqlStore):
         if self._memory:
             return
         if self._file_identity() != self._identity:
-            raise StoreUnavailableError(f"database file {self._path} was replaced")
+            raise StoreUnavailableError("the database file was replaced")
+
+    async def check_health(self) -> None:
+        if self._memory:
+            if not self._accepting:
+                raise StoreUnavailableError("the store is not open")
+            return
+        await self._read(self._probe)
+
+    def _probe(self, tx: Tx) -> None:
+        """On the reader (after its _check_file): the file is writable by this process.
+        The open connections keep writing to a file made read-only, but a restart could
+        not, and an immutable file (chattr +i, or a read-only mount) fails the next
+        checkpoint; os.access sees both, for root too."""
+        if not os.access(self._path, os.W_OK):
+            raise StoreUnavailableError("the database file is not writable")
+        tx.now_ms()
 
     def _migrate(self, conn: sqlite3.Connection) -> None:
         """Applies the pending migrations, in order, in one transaction."""
