@@ -164,6 +164,7 @@ def describe(
     data = {
         **dataclasses.asdict(d.info),
         "definition_available": d.definition_available,
+        "definition_unavailable_reason": d.definition_unavailable_reason or None,
         "workflow_task_attempt": d.workflow_task_attempt,
         "last_workflow_task_failure": (
             json_format.MessageToDict(failure) if failure is not None else None

@@ -76,6 +76,8 @@ class WorkflowDescription:
     last_workflow_task_failure: payload_pb2.Failure | None
     workflow_task_attempt: int
     definition_available: bool
+    #: Why nothing runs an open run whose definition is unavailable ('' otherwise).
+    definition_unavailable_reason: str = ""
 
 
 class WorkflowHandle:
@@ -274,6 +276,7 @@ class WorkflowHandle:
             last_workflow_task_failure=failure,
             workflow_task_attempt=response.workflow_task_attempt,
             definition_available=response.definition_available,
+            definition_unavailable_reason=response.definition_unavailable_reason,
         )
 
     async def history(self, *, page_size: int = 1000) -> list[history_pb2.HistoryEvent]:

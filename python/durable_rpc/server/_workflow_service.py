@@ -246,6 +246,7 @@ class WorkflowService(service_pb2_grpc.WorkflowServiceServicer):
             last_workflow_task_failure=_convert.failure(description.last_workflow_task_failure),
             workflow_task_attempt=description.workflow_task_attempt,
             definition_available=description.definition_available,
+            definition_unavailable_reason=description.definition_unavailable_reason,
             history_warning=description.history_warning,
         )
         for activity in description.pending_activities:

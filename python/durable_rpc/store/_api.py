@@ -204,10 +204,14 @@ class RunDescription:
     pending_activities: list[PendingActivity]
     last_workflow_task_failure: bytes | None
     workflow_task_attempt: int
+    #: Whether a live worker polling the run's task queue registers its definition.
     definition_available: bool
     cancel_requested: bool
     #: Set from the history warn mark on: how close the run is to its hard limit.
     history_warning: str = ""
+    #: For an open run whose definition is not available: why nothing runs it, in one
+    #: plain sentence (workers claim only the definitions they registered). '' otherwise.
+    definition_unavailable_reason: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -268,6 +268,36 @@ def _v7(bigint: str) -> tuple[str, ...]:
     )
 
 
+def _v8(activity_names: str) -> tuple[str, ...]:
+    """What a claim filters on, as rows of the claiming worker and of the task.
+
+    The run's definition (name, version) on its workflow task rows, so a claim filters on
+    the worker's registered definitions from the task row and ``worker_definitions``
+    alone (no probe of ``runs`` per candidate task: see ``_ops_leases.SERVED_BY_WORKER``);
+    NULL on other kinds, open workflow tasks backfilled. ``worker_activities``: the
+    activity types a worker registered (so far only the JSON list ``workers.activities``),
+    filled from that list; ``activity_names`` is the backend's set-returning function of
+    the names in ``w.activities`` (a column ``value``)."""
+    definition = (
+        "(SELECT r.{0} FROM runs r WHERE r.namespace = tasks.namespace AND r.run_id = tasks.run_id)"
+    )
+    return (
+        "ALTER TABLE tasks ADD COLUMN workflow_type TEXT",
+        "ALTER TABLE tasks ADD COLUMN workflow_version TEXT",
+        f"UPDATE tasks SET workflow_type = {definition.format('workflow_type')}, "
+        f"workflow_version = {definition.format('workflow_version')} "
+        "WHERE kind = 'workflow' AND state IN ('queued', 'leased', 'waiting')",
+        """CREATE TABLE worker_activities (
+            namespace TEXT NOT NULL,
+            worker_id TEXT NOT NULL,
+            activity_type TEXT NOT NULL,
+            PRIMARY KEY (namespace, worker_id, activity_type)
+        )""",
+        "INSERT INTO worker_activities (namespace, worker_id, activity_type) "
+        f"SELECT DISTINCT w.namespace, w.worker_id, a.value FROM workers w, {activity_names} a",
+    )
+
+
 SQLITE_MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _SQLITE_V1),
     Migration(2, "memo, search attributes, workflow timeouts", _v2("BLOB", "INTEGER", "REAL")),
@@ -276,6 +306,7 @@ SQLITE_MIGRATIONS: tuple[Migration, ...] = (
     Migration(5, "update requests across replicas", _v5("BLOB", "INTEGER")),
     Migration(6, "activity trace context", _v6()),
     Migration(7, "history size of a run", _v7("INTEGER")),
+    Migration(8, "what claims filter on", _v8("json_each(w.activities)")),
 )
 
 

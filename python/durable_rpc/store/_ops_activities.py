@@ -43,6 +43,17 @@ from durable_rpc.store._shared import (
 from durable_rpc.store._tx import Row, Tx
 from durable_rpc.v1 import history_pb2, payload_pb2
 
+# Which activity tasks a worker may claim (a condition on ``tasks t``; params: namespace,
+# worker_id, worker_id): those of the activity types it registered with RegisterWorker
+# (``worker_activities``), whatever its poll asks for; a worker id that never registered
+# is served every type (see ``_ops_leases.SERVED_BY_WORKER``). A hashed subplan of the
+# worker's own types on PostgreSQL: the claim stays the ordered index scan.
+SERVED_ACTIVITIES = (
+    "(NOT EXISTS (SELECT 1 FROM workers w WHERE w.namespace = ? AND w.worker_id = ?) "
+    "OR EXISTS (SELECT 1 FROM worker_activities wa WHERE wa.namespace = t.namespace "
+    "AND wa.worker_id = ? AND wa.activity_type = t.activity_type))"
+)
+
 
 class _ActivityOps(_WorkflowTaskOps):
     """The activity-task operations (a completion may record the run's next workflow
@@ -66,11 +77,12 @@ class _ActivityOps(_WorkflowTaskOps):
             now = tx.now_ms()
             candidate = tx.one(
                 "SELECT task_id, lease_ms, start_to_close_ms, schedule_to_close_deadline_ms "
-                "FROM tasks WHERE namespace = ? AND kind = 'activity' AND task_queue = ? "
+                "FROM tasks t WHERE namespace = ? AND kind = 'activity' AND task_queue = ? "
                 "AND due_ms IS NOT NULL AND due_ms <= ? AND state IN ('queued', 'waiting') "
                 f"AND (queue_deadline_ms IS NULL OR queue_deadline_ms > ?){type_filter} "
+                f"AND {SERVED_ACTIVITIES} "
                 f"ORDER BY due_ms, task_id LIMIT 1{tx.claim_lock_suffix}",
-                (namespace, task_queue, now, now, *types),
+                (namespace, task_queue, now, now, *types, namespace, worker_id, worker_id),
             )
             if candidate is None:
                 return None
@@ -212,9 +224,8 @@ class _ActivityOps(_WorkflowTaskOps):
                 lease.worker_id,
                 eager.lease_ms,
                 now,
-                "SELECT task_id FROM tasks WHERE namespace = ? AND run_id = ? "
-                "AND kind = 'workflow' AND state = 'queued' AND due_ms <= ?"
-                f"{tx.claim_lock_suffix}",
+                "namespace = ? AND run_id = ? AND kind = 'workflow' AND state = 'queued' "
+                "AND due_ms <= ?",
                 (namespace, task["run_id"], now),
             )
             if claim is None:

@@ -58,6 +58,32 @@ def _first_page(tx: Tx, namespace: str, run_id: str, length: int, page_bytes: in
     return read_page(tx, namespace, run_id, 0, length, max(length, 1), page_bytes)[0]
 
 
+# Which workflow tasks a worker may claim (a condition on the pick's ``tasks t``; params:
+# namespace, worker_id, worker_id): those of the (name, version) definitions it registered
+# with RegisterWorker, so a worker never claims a run it cannot replay (a v1-only worker,
+# a v2 run) and a run whose definition no worker registers stays unclaimed. A worker id
+# that never registered (no ``workers`` row) is served every definition: the protocol
+# before registration, which raw clients and the store's tests still speak. Both
+# subqueries read only the worker's own rows (primary-key prefixes), never ``runs``: the
+# task row carries its run's definition (migration 8), so the plan stays the ordered
+# index scan of ``tasks_claim`` whatever the number of runs.
+SERVED_BY_WORKER = (
+    "(NOT EXISTS (SELECT 1 FROM workers w WHERE w.namespace = ? AND w.worker_id = ?) "
+    "OR EXISTS (SELECT 1 FROM worker_definitions wd WHERE wd.namespace = t.namespace "
+    "AND wd.worker_id = ? AND wd.name = t.workflow_type "
+    "AND wd.version = t.workflow_version))"
+)
+
+
+def definition_unavailable_reason(run: Row) -> str:
+    """Describe's sentence for an open run no live worker of its queue registers."""
+    return (
+        f"No live worker on task queue {run['task_queue']!r} registers workflow "
+        f"{run['workflow_type']!r} version {run['workflow_version']!r}, so its workflow "
+        "tasks are not claimed: start a worker that registers this definition."
+    )
+
+
 class _LeaseOps(_SqlOpsBase):
     """Leases a picked task to a worker."""
 
@@ -68,10 +94,13 @@ class _LeaseOps(_SqlOpsBase):
         worker_id: str,
         lease_ms: int,
         now: int,
-        pick_sql: str,
+        pick_where: str,
         pick_params: Sequence[object],
+        pick_order: str = "",
     ) -> _WorkflowClaim | None:
-        """Leases the workflow task `pick_sql` selects (one task_id) to `worker_id`."""
+        """Leases to `worker_id` the first workflow task of ``tasks t`` (in `pick_order`)
+        that matches `pick_where` and that the worker serves (`SERVED_BY_WORKER`): one
+        statement, so every way of claiming a workflow task applies the same filter."""
         expires = now + lease_ms
         row = tx.one(
             "UPDATE tasks SET state = 'leased', worker_id = ?, "
@@ -79,9 +108,10 @@ class _LeaseOps(_SqlOpsBase):
             "attempt = CASE WHEN state = 'leased' THEN attempt + 1 ELSE attempt END, "
             "claimed_at_ms = ?, expires_at_ms = ?, due_ms = ?, "
             "outcome_token = NULL, outcome_kind = NULL "
-            f"WHERE task_id = ({pick_sql}) "
+            f"WHERE task_id = (SELECT task_id FROM tasks t WHERE {pick_where} "
+            f"AND {SERVED_BY_WORKER}{pick_order}{tx.claim_lock_suffix}) "
             "RETURNING task_id, run_id, fencing_token, attempt",
-            (worker_id, now, expires, expires, *pick_params),
+            (worker_id, now, expires, expires, *pick_params, namespace, worker_id, worker_id),
         )
         if row is None:
             return None

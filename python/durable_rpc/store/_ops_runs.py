@@ -28,7 +28,7 @@ from durable_rpc.store._api import (
 from durable_rpc.store._history_limits import refuse_input, warning
 from durable_rpc.store._history_pages import read_page
 from durable_rpc.store._logic import failure_bytes, parse_payload
-from durable_rpc.store._ops_leases import _LeaseOps, _WorkflowClaim
+from durable_rpc.store._ops_leases import _LeaseOps, _WorkflowClaim, definition_unavailable_reason
 from durable_rpc.store._runs import (
     check_start,
     create_run,
@@ -115,11 +115,10 @@ class _RunOps(_LeaseOps):
                 claim_for.worker_id,
                 claim_for.lease_ms,
                 tx.now_ms(),
-                "SELECT task_id FROM tasks WHERE namespace = ? AND run_id = ? "
-                f"AND kind = 'workflow' AND state = 'queued'{tx.claim_lock_suffix}",
+                "namespace = ? AND run_id = ? AND kind = 'workflow' AND state = 'queued'",
                 (namespace, run_id),
             )
-            if claim is None:  # pragma: no cover - a new run always has its first task
+            if claim is None:  # the poller's worker does not serve the run's definition
                 return StartResult(run_id, started=True)
             # The poller it is claimed for needs no wake-up; others would find nothing.
             tx.notes.tasks.discard((namespace, task_queue, "workflow"))
@@ -276,8 +275,14 @@ class _RunOps(_LeaseOps):
                 "SELECT 1 AS live FROM worker_definitions wd JOIN workers w "
                 "ON w.namespace = wd.namespace AND w.worker_id = wd.worker_id "
                 "WHERE wd.namespace = ? AND wd.name = ? AND wd.version = ? "
-                "AND w.last_heartbeat_ms >= ? LIMIT 1",
-                (namespace, run["workflow_type"], run["workflow_version"], live_since),
+                "AND w.task_queue = ? AND w.last_heartbeat_ms >= ? LIMIT 1",
+                (
+                    namespace,
+                    run["workflow_type"],
+                    run["workflow_version"],
+                    run["task_queue"],
+                    live_since,
+                ),
             )
             info = run_info(run)
             attrs = read_search_attributes(tx, namespace, [run["run_id"]])
@@ -305,6 +310,11 @@ class _RunOps(_LeaseOps):
                 cancel_requested=bool(run["cancel_requested"]),
                 history_warning=warning(
                     self._options.history, run["history_length"], run["history_size_bytes"]
+                ),
+                definition_unavailable_reason=(
+                    definition_unavailable_reason(run)
+                    if available is None and run["status"] == "running"
+                    else ""
                 ),
             )
 

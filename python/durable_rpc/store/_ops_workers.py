@@ -87,6 +87,17 @@ class _WorkerOps(_SqlOpsBase):
                     "VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
                     (namespace, worker_id, name, version),
                 )
+            # What its activity claims filter on (``_ops_activities.SERVED_ACTIVITIES``).
+            tx.run(
+                "DELETE FROM worker_activities WHERE namespace = ? AND worker_id = ?",
+                (namespace, worker_id),
+            )
+            for activity_type in dict.fromkeys(activities):
+                tx.run(
+                    "INSERT INTO worker_activities (namespace, worker_id, activity_type) "
+                    "VALUES (?, ?, ?)",
+                    (namespace, worker_id, activity_type),
+                )
 
         await self._write(op)
 
@@ -107,6 +118,10 @@ class _WorkerOps(_SqlOpsBase):
             require_namespace(tx, namespace)
             tx.run(
                 "DELETE FROM worker_definitions WHERE namespace = ? AND worker_id = ?",
+                (namespace, worker_id),
+            )
+            tx.run(
+                "DELETE FROM worker_activities WHERE namespace = ? AND worker_id = ?",
                 (namespace, worker_id),
             )
             tx.run(

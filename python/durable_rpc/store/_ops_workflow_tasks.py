@@ -90,18 +90,18 @@ class _WorkflowTaskOps(_LeaseOps, _CommandOps):
             require_namespace(tx, namespace)
             now = tx.now_ms()
             # One statement: pick the best visible task (queued, waiting and due, or leased
-            # with an expired lease), take it over, raise its token.
+            # with an expired lease) of a definition the worker serves, take it over,
+            # raise its token.
             return self._lease_workflow_task(
                 tx,
                 namespace,
                 worker_id,
                 lease_ms,
                 now,
-                "SELECT task_id FROM tasks WHERE namespace = ? AND kind = 'workflow' "
-                "AND task_queue = ? AND due_ms IS NOT NULL "
-                f"AND due_ms <= ? AND state IN {ACTIVE} ORDER BY due_ms, task_id LIMIT 1"
-                f"{tx.claim_lock_suffix}",
+                "namespace = ? AND kind = 'workflow' AND task_queue = ? "
+                f"AND due_ms IS NOT NULL AND due_ms <= ? AND state IN {ACTIVE}",
                 (namespace, task_queue, now),
+                " ORDER BY due_ms, task_id LIMIT 1",
             )
 
         claim = await self._write(op)

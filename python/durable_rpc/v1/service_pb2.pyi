@@ -570,10 +570,18 @@ class DescribeWorkflowResponse(_message.Message):
     LAST_WORKFLOW_TASK_FAILURE_FIELD_NUMBER: _builtins.int
     WORKFLOW_TASK_ATTEMPT_FIELD_NUMBER: _builtins.int
     DEFINITION_AVAILABLE_FIELD_NUMBER: _builtins.int
+    DEFINITION_UNAVAILABLE_REASON_FIELD_NUMBER: _builtins.int
     HISTORY_WARNING_FIELD_NUMBER: _builtins.int
     workflow_task_attempt: _builtins.int
     definition_available: _builtins.bool
-    """False when no live worker registers the run's definition."""
+    """False when no live worker polling the run's task queue registers the run's
+    definition (name, version): workers claim only the workflow tasks of definitions
+    they registered (see PollWorkflowTaskRequest), so nothing will run it.
+    """
+    definition_unavailable_reason: _builtins.str
+    """For an open run whose definition is not available: one plain sentence saying so and
+    what to do (start a worker that registers it). Empty otherwise.
+    """
     history_warning: _builtins.str
     """Set once the run's history passed the server's warn mark (events or bytes): one
     plain sentence saying how close it is to the hard limit, past which new input is
@@ -598,11 +606,12 @@ class DescribeWorkflowResponse(_message.Message):
         last_workflow_task_failure: _payload_pb2.Failure | None = ...,
         workflow_task_attempt: _builtins.int = ...,
         definition_available: _builtins.bool = ...,
+        definition_unavailable_reason: _builtins.str = ...,
         history_warning: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["info", b"info", "last_workflow_task_failure", b"last_workflow_task_failure"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["definition_available", b"definition_available", "history_warning", b"history_warning", "info", b"info", "last_workflow_task_failure", b"last_workflow_task_failure", "pending_activities", b"pending_activities", "workflow_task_attempt", b"workflow_task_attempt"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["definition_available", b"definition_available", "definition_unavailable_reason", b"definition_unavailable_reason", "history_warning", b"history_warning", "info", b"info", "last_workflow_task_failure", b"last_workflow_task_failure", "pending_activities", b"pending_activities", "workflow_task_attempt", b"workflow_task_attempt"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -975,6 +984,13 @@ Global___DeregisterWorkerResponse: _TypeAlias = DeregisterWorkerResponse  # noqa
 
 @_typing.final
 class PollWorkflowTaskRequest(_message.Message):
+    """A worker claims only the workflow tasks of runs whose definition (name, version) it
+    registered with RegisterWorker under this worker_id (the server filters in the claim,
+    so no client has to send its definitions with every poll); a run whose definition no
+    worker registers is not claimed at all (DescribeWorkflow says so). A worker id that
+    never called RegisterWorker is served every definition.
+    """
+
     DESCRIPTOR: _descriptor.Descriptor
 
     NAMESPACE_FIELD_NUMBER: _builtins.int
@@ -1336,7 +1352,10 @@ class PollActivityTaskRequest(_message.Message):
     worker_id: _builtins.str
     @_builtins.property
     def activity_types(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """Activity types this worker can run; empty = any."""
+        """Activity types this poll takes; empty = any the worker registered (RegisterWorker's
+        activities: the server filters by them too; a worker id that never registered is
+        served every type).
+        """
 
     def __init__(
         self,
