@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tests.e2e.conftest import ROOT
 
-STUCK_TEST = '''
+STUCK_TEST = """
 import signal
 import time
 
@@ -19,7 +19,7 @@ def test_stuck_where_no_signal_handler_can_run():
     # call is: the signal timeout method never fires here.
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM, signal.SIGINT})
     time.sleep(3600)
-'''
+"""
 
 
 def test_a_stuck_test_is_ended_by_its_timeout(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from durable_rpc.cli._admin import namespace, token
 from durable_rpc.cli._replay import replay
 from durable_rpc.cli._selfcheck import selfcheck
 from durable_rpc.cli._server import server
@@ -20,6 +21,8 @@ cli.add_command(replay)
 cli.add_command(selfcheck)
 cli.add_command(server)
 cli.add_command(workflow)
+cli.add_command(namespace)
+cli.add_command(token)
 
 
 def main() -> None:

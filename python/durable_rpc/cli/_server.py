@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import click
 
 from durable_rpc._loop import run_event_loop
 from durable_rpc.server import Server, ServerConfig
+from durable_rpc.server._app import check_exposure
 from durable_rpc.store import HistoryLimits
 from durable_rpc.telemetry import EXPORTERS, configure_tracing
 
@@ -79,6 +81,21 @@ _LIMITS = HistoryLimits()
     show_default=True,
     help="gRPC's limit on a response (must hold a history page and its largest event).",
 )
+@click.option(
+    "--auth", is_flag=True, help="Require an API key on every call but health (docs/security.md)."
+)
+@click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--tls-key", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option(
+    "--tls-client-ca",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Require client certificates signed by this CA (mTLS).",
+)
+@click.option(
+    "--insecure",
+    is_flag=True,
+    help="Serve beyond loopback without TLS and --auth (refused otherwise).",
+)
 @click.option("--log-level", default="INFO", show_default=True)
 @click.option(
     "--trace-exporter",
@@ -98,6 +115,11 @@ def server(
     history_warn_bytes: int,
     history_page_bytes: int,
     max_response_bytes: int,
+    auth: bool,
+    tls_cert: Path | None,
+    tls_key: Path | None,
+    tls_client_ca: Path | None,
+    insecure: bool,
     log_level: str,
     trace_exporter: str | None,
 ) -> None:
@@ -119,7 +141,16 @@ def server(
             history_page_bytes,
         ),
         max_response_bytes=max_response_bytes,
+        auth=auth,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+        tls_client_ca=tls_client_ca,
+        insecure=insecure,
     )
+    try:
+        check_exposure(config)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
     run_event_loop(Server(config).serve_until_signal())
 
 

@@ -5,14 +5,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import ipaddress
 import logging
 import signal
+import urllib.parse
+from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 
 from durable_rpc.server import _reflection
+from durable_rpc.server._admin_service import AdminService
+from durable_rpc.server._auth import Authenticator
 from durable_rpc.server._due import DueLoop
 from durable_rpc.server._handoff import Handoffs
 from durable_rpc.server._health import StoreHealth
@@ -22,14 +27,34 @@ from durable_rpc.server._worker_service import WorkerService
 from durable_rpc.server._workflow_service import WorkflowService
 from durable_rpc.store import HistoryLimits, Store, StoreOptions, open_store
 from durable_rpc.telemetry import TracingServerInterceptor
-from durable_rpc.v1 import service_pb2, service_pb2_grpc
+from durable_rpc.v1 import (
+    admin_service_pb2,
+    admin_service_pb2_grpc,
+    service_pb2,
+    service_pb2_grpc,
+)
 
 log = logging.getLogger("durable_rpc.server")
 
 SERVICE_NAMES = (
     service_pb2.DESCRIPTOR.services_by_name["WorkflowService"].full_name,
     service_pb2.DESCRIPTOR.services_by_name["WorkerService"].full_name,
+    admin_service_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name,
 )
+
+
+class InsecureListenError(ValueError):
+    """A server asked to listen beyond loopback without TLS and authentication."""
+
+
+def _is_loopback(listen: str) -> bool:
+    host = listen.rsplit(":", 1)[0].strip("[]") if ":" in listen else listen
+    if host in ("localhost", ""):
+        return host == "localhost"
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name other than localhost may resolve anywhere
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,15 +75,61 @@ class ServerConfig:
     health_probe_timeout_s: float = 5.0
     # Per-run history limits and the history page size (of a store the server opens).
     history: HistoryLimits = dataclasses.field(default_factory=HistoryLimits)
+    # Every call (but health) needs an API key (docs/security.md).
+    auth: bool = False
+    # TLS: the server's certificate chain and key (PEM files); with a client CA, mTLS
+    # (client certificates required and verified against it).
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls_client_ca: Path | None = None
+    # Listening beyond loopback needs TLS and auth unless this is set explicitly.
+    insecure: bool = False
     # gRPC's limit on a response: history pages (``history.page_bytes``, a larger single
     # event alone, itself bounded by max_request_bytes) stay below it.
     max_response_bytes: int = 64 * 1024 * 1024
+
+
+def check_exposure(config: ServerConfig) -> None:
+    """Refuse to serve beyond loopback without TLS and authentication, unless the
+    operator said ``insecure`` explicitly: a port anyone can reach must let no one in."""
+    if (config.tls_cert is None) != (config.tls_key is None):
+        raise ValueError("--tls-cert and --tls-key go together")
+    if config.tls_client_ca is not None and config.tls_cert is None:
+        raise ValueError("--tls-client-ca needs --tls-cert and --tls-key")
+    secured = config.auth and config.tls_cert is not None
+    if not _is_loopback(config.listen) and not secured and not config.insecure:
+        raise InsecureListenError(
+            f"refusing to listen on {config.listen}: beyond loopback the server needs TLS "
+            "(--tls-cert, --tls-key) and authentication (--auth), or --insecure to serve "
+            "without them on purpose"
+        )
+
+
+def _without_password(url: str) -> str:
+    """The store URL fit for a log: a password in it is a secret."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+
+
+def _tls_credentials(config: ServerConfig) -> grpc.ServerCredentials | None:
+    if config.tls_cert is None or config.tls_key is None:
+        return None
+    client_ca = config.tls_client_ca.read_bytes() if config.tls_client_ca else None
+    return grpc.ssl_server_credentials(
+        [(config.tls_key.read_bytes(), config.tls_cert.read_bytes())],
+        root_certificates=client_ca,
+        require_client_auth=client_ca is not None,
+    )
 
 
 class Server:
     """One durable-rpc server. `await start()`, then `await stop()` (or `serve_forever`)."""
 
     def __init__(self, config: ServerConfig, store: Store | None = None) -> None:
+        check_exposure(config)
         self.config = config
         self.store = (
             store
@@ -90,7 +161,11 @@ class Server:
             # Tracing first: the outermost interceptor sees the final status.
             interceptors=[
                 TracingServerInterceptor(),
-                ErrorInterceptor(self.config.max_request_bytes, self._store_health.poke),
+                ErrorInterceptor(
+                    self.config.max_request_bytes,
+                    self._store_health.poke,
+                    Authenticator(self.store) if self.config.auth else None,
+                ),
             ],
             options=[
                 # grpc's own limit sits above ours so the interceptor answers with a reason.
@@ -132,7 +207,13 @@ class Server:
         _reflection.enable(
             server, (*SERVICE_NAMES, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name)
         )
-        self.port = server.add_insecure_port(self.config.listen)
+        admin_service_pb2_grpc.add_AdminServiceServicer_to_server(AdminService(self.store), server)
+        credentials = _tls_credentials(self.config)
+        self.port = (
+            server.add_insecure_port(self.config.listen)
+            if credentials is None
+            else server.add_secure_port(self.config.listen, credentials)
+        )
         if self.port == 0:
             raise OSError(f"cannot listen on {self.config.listen}")
         await server.start()
@@ -141,7 +222,15 @@ class Server:
         for name in ("", *SERVICE_NAMES):
             await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
         self._store_health.start()
-        log.info("durable-rpc listening on %s (store %s)", self.config.listen, self.config.db_url)
+        log.info(
+            "durable-rpc listening on %s (store %s; %s; %s)",
+            self.config.listen,
+            _without_password(self.config.db_url),
+            "TLS" + (" with client certificates" if self.config.tls_client_ca else "")
+            if self.config.tls_cert
+            else "plain text",
+            "API keys required" if self.config.auth else "no authentication",
+        )
 
     def process_due_now(self) -> None:
         """Fire whatever is due by the store's clock now (used after a test clock skip)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import uuid
 from typing import Any
 
@@ -18,6 +19,7 @@ from durable_rpc.errors import (
     WorkflowNotRunningError,
 )
 from durable_rpc.server import _convert, _validate
+from durable_rpc.server._admin_service import actor
 from durable_rpc.server._handoff import Handoffs
 from durable_rpc.server._notify import Notifier
 from durable_rpc.server._notify import wait as wait_for_wakeup
@@ -36,6 +38,8 @@ from durable_rpc.v1 import (
     service_pb2,
     service_pb2_grpc,
 )
+
+log = logging.getLogger("durable_rpc.server.admin")
 
 DEFAULT_RESULT_WAIT_S = 30.0
 MAX_RESULT_WAIT_S = 60.0
@@ -225,12 +229,11 @@ class WorkflowService(service_pb2_grpc.WorkflowServiceServicer):
     async def TerminateWorkflow(
         self, request: service_pb2.TerminateWorkflowRequest, context: grpc.aio.ServicerContext
     ) -> service_pb2.TerminateWorkflowResponse:
-        await self._store.terminate(
-            _validate.namespace(request.namespace),
-            _validate.name("workflow_id", request.workflow_id),
-            request.run_id or None,
-            request.reason,
-        )
+        namespace = _validate.namespace(request.namespace)
+        workflow_id = _validate.name("workflow_id", request.workflow_id)
+        await self._store.terminate(namespace, workflow_id, request.run_id or None, request.reason)
+        # An operator's action: logged with who did it (the key's id and name, no secret).
+        log.info("workflow %r in %r terminated by %s", workflow_id, namespace, actor())
         return service_pb2.TerminateWorkflowResponse()
 
     async def DescribeWorkflow(

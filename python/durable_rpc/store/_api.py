@@ -199,6 +199,36 @@ class PendingActivity:
 
 
 @dataclass(frozen=True, slots=True)
+class NamespaceRecord:
+    name: str
+    description: str
+    retention_ms: int
+    created_at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class ApiKeyRecord:
+    """An API key without its secret. ``namespace`` None: every namespace (admin only)."""
+
+    key_id: str
+    name: str
+    role: str
+    namespace: str | None
+    created_at_ms: int
+    expires_at_ms: int | None
+    revoked_at_ms: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class ApiKeyLookup:
+    """A key found by its id, its stored hash, and the database clock read with it."""
+
+    key: ApiKeyRecord
+    secret_hash: str
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True)
 class RunDescription:
     info: RunInfo
     pending_activities: list[PendingActivity]
@@ -411,6 +441,13 @@ class Store(abc.ABC):
     async def now_ms(self) -> int: ...
 
     @abc.abstractmethod
+    async def check_health(self) -> None:
+        """A cheap probe that the store can serve now: returns, or raises
+        StoreUnavailableError saying why not (SQLite: the file is gone, replaced or not
+        writable; PostgreSQL: no connection). Changes nothing and counts in no stats.
+        The server's grpc.health.v1 status follows it (server/_health.py)."""
+
+    @abc.abstractmethod
     def set_listener(self, listener: StoreListener | None) -> None: ...
 
     # namespaces
@@ -418,7 +455,8 @@ class Store(abc.ABC):
     async def namespace_exists(self, namespace: str) -> bool: ...
 
     @abc.abstractmethod
-    async def create_namespace(self, namespace: str) -> None: ...
+    async def ensure_namespace(self, namespace: str) -> None:
+        """Create ``namespace`` with default settings unless it exists (idempotent)."""
 
     # runs
     @abc.abstractmethod
@@ -446,13 +484,6 @@ class Store(abc.ABC):
         input: bytes,
         request_id: str,
     ) -> bool: ...
-
-    @abc.abstractmethod
-    async def check_health(self) -> None:
-        """A cheap probe that the store can serve now: returns, or raises
-        StoreUnavailableError saying why not (SQLite: the file is gone, replaced or not
-        writable; PostgreSQL: no connection). Changes nothing and counts in no stats.
-        The server's grpc.health.v1 status follows it (server/_health.py)."""
 
     @abc.abstractmethod
     async def signal_with_start(
@@ -685,3 +716,40 @@ class Store(abc.ABC):
     # time
     @abc.abstractmethod
     async def process_due(self) -> DueReport: ...
+
+    # namespaces and API keys (see _ops_admin)
+    @abc.abstractmethod
+    async def create_namespace(
+        self, name: str, description: str, retention_ms: int | None
+    ) -> NamespaceRecord: ...
+
+    @abc.abstractmethod
+    async def describe_namespace(self, name: str) -> NamespaceRecord: ...
+
+    @abc.abstractmethod
+    async def list_namespaces(self) -> list[NamespaceRecord]: ...
+
+    @abc.abstractmethod
+    async def update_namespace(
+        self, name: str, description: str | None, retention_ms: int | None
+    ) -> NamespaceRecord: ...
+
+    @abc.abstractmethod
+    async def create_api_key(
+        self,
+        key_id: str,
+        secret_hash: str,
+        role: str,
+        namespace: str | None,
+        name: str,
+        expires_in_ms: int | None,
+    ) -> ApiKeyRecord: ...
+
+    @abc.abstractmethod
+    async def list_api_keys(self, namespace: str | None) -> list[ApiKeyRecord]: ...
+
+    @abc.abstractmethod
+    async def revoke_api_key(self, key_id: str, namespace: str | None) -> ApiKeyRecord: ...
+
+    @abc.abstractmethod
+    async def lookup_api_key(self, key_id: str) -> ApiKeyLookup | None: ...

@@ -298,6 +298,31 @@ def _v8(activity_names: str) -> tuple[str, ...]:
     )
 
 
+#: A namespace keeps closed runs this long unless told otherwise (Temporal's default).
+DEFAULT_RETENTION_MS = 3 * 24 * 3600 * 1000
+
+
+def _v9(bigint: str) -> tuple[str, ...]:
+    """Namespaces gain a description and a retention; the API keys table
+    (the secret's hash only; namespace NULL = every namespace)."""
+    return (
+        "ALTER TABLE namespaces ADD COLUMN description TEXT NOT NULL DEFAULT ''",
+        f"ALTER TABLE namespaces ADD COLUMN retention_ms {bigint} NOT NULL "
+        f"DEFAULT {DEFAULT_RETENTION_MS}",
+        f"""CREATE TABLE api_keys (
+            key_id TEXT PRIMARY KEY,
+            secret_hash TEXT NOT NULL,
+            role TEXT NOT NULL,
+            namespace TEXT,
+            name TEXT NOT NULL DEFAULT '',
+            created_at_ms {bigint} NOT NULL,
+            expires_at_ms {bigint},
+            revoked_at_ms {bigint}
+        )""",
+        "CREATE INDEX api_keys_by_namespace ON api_keys (namespace, created_at_ms)",
+    )
+
+
 SQLITE_MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _SQLITE_V1),
     Migration(2, "memo, search attributes, workflow timeouts", _v2("BLOB", "INTEGER", "REAL")),
@@ -307,6 +332,7 @@ SQLITE_MIGRATIONS: tuple[Migration, ...] = (
     Migration(6, "activity trace context", _v6()),
     Migration(7, "history size of a run", _v7("INTEGER")),
     Migration(8, "what claims filter on", _v8("json_each(w.activities)")),
+    Migration(9, "namespace settings and API keys", _v9("INTEGER")),
 )
 
 

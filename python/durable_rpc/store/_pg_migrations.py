@@ -8,7 +8,7 @@ whole migration (see ``_postgres``), so each migration is applied exactly once.
 
 from __future__ import annotations
 
-from durable_rpc.store._migrations import Migration, _v2, _v3, _v4, _v5, _v6, _v7, _v8
+from durable_rpc.store._migrations import Migration, _v2, _v3, _v4, _v5, _v6, _v7, _v8, _v9
 
 #: The database clock in integer milliseconds since the epoch (PostgreSQL). The real
 #: time at evaluation (clock_timestamp), not the transaction's start (now()): a
@@ -158,4 +158,5 @@ PG_MIGRATIONS: tuple[Migration, ...] = (
     Migration(6, "activity trace context", _v6()),
     Migration(7, "history size of a run", _v7("BIGINT")),
     Migration(8, "what claims filter on", _v8("json_array_elements_text(w.activities::json)")),
+    Migration(9, "namespace settings and API keys", _v9("BIGINT")),
 )

@@ -987,7 +987,7 @@ class PollWorkflowTaskRequest(_message.Message):
     """A worker claims only the workflow tasks of runs whose definition (name, version) it
     registered with RegisterWorker under this worker_id (the server filters in the claim,
     so no client has to send its definitions with every poll); a run whose definition no
-    worker registers is not claimed at all (DescribeWorkflow says so). A worker id that
+    worker registers is not claimed at all (DescribeWorkflow says so). A worker_id that
     never called RegisterWorker is served every definition.
     """
 

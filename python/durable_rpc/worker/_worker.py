@@ -143,13 +143,13 @@ class Worker:
         self._eager_runs: set[asyncio.Task[None]] = set()
         # Set while no eager activity is between its hand-over and its report.
         self._eager_settled = asyncio.Event()
-        self._eager_settled.set()
         # Activity attempts running or reporting, by task id: settled with the outcome the
         # server did not take (LEASE_LOST), else None. A claim of the same task under a
         # newer token -- its retry, handed to this very worker by a poll answered while
         # the worker was paused or cut off -- reports that outcome instead of running the
         # activity a second time.
         self._unsettled: dict[int, asyncio.Future[AttemptOutcome | None]] = {}
+        self._eager_settled.set()
         # Where outcomes of eager work are counted (set by the supervisor).
         self.outcomes: OutcomeSink | None = None
         # Eager dispatch is a claim: once shutdown begins, completions stop asking for it.

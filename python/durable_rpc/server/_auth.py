@@ -1,0 +1,185 @@
+"""Authentication and authorization of every call (docs/security.md).
+
+With authentication on, a call carries ``authorization: Bearer <secret>`` metadata. The
+key is looked up by its public id, its hash compared in constant time, and its state
+judged by the database clock on every call, so a revocation or an expiry holds from the
+next call on every replica. Then the RPC's rule (:data:`RULES`) says which access the
+call needs in which namespace, and ``auth.authorize`` decides. A refused call never
+reaches its handler, so it changes nothing.
+
+A worker's leases are bound to the key that claimed them: with authentication on, the
+worker id a WorkerService call names is qualified by its key id (``<key id>:<worker id>``)
+before the handler sees it, so the fenced writes' owner check refuses another key's
+heartbeat or report with LEASE_LOST even when it names the right task, worker and token.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
+
+import grpc
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import Message
+
+from durable_rpc._rpc_status import to_status
+from durable_rpc.auth import Access, Principal, Role, authorize, key_id_of, secret_matches
+from durable_rpc.errors import DurableRpcError, PermissionDeniedError, UnauthenticatedError
+from durable_rpc.server import _validate
+from durable_rpc.store import Store
+
+#: The principal of the call being handled (None: authentication is off).
+current_principal: contextvars.ContextVar[Principal | None] = contextvars.ContextVar(
+    "durable_rpc_principal", default=None
+)
+
+_WORKFLOW = "/durable_rpc.v1.WorkflowService/"
+_WORKER = "/durable_rpc.v1.WorkerService/"
+_ADMIN = "/durable_rpc.v1.AdminService/"
+
+Rule = Callable[[Any], tuple[Access, str | None]]
+
+
+def _in_namespace(access: Access) -> Rule:
+    return lambda request: (access, _validate.namespace(request.namespace))
+
+
+def _key_scope(request: Any) -> tuple[Access, str | None]:
+    """Keys for every namespace are a cluster admin's to manage; a namespace's keys are
+    its admins'."""
+    if request.every_namespace:
+        return Access.CLUSTER_ADMIN, None
+    return Access.NAMESPACE_ADMIN, _validate.namespace(request.namespace)
+
+
+_ADMIN_RULES: dict[str, Rule] = {
+    "CreateNamespace": lambda _: (Access.CLUSTER_ADMIN, None),
+    "DescribeNamespace": _in_namespace(Access.NAMESPACE_ADMIN),
+    "UpdateNamespace": _in_namespace(Access.NAMESPACE_ADMIN),
+    # Any key lists the namespaces it can see (the handler filters).
+    "ListNamespaces": lambda _: (Access.ANY_KEY, None),
+    "CreateApiKey": _key_scope,
+    "ListApiKeys": _key_scope,
+    "RevokeApiKey": _key_scope,
+}
+
+
+def _batch_namespace(request: Any) -> tuple[Access, str | None]:
+    """CompleteTasks: every item must be in one namespace the key may work in (a batch
+    spanning namespaces is refused, whoever sends it)."""
+    namespaces = {
+        _validate.namespace(getattr(item, item.WhichOneof("outcome")).namespace)
+        for item in request.outcomes
+        if item.WhichOneof("outcome") is not None
+    }
+    if len(namespaces) > 1:
+        raise PermissionDeniedError("a CompleteTasks batch must stay within one namespace")
+    return Access.WORKER, next(iter(namespaces), None)
+
+
+def rule_for(method: str) -> Rule | None:
+    """The rule of a unary RPC (None: nobody may call it)."""
+    if method == f"{_WORKER}CompleteTasks":
+        return _batch_namespace
+    if method.startswith(_WORKFLOW):
+        return _in_namespace(Access.CLIENT)
+    if method.startswith(_WORKER):
+        return _in_namespace(Access.WORKER)
+    if method.startswith(_ADMIN):
+        return _ADMIN_RULES.get(method.removeprefix(_ADMIN))
+    return None
+
+
+def is_open(method: str) -> bool:
+    """Calls that need no key: health, which load balancers ask without one."""
+    return method.startswith("/grpc.health.v1.Health/")
+
+
+def guard_stream(handler: grpc.RpcMethodHandler, authenticator: Authenticator) -> Any:
+    """``handler`` (a stream-stream RPC: server reflection) behind "any valid key"."""
+    inner = handler.stream_stream
+
+    async def guarded(requests: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        try:
+            principal = await authenticator.principal(context.invocation_metadata())
+            authorize(principal, Access.ANY_KEY, None)
+        except DurableRpcError as exc:
+            await context.abort_with_status(to_status(exc))
+        async for response in inner(requests, context):
+            yield response
+
+    return grpc.stream_stream_rpc_method_handler(
+        guarded,
+        request_deserializer=handler.request_deserializer,
+        response_serializer=handler.response_serializer,
+    )
+
+
+class Authenticator:
+    """Turns a call's metadata into the principal its key stands for."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    async def principal(self, metadata: Sequence[tuple[str, str | bytes]] | None) -> Principal:
+        secret = _bearer(metadata)
+        key_id = key_id_of(secret)
+        if key_id is None:
+            raise UnauthenticatedError("the API key is malformed")
+        found = await self._store.lookup_api_key(key_id)
+        # One answer for an unknown key and a wrong secret: the caller learns nothing of
+        # which key ids exist.
+        if found is None or not secret_matches(secret, found.secret_hash):
+            raise UnauthenticatedError("the API key is not valid")
+        key = found.key
+        if key.revoked_at_ms is not None:
+            raise UnauthenticatedError(f"the API key {key.key_id} was revoked")
+        if key.expires_at_ms is not None and key.expires_at_ms <= found.now_ms:
+            raise UnauthenticatedError(f"the API key {key.key_id} has expired")
+        return Principal(key.key_id, key.name, Role(key.role), key.namespace)
+
+
+def _bearer(metadata: Sequence[tuple[str, str | bytes]] | None) -> str:
+    for name, value in metadata or ():
+        if name != "authorization":
+            continue
+        text = value.decode("latin-1") if isinstance(value, bytes) else value
+        scheme, _, secret = text.strip().partition(" ")
+        if scheme.lower() != "bearer" or not secret.strip():
+            raise UnauthenticatedError("authorization metadata must be 'Bearer <API key>'")
+        return secret.strip()
+    raise UnauthenticatedError(
+        "this server requires an API key: send 'authorization: Bearer <API key>' metadata"
+    )
+
+
+def authorize_request(principal: Principal, method: str, request: Any) -> None:
+    """Refuse the call unless ``principal`` may make it; then bind worker ids to the key."""
+    rule = rule_for(method)
+    if rule is None:
+        authorize(principal, None, None)
+        return
+    access, namespace = rule(request)
+    authorize(principal, access, namespace)
+    if method.startswith(_WORKER):
+        _bind_worker_ids(request, principal)
+
+
+def _bind_worker_ids(message: Message, principal: Principal) -> None:
+    """Qualify every ``worker_id`` in ``message`` (leases of batch items included) with
+    the caller's key id."""
+    for field, value in message.ListFields():
+        if field.type == field.TYPE_MESSAGE:
+            for item in value if _is_repeated(field) else (value,):
+                _bind_worker_ids(item, principal)
+        elif field.name == "worker_id" and isinstance(value, str):
+            setattr(message, field.name, bound_worker_id(principal, value))
+
+
+def _is_repeated(field: FieldDescriptor) -> bool:
+    return bool(field.label == field.LABEL_REPEATED)
+
+
+def bound_worker_id(principal: Principal, worker_id: str) -> str:
+    return f"{principal.key_id}:{worker_id}"
