@@ -25,16 +25,26 @@ class AuthServer(ServerProcess):
     """``durable-rpc server --auth`` on a SQLite file; with ``tls_ca`` the health check
     that waits for it to start goes over TLS (the server's extra args carry the cert)."""
 
-    def __init__(self, db_path: Path, log_path: Path, *extra: str, tls_ca: Path | None = None):
+    def __init__(
+        self,
+        db_path: Path,
+        log_path: Path,
+        *extra: str,
+        tls_ca: Path | None = None,
+        tls_client: tuple[Path, Path] | None = None,
+    ):
         super().__init__(db_path, log_path, "--auth", *extra)
         self.tls_ca = tls_ca
+        #: (certificate, key) this test's client presents to an mTLS server.
+        self.tls_client = tls_client
         self.db_url = f"sqlite:///{db_path}"
 
     def wait_healthy(self) -> None:
         if self.tls_ca is None:
             super().wait_healthy()
             return
-        credentials = grpc.ssl_channel_credentials(root_certificates=self.tls_ca.read_bytes())
+        cert, key = (p.read_bytes() for p in self.tls_client) if self.tls_client else (None, None)
+        credentials = grpc.ssl_channel_credentials(self.tls_ca.read_bytes(), key, cert)
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         while True:
             assert self.proc is not None
