@@ -24,6 +24,7 @@ from pathlib import Path
 import grpc
 
 from durable_rpc import Client
+from durable_rpc.client._channel import KeyedChannel
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -100,4 +101,6 @@ async def connect(address: str) -> Client:
         ],
     )
     await channel.channel_ready()
-    return Client(channel)
+    # With --auth (e2e_bench), every call carries the key as the SDK's own client does.
+    key = os.environ.get("DURABLE_RPC_API_KEY")
+    return Client(KeyedChannel(channel, key) if key else channel)

@@ -21,6 +21,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import signal
 import socket
 import statistics
@@ -87,6 +88,28 @@ def cpu_by_process(
     if store == "postgres":
         cpu["postgres"] = postgres_cpu_s()
     return cpu
+
+
+def bootstrap_key(db_url: str) -> str:
+    """An admin key made offline, as an operator makes the first one."""
+    made = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "durable_rpc.cli",
+            "token",
+            "create",
+            "--role",
+            "admin",
+            "--db",
+            db_url,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=child_env(),
+    )
+    return made.stdout.strip()
 
 
 def percentile(values: list[float], pct: float) -> float:
@@ -169,6 +192,9 @@ def main() -> int:
     parser.add_argument("--store", choices=["sqlite", "postgres"], default="sqlite")
     parser.add_argument("--pg-url", help="PostgreSQL cluster (default: a throwaway one)")
     parser.add_argument("--replicas", type=int, default=1, help="server replicas (postgres)")
+    parser.add_argument(
+        "--auth", action="store_true", help="servers with --auth; every call carries an API key"
+    )
     args = parser.parse_args()
     if args.worker:
         run_event_loop(run_worker(args.worker[0], args.worker[1], args.worker_concurrency))
@@ -181,6 +207,9 @@ def main() -> int:
         queue = "bench"
         db_url = stack.enter_context(database(args.store, args.pg_url, tmp))
         replicas = server_commands(db_url, args.replicas)
+        if args.auth:
+            os.environ["DURABLE_RPC_API_KEY"] = bootstrap_key(db_url)
+            replicas = [([*command, "--auth"], address) for command, address in replicas]
         servers = [subprocess.Popen(command, env=child_env()) for command, _ in replicas]
         address = target([replica_address for _, replica_address in replicas])
         env = child_env()
@@ -219,6 +248,7 @@ def main() -> int:
                 except subprocess.TimeoutExpired:
                     proc.kill()
     figures["workflows"] = args.workflows
+    figures["auth"] = args.auth
     figures["store"] = (
         "sqlite-file (synchronous=FULL)"
         if args.store == "sqlite"

@@ -54,7 +54,10 @@ _FLOATS = (FieldDescriptor.TYPE_DOUBLE, FieldDescriptor.TYPE_FLOAT)
 
 
 def check_request(message: Message) -> None:
-    """Raises InvalidArgumentError naming the first field that breaks a rule."""
+    """Raises InvalidArgumentError naming the first field that breaks a rule. A request
+    that is no protobuf message (a generic handler's raw bytes) has no rules here."""
+    if not isinstance(message, Message):
+        return
     try:
         _check_message(message)
     except _Bad as bad:
