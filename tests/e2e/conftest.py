@@ -58,11 +58,15 @@ async def eventually(
 
 
 class ServerProcess:
-    def __init__(self, db_path: Path, log_path: Path, *extra: str) -> None:
+    def __init__(
+        self, db_path: Path, log_path: Path, *extra: str, listen_host: str = "127.0.0.1"
+    ) -> None:
         self.db_path = db_path
         self.log_path = log_path
         self.port = free_port()
+        # Clients (and the health check) always come over loopback.
         self.address = f"127.0.0.1:{self.port}"
+        self.listen = f"{listen_host}:{self.port}"
         self.extra = extra
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -77,7 +81,7 @@ class ServerProcess:
                 "--db",
                 f"sqlite:///{self.db_path}",
                 "--listen",
-                self.address,
+                self.listen,
                 "--workflow-task-lease",
                 "2",
                 "--poll-timeout",
@@ -98,7 +102,7 @@ class ServerProcess:
             if self.proc.poll() is not None:
                 raise AssertionError(f"server exited: {self.log_path.read_text()[-3000:]}")
             try:
-                with grpc.insecure_channel(self.address) as channel:
+                with self.health_channel() as channel:
                     stub = health_pb2_grpc.HealthStub(channel)
                     reply = stub.Check(health_pb2.HealthCheckRequest(), timeout=1)
                     if reply.status == health_pb2.HealthCheckResponse.SERVING:
@@ -108,6 +112,10 @@ class ServerProcess:
             if time.monotonic() > deadline:
                 raise AssertionError("server did not become healthy")
             time.sleep(0.05)
+
+    def health_channel(self) -> grpc.Channel:
+        """The channel the start-up health check uses (TLS servers override it)."""
+        return grpc.insecure_channel(self.address)
 
     def kill(self) -> None:
         """SIGKILL: no shutdown code runs."""

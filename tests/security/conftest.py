@@ -3,19 +3,17 @@ operator would: the first admin key made offline with ``durable-rpc token create
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from durable_rpc import Client
 from durable_rpc.v1 import admin_service_pb2 as admin_pb
 from tests.cli_process import checked, run_cli
-from tests.e2e.conftest import STARTUP_TIMEOUT_S, ServerProcess
+from tests.e2e.conftest import ServerProcess
 
 NS_A = "team-a"
 NS_B = "team-b"
@@ -23,7 +21,8 @@ NS_B = "team-b"
 
 class AuthServer(ServerProcess):
     """``durable-rpc server --auth`` on a SQLite file; with ``tls_ca`` the health check
-    that waits for it to start goes over TLS (the server's extra args carry the cert)."""
+    that waits for it to start goes over TLS (the server's extra args carry the cert),
+    with ``tls_client`` as its client certificate for an mTLS server."""
 
     def __init__(
         self,
@@ -39,29 +38,12 @@ class AuthServer(ServerProcess):
         self.tls_client = tls_client
         self.db_url = f"sqlite:///{db_path}"
 
-    def wait_healthy(self) -> None:
+    def health_channel(self) -> grpc.Channel:
         if self.tls_ca is None:
-            super().wait_healthy()
-            return
+            return super().health_channel()
         cert, key = (p.read_bytes() for p in self.tls_client) if self.tls_client else (None, None)
         credentials = grpc.ssl_channel_credentials(self.tls_ca.read_bytes(), key, cert)
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while True:
-            assert self.proc is not None
-            if self.proc.poll() is not None:
-                raise AssertionError(f"server exited: {self.log_path.read_text()[-3000:]}")
-            try:
-                with grpc.secure_channel(self.address, credentials) as channel:
-                    reply = health_pb2_grpc.HealthStub(channel).Check(
-                        health_pb2.HealthCheckRequest(), timeout=1
-                    )
-                    if reply.status == health_pb2.HealthCheckResponse.SERVING:
-                        return
-            except grpc.RpcError:
-                pass
-            if time.monotonic() > deadline:
-                raise AssertionError("server did not become healthy")
-            time.sleep(0.05)
+        return grpc.secure_channel(self.address, credentials)
 
 
 def bootstrap_admin_key(db_url: str) -> str:

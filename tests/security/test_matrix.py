@@ -228,3 +228,36 @@ def test_health_needs_no_key(auth_server: AuthServer) -> None:
             health_pb2.HealthCheckRequest(), timeout=5
         )
     assert reply.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def _worker_id_paths(
+    message: Any, prefix: str = "", seen: frozenset[str] = frozenset()
+) -> list[str]:
+    paths = []
+    for field in message.fields:
+        if field.name == "worker_id":
+            paths.append(prefix + "worker_id")
+        elif field.message_type is not None and field.message_type.full_name not in seen:
+            paths += _worker_id_paths(
+                field.message_type, f"{prefix}{field.name}.", seen | {message.full_name}
+            )
+    return paths
+
+
+def test_every_worker_id_a_worker_request_holds_is_bound_to_its_key() -> None:
+    """The server rebinds worker ids at known places (server/_auth.py): a new field
+    holding one elsewhere would escape the binding, so it must fail here first."""
+    bound = {"worker_id", "lease.worker_id"}
+    batch_items = {
+        f"outcomes.{kind}.lease.worker_id"
+        for kind in (
+            "complete_workflow_task",
+            "fail_workflow_task",
+            "complete_activity_task",
+            "fail_activity_task",
+        )
+    }
+    worker_service = service_pb2.DESCRIPTOR.services_by_name["WorkerService"]
+    for method in worker_service.methods:
+        for path in _worker_id_paths(method.input_type):
+            assert path in bound | batch_items, (method.name, path)

@@ -192,38 +192,11 @@ def test_beyond_loopback_the_server_needs_tls_and_auth_or_insecure(tmp_path: Pat
     assert "Traceback" not in refused.stderr
 
     # --insecure: the operator says so explicitly, and the server starts (and says how).
-    server = _AnyAddress(tmp_path / "y.db", tmp_path / "y.log", "0.0.0.0", "--insecure")
+    server = ServerProcess(
+        tmp_path / "y.db", tmp_path / "y.log", "--insecure", listen_host="0.0.0.0"
+    )
     server.start()
     try:
         assert "plain text" in server.log_path.read_text()
     finally:
         server.stop()
-
-
-class _AnyAddress(ServerProcess):
-    """A server listening on ``host`` at its port (health is asked on loopback)."""
-
-    def __init__(self, db_path: Path, log_path: Path, host: str, *extra: str) -> None:
-        super().__init__(db_path, log_path, *extra)
-        self.listen = f"{host}:{self.port}"
-
-    def start(self) -> None:
-        log = self.log_path.open("ab")
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "durable_rpc.cli",
-                "server",
-                "--db",
-                f"sqlite:///{self.db_path}",
-                "--listen",
-                self.listen,
-                *self.extra,
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=ROOT,
-        )
-        log.close()
-        self.wait_healthy()

@@ -15,6 +15,8 @@ from typing import Any
 
 import grpc
 
+from durable_rpc._channel_wrapper import ChannelWrapper
+
 #: PEM bytes, or the path of a PEM file.
 Pem = bytes | str | Path
 
@@ -85,7 +87,7 @@ def open_channel(
     return channel if not api_key else KeyedChannel(channel, api_key)
 
 
-class KeyedChannel(grpc.aio.Channel):  # type: ignore[misc]
+class KeyedChannel(ChannelWrapper):
     """A channel whose calls carry the API key as metadata.
 
     Plain metadata rather than grpc call credentials: call credentials need a secure
@@ -94,7 +96,7 @@ class KeyedChannel(grpc.aio.Channel):  # type: ignore[misc]
     """
 
     def __init__(self, channel: grpc.aio.Channel, api_key: str) -> None:
-        self.channel = channel
+        super().__init__(channel)
         self._authorization = ("authorization", f"Bearer {api_key}")
 
     def _keyed(self, inner: Any) -> Any:
@@ -117,21 +119,3 @@ class KeyedChannel(grpc.aio.Channel):  # type: ignore[misc]
 
     def stream_stream(self, method: str, *args: Any, **kwargs: Any) -> Any:
         return self._keyed(self.channel.stream_stream(method, *args, **kwargs))
-
-    async def __aenter__(self) -> KeyedChannel:
-        return self
-
-    async def __aexit__(self, exc_type: Any, exc_val: Any, exc_tb: Any) -> None:
-        await self.channel.__aexit__(exc_type, exc_val, exc_tb)
-
-    async def close(self, grace: float | None = None) -> None:
-        await self.channel.close(grace)
-
-    def get_state(self, try_to_connect: bool = False) -> grpc.ChannelConnectivity:
-        return self.channel.get_state(try_to_connect)
-
-    async def wait_for_state_change(self, last_observed_state: grpc.ChannelConnectivity) -> None:
-        await self.channel.wait_for_state_change(last_observed_state)
-
-    async def channel_ready(self) -> None:
-        await self.channel.channel_ready()

@@ -20,7 +20,6 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import grpc
-from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
 from durable_rpc._rpc_status import to_status
@@ -166,19 +165,23 @@ def authorize_request(principal: Principal, method: str, request: Any) -> None:
         _bind_worker_ids(request, principal)
 
 
-def _bind_worker_ids(message: Message, principal: Principal) -> None:
-    """Qualify every ``worker_id`` in ``message`` (leases of batch items included) with
-    the caller's key id."""
-    for field, value in message.ListFields():
-        if field.type == field.TYPE_MESSAGE:
-            for item in value if _is_repeated(field) else (value,):
-                _bind_worker_ids(item, principal)
-        elif field.name == "worker_id" and isinstance(value, str):
-            setattr(message, field.name, bound_worker_id(principal, value))
-
-
-def _is_repeated(field: FieldDescriptor) -> bool:
-    return bool(field.label == field.LABEL_REPEATED)
+def _bind_worker_ids(request: Message, principal: Principal) -> None:
+    """Qualify the worker ids a WorkerService request names with the caller's key id:
+    its own ``worker_id``, its ``lease``'s, and each CompleteTasks item's lease.
+    (tests/security/test_matrix.py checks these are all the worker ids those requests
+    can hold.)"""
+    fields = request.DESCRIPTOR.fields_by_name
+    if "worker_id" in fields and request.worker_id:  # type: ignore[attr-defined]
+        request.worker_id = bound_worker_id(principal, request.worker_id)  # type: ignore[attr-defined]
+    if "lease" in fields:
+        lease = request.lease  # type: ignore[attr-defined]
+        if lease.worker_id:
+            lease.worker_id = bound_worker_id(principal, lease.worker_id)
+    if "outcomes" in fields:
+        for item in request.outcomes:  # type: ignore[attr-defined]
+            kind = item.WhichOneof("outcome")
+            if kind is not None:
+                _bind_worker_ids(getattr(item, kind), principal)
 
 
 def bound_worker_id(principal: Principal, worker_id: str) -> str:

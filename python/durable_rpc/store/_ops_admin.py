@@ -183,13 +183,14 @@ class _AdminOps(_SqlOpsBase):
     async def lookup_api_key(self, key_id: str) -> ApiKeyLookup | None:
         """The key and its stored hash, judged by the database clock (None: no such key)."""
 
-        def op(tx: Tx) -> ApiKeyLookup | None:
-            row = tx.one("SELECT * FROM api_keys WHERE key_id = ?", (key_id,))
-            if row is None:
-                return None
-            return ApiKeyLookup(_key(row), str(row["secret_hash"]), tx.now_ms())
+        return await self._read_latest(lambda tx: read_api_key(tx, key_id))
 
-        return await self._read_latest(op)
+
+def read_api_key(tx: Tx, key_id: str) -> ApiKeyLookup | None:
+    row = tx.one("SELECT * FROM api_keys WHERE key_id = ?", (key_id,))
+    if row is None:
+        return None
+    return ApiKeyLookup(_key(row), str(row["secret_hash"]), tx.now_ms())
 
 
 def _key_row(tx: Tx, key_id: str) -> Row:

@@ -25,10 +25,11 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from durable_rpc.errors import DurableRpcError, InternalError, StoreUnavailableError
-from durable_rpc.store._api import StoreOptions
+from durable_rpc.store._api import ApiKeyLookup, StoreOptions
 from durable_rpc.store._clock import SkipReport, idle_next_due_ms
 from durable_rpc.store._migrations import SQLITE_MIGRATIONS, SQLITE_NOW_MS, check_ordered
 from durable_rpc.store._ops import SqlStore
+from durable_rpc.store._ops_admin import read_api_key
 from durable_rpc.store._tx import Notes, Row, Tx
 
 T = TypeVar("T")
@@ -152,6 +153,8 @@ class SQLiteStore(SqlStore):
         self._writer_done: concurrent.futures.Future[None] = concurrent.futures.Future()
         self._reader: concurrent.futures.ThreadPoolExecutor | None = None
         self._reader_conn: sqlite3.Connection | None = None
+        # API key lookups run on the event loop's own read connection (see lookup_api_key).
+        self._inline_conn: sqlite3.Connection | None = None
         self._identity: tuple[int, int] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -203,6 +206,9 @@ class SQLiteStore(SqlStore):
             self._accepting = False
             self._queue.put(_STOP)
         await asyncio.wrap_future(self._writer_done)
+        inline, self._inline_conn = self._inline_conn, None
+        if inline is not None:
+            inline.close()
         reader = self._reader
         if reader is not None:
             with contextlib.suppress(RuntimeError):
@@ -452,7 +458,9 @@ class SQLiteStore(SqlStore):
             conn.close()
 
     def _run_read(self, fn: Callable[[Tx], T]) -> T:
-        conn = self._reader_conn
+        return self._run_read_on(self._reader_conn, fn)
+
+    def _run_read_on(self, conn: sqlite3.Connection | None, fn: Callable[[Tx], T]) -> T:
         if conn is None:
             raise StoreUnavailableError("the store is closed")
         try:
@@ -476,6 +484,21 @@ class SQLiteStore(SqlStore):
             raise InternalError(f"store invariant violated: {exc}") from exc
         except sqlite3.Error as exc:
             raise StoreUnavailableError(f"database error: {exc}") from exc
+
+    async def lookup_api_key(self, key_id: str) -> ApiKeyLookup | None:
+        """Run on the event loop itself, on a read connection of its own: with
+        authentication on, every call looks its key up, and one primary-key read in WAL
+        mode (a few microseconds, never blocked by the writer) costs far less than the
+        hop to the reader thread and back. So the key is still judged on every call and a
+        revocation, even one made offline by another process, holds from the next call."""
+        if self._memory or not self._accepting:
+            return await super().lookup_api_key(key_id)
+        if self._inline_conn is None:
+            try:
+                self._inline_conn = self._connect(reader=True)
+            except BaseException as exc:
+                raise _unavailable(exc, f"cannot open {self._path} for reading") from exc
+        return self._run_read_on(self._inline_conn, lambda tx: read_api_key(tx, key_id))
 
     # -- time skipping (durable_rpc.testing only) -----------------------------------------
 

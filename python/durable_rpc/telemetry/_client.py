@@ -16,6 +16,7 @@ from opentelemetry import propagate, trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
+from durable_rpc._channel_wrapper import ChannelWrapper
 from durable_rpc.telemetry._common import (
     RPC_GRPC_STATUS_CODE,
     get_tracer,
@@ -67,7 +68,7 @@ class _TracingUnaryUnaryClientInterceptor(grpc.aio.UnaryUnaryClientInterceptor):
             return call
 
 
-class TracingChannel(grpc.aio.Channel):  # type: ignore[misc]
+class TracingChannel(ChannelWrapper):
     """A ``grpc.aio.Channel`` whose unary-unary calls are traced as with
     :func:`tracing_client_interceptors`, at a fraction of the cost.
 
@@ -86,27 +87,9 @@ class TracingChannel(grpc.aio.Channel):  # type: ignore[misc]
     def __init__(
         self, channel: grpc.aio.Channel, tracer_provider: trace.TracerProvider | None = None
     ) -> None:
-        self.channel = channel
+        super().__init__(channel)
         self._tracer_provider = tracer_provider
         self._tracer = get_tracer(tracer_provider)
-
-    async def __aenter__(self) -> TracingChannel:
-        return self
-
-    async def __aexit__(self, exc_type: Any, exc_val: Any, exc_tb: Any) -> None:
-        await self.channel.__aexit__(exc_type, exc_val, exc_tb)
-
-    async def close(self, grace: float | None = None) -> None:
-        await self.channel.close(grace)
-
-    def get_state(self, try_to_connect: bool = False) -> grpc.ChannelConnectivity:
-        return self.channel.get_state(try_to_connect)
-
-    async def wait_for_state_change(self, last_observed_state: grpc.ChannelConnectivity) -> None:
-        await self.channel.wait_for_state_change(last_observed_state)
-
-    async def channel_ready(self) -> None:
-        await self.channel.channel_ready()
 
     def unary_unary(self, method: str, *args: Any, **kwargs: Any) -> _TracedUnaryUnary:
         return _TracedUnaryUnary(
@@ -115,15 +98,6 @@ class TracingChannel(grpc.aio.Channel):  # type: ignore[misc]
             self._tracer,
             self._tracer_provider,
         )
-
-    def unary_stream(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        return self.channel.unary_stream(method, *args, **kwargs)
-
-    def stream_unary(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        return self.channel.stream_unary(method, *args, **kwargs)
-
-    def stream_stream(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        return self.channel.stream_stream(method, *args, **kwargs)
 
 
 class _TracedUnaryUnary:
