@@ -346,3 +346,37 @@ async def test_an_update_requested_on_one_replica_is_settled_through_another(
     )
     await asker_hears.wait_for(lambda: (NS, "u-1") in asker_hears.updates, "the rejection")
     assert await asking.update_rejection(NS, run_id, "u-1") == b""
+
+
+async def test_a_key_revoked_through_one_replica_is_refused_by_another(
+    open_pg: OpenPg, pg_url: str
+) -> None:
+    """Replicas cache keys while LISTEN is live and forget them on the NOTIFY a
+    revocation sends in its own transaction (as an offline `token revoke --db` does)."""
+    from durable_rpc.auth import new_key
+
+    a = await open_pg()
+    b = await open_pg()
+    made = new_key()
+    # Made through A: B's notification of it could otherwise reach A after A cached it.
+    await a.create_api_key(made.key_id, made.secret_hash, "client", "default", "", None)
+    first = await a.lookup_api_key(made.key_id)
+    assert first is not None and first.key.revoked_at_ms is None
+    # A change behind the store's back (no NOTIFY) is not seen: A answers from its cache.
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("UPDATE api_keys SET name = 'renamed' WHERE key_id = %s", (made.key_id,))
+    cached = await a.lookup_api_key(made.key_id)
+    assert cached is not None and cached.key.name == ""
+    assert abs(cached.now_ms - first.now_ms) < 5_000  # the database clock, estimated
+
+    await b.revoke_api_key(made.key_id, "default")
+    deadline = time.monotonic() + 5
+    while True:
+        seen = await a.lookup_api_key(made.key_id)
+        assert seen is not None
+        if seen.key.revoked_at_ms is not None:
+            break
+        assert time.monotonic() < deadline, "replica A never heard of the revocation"
+        await asyncio.sleep(0.002)
+    assert seen.key.name == "renamed"  # read again, not patched
+    print(f"revocation reached the other replica in {5 - (deadline - time.monotonic()):.3f} s")

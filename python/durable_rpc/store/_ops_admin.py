@@ -143,6 +143,7 @@ class _AdminOps(_SqlOpsBase):
                     None if expires_in_ms is None else now + expires_in_ms,
                 ),
             )
+            tx.notes.keys.append(key_id)
             return _key(_key_row(tx, key_id))
 
         return await self._write(op)
@@ -176,6 +177,7 @@ class _AdminOps(_SqlOpsBase):
                 "UPDATE api_keys SET revoked_at_ms = ? WHERE key_id = ? AND revoked_at_ms IS NULL",
                 (tx.now_ms(), key_id),
             )
+            tx.notes.keys.append(key_id)
             return _key(_key_row(tx, key_id))
 
         return await self._write(op)

@@ -49,6 +49,7 @@ def encode(origin: str, notes: Notes) -> list[str]:
     """The notes as JSON payloads of at most MAX_PAYLOAD bytes each."""
     items: list[tuple[str, Any]] = [("t", list(t)) for t in sorted(notes.tasks)]
     items += [(key, list(pair)) for key, pairs in _pair_lists(notes) for pair in pairs]
+    items += [("k", key_id) for key_id in notes.keys]
     payloads: list[str] = []
     current: dict[str, Any] = {"o": origin}
     if notes.due:
@@ -81,6 +82,7 @@ def decode(payload: str) -> tuple[str, Notes] | None:
             notes.due.add(int(data["d"]))
         for key, pairs in _pair_lists(notes):
             pairs.extend((str(namespace), str(ident)) for namespace, ident in data.get(key, ()))
+        notes.keys.extend(str(key_id) for key_id in data.get("k", ()))
         return str(data["o"]), notes
     except (ValueError, KeyError, TypeError):
         return None
@@ -101,6 +103,7 @@ class Listener:
         channel: str,
         origin: str,
         listener: Callable[[], StoreListener | None],
+        keys_changed: Callable[[], None] = lambda: None,
     ) -> None:
         self._conninfo = conninfo
         self._kwargs = connect_kwargs
@@ -109,6 +112,11 @@ class Listener:
         #: How encode() begins this store's payloads (the origin is their first key).
         self._own_prefix = json.dumps({"o": origin}, separators=(",", ":"))[:-1]
         self._listener = listener
+        #: Told when API keys changed elsewhere, or when notifications may have been
+        #: missed (the connection was down): a key cache must then be dropped.
+        self._keys_changed = keys_changed
+        #: Whether LISTEN is in place now: a key cache is only trusted while it is.
+        self.live = False
         self._task: asyncio.Task[None] | None = None
         self._ready = asyncio.Event()
         #: Successful (re)connections, and notifications delivered (tests, diagnostics).
@@ -148,6 +156,7 @@ class Listener:
                     _log.info("LISTEN connection re-established; waking every poller")
                     self._deliver(Notes(due={0}))
                 self._ready.set()
+                self.live = True
                 while True:
                     async for notify in conn.notifies(timeout=PROBE_INTERVAL_S):
                         self._on_payload(notify.payload)
@@ -156,6 +165,8 @@ class Listener:
             except (psycopg.Error, OSError) as exc:
                 _log.warning("LISTEN connection lost: %s", exc)
             finally:
+                self.live = False
+                self._keys_changed()
                 with contextlib.suppress(Exception):
                     await conn.close()
 
@@ -168,6 +179,8 @@ class Listener:
             return
         origin, notes = decoded
         if origin != self._origin:
+            if notes.keys:
+                self._keys_changed()
             self._deliver(notes)
 
     def _deliver(self, notes: Notes) -> None:

@@ -33,10 +33,14 @@ class Notes:
     answered: list[tuple[str, str]] = field(default_factory=list)
     #: Updates a decision accepted, completed or rejected, by (namespace, update id).
     updates: list[tuple[str, str]] = field(default_factory=list)
+    #: API keys created or revoked: replicas that cache keys forget them (PostgreSQL).
+    keys: list[str] = field(default_factory=list)
 
     def __bool__(self) -> bool:
         """Whether there is anything to deliver (outcomes ride along with ``closed``)."""
-        return bool(self.tasks or self.due or self.closed or self.answered or self.updates)
+        return bool(
+            self.tasks or self.due or self.closed or self.answered or self.updates or self.keys
+        )
 
     def deliver(self, listener: StoreListener) -> None:
         for namespace, task_queue, kind in sorted(self.tasks):
