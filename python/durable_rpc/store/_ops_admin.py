@@ -31,7 +31,7 @@ def _namespace(row: Row) -> NamespaceRecord:
     )
 
 
-def _key(row: Row) -> ApiKeyRecord:
+def api_key_record(row: Row) -> ApiKeyRecord:
     return ApiKeyRecord(
         key_id=str(row["key_id"]),
         name=str(row["name"]),
@@ -144,7 +144,7 @@ class _AdminOps(_SqlOpsBase):
                 ),
             )
             tx.notes.keys.append(key_id)
-            return _key(_key_row(tx, key_id))
+            return api_key_record(_key_row(tx, key_id))
 
         return await self._write(op)
 
@@ -161,7 +161,7 @@ class _AdminOps(_SqlOpsBase):
                     "ORDER BY created_at_ms, key_id",
                     (namespace,),
                 )
-            return [_key(r) for r in rows]
+            return [api_key_record(r) for r in rows]
 
         return await self._read(op)
 
@@ -178,7 +178,7 @@ class _AdminOps(_SqlOpsBase):
                 (tx.now_ms(), key_id),
             )
             tx.notes.keys.append(key_id)
-            return _key(_key_row(tx, key_id))
+            return api_key_record(_key_row(tx, key_id))
 
         return await self._write(op)
 
@@ -192,7 +192,7 @@ def read_api_key(tx: Tx, key_id: str) -> ApiKeyLookup | None:
     row = tx.one("SELECT * FROM api_keys WHERE key_id = ?", (key_id,))
     if row is None:
         return None
-    return ApiKeyLookup(_key(row), str(row["secret_hash"]), tx.now_ms())
+    return ApiKeyLookup(api_key_record(row), str(row["secret_hash"]), tx.now_ms())
 
 
 def _key_row(tx: Tx, key_id: str) -> Row:

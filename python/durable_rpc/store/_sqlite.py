@@ -29,7 +29,7 @@ from durable_rpc.store._api import ApiKeyLookup, StoreOptions
 from durable_rpc.store._clock import SkipReport, idle_next_due_ms
 from durable_rpc.store._migrations import SQLITE_MIGRATIONS, SQLITE_NOW_MS, check_ordered
 from durable_rpc.store._ops import SqlStore
-from durable_rpc.store._ops_admin import read_api_key
+from durable_rpc.store._ops_admin import api_key_record
 from durable_rpc.store._tx import Notes, Row, Tx
 
 T = TypeVar("T")
@@ -498,7 +498,17 @@ class SQLiteStore(SqlStore):
                 self._inline_conn = self._connect(reader=True)
             except BaseException as exc:
                 raise _unavailable(exc, f"cannot open {self._path} for reading") from exc
-        return self._run_read_on(self._inline_conn, lambda tx: read_api_key(tx, key_id))
+        try:
+            # One statement (atomic by itself): the row and the database clock together.
+            row = self._inline_conn.execute(
+                f"SELECT *, {SQLITE_NOW_MS} + ? AS db_now_ms FROM api_keys WHERE key_id = ?",
+                (self._clock_offset_ms, key_id),
+            ).fetchone()
+        except sqlite3.Error as exc:
+            raise StoreUnavailableError(f"database error: {exc}") from exc
+        if row is None:
+            return None
+        return ApiKeyLookup(api_key_record(row), str(row["secret_hash"]), int(row["db_now_ms"]))
 
     # -- time skipping (durable_rpc.testing only) -----------------------------------------
 
