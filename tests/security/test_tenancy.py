@@ -131,3 +131,34 @@ def test_the_secret_never_reaches_a_log_or_a_listing(auth_server: AuthServer, ke
         assert token not in listing
         assert token not in log
     assert "created by key" in log  # admin actions are logged, with the actor's key id
+
+
+async def test_an_offline_revocation_by_another_process_holds_within_a_probe(
+    auth_server: AuthServer, keys: Keys
+) -> None:
+    """`token revoke --db` beside a running SQLite server: the server's writer sees the
+    other process's commit (data_version) and drops its cached keys."""
+    import time
+
+    from tests.cli_process import checked, run_cli_async
+
+    async with await Client.connect(
+        auth_server.address, namespace=NS_A, api_key=keys.client
+    ) as user:
+        assert [r async for r in user.list_workflows()] == []  # the key is cached now
+        key_id = keys.client.split("_")[1]
+        checked(
+            await run_cli_async(
+                "token", "revoke", key_id, "--namespace", NS_A, "--db", auth_server.db_url
+            )
+        )
+        revoked_at = time.monotonic()
+        while True:
+            try:
+                await user.list_workflows().__anext__()
+            except StopAsyncIteration:
+                pass
+            except UnauthenticatedError:
+                break
+            assert time.monotonic() - revoked_at < 5, "the offline revocation never held"
+        print(f"offline revocation held after {time.monotonic() - revoked_at:.3f} s")

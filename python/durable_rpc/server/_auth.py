@@ -126,6 +126,8 @@ class Authenticator:
         key_id = key_id_of(secret)
         if key_id is None:
             raise UnauthenticatedError("the API key is malformed")
+        # The stores cache keys and forget them when keys change (SQLite and PostgreSQL
+        # lookup_api_key): a cached key answers without suspending this call.
         found = await self._store.lookup_api_key(key_id)
         # One answer for an unknown key and a wrong secret: the caller learns nothing of
         # which key ids exist.
