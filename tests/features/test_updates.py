@@ -169,7 +169,7 @@ async def test_start_update_accepted_then_result_and_offline_replay(
     assert result.ok, result.describe()
 
     # The replay gate catches code that no longer handles a recorded update.
-    broken = Replayer([LedgerWithoutCharge]).replay(history)
+    broken = Replayer([LedgerWithoutCharge], raise_on_failure=False).replay(history)
     assert not broken.ok
     assert broken.nondeterminism is not None
     assert "AcceptUpdate" in broken.nondeterminism.expected

@@ -96,7 +96,7 @@ def test_every_input_form_is_accepted() -> None:
 def test_changed_workflow_fails_with_the_divergence(
     workflows: list[type], name: str, seq: int, expected: str | None, actual: str | None
 ) -> None:
-    result = Replayer(workflows).replay(HISTORIES / f"{name}.json")
+    result = Replayer(workflows, raise_on_failure=False).replay(HISTORIES / f"{name}.json")
     assert not result.ok
     error = result.nondeterminism
     assert isinstance(error, NondeterminismError)
@@ -109,7 +109,8 @@ def test_changed_workflow_fails_with_the_divergence(
 
 
 def test_precise_divergence_of_a_longer_timer() -> None:
-    error = Replayer([LongerTimer]).replay(HISTORIES / "timer.json").nondeterminism
+    replayer = Replayer([LongerTimer], raise_on_failure=False)
+    error = replayer.replay(HISTORIES / "timer.json").nondeterminism
     assert error is not None
     assert (error.seq, error.expected, error.actual) == (
         1,
@@ -120,18 +121,29 @@ def test_precise_divergence_of_a_longer_timer() -> None:
 
 def test_replay_all_reports_every_failure_and_raises_once() -> None:
     files = [HISTORIES / f"{name}.json" for name in NAMES]
-    results = Replayer([HelloSkipsGoodbye, GoldenTimer, GoldenSignal]).replay_all(files)
-    assert [r.ok for r in results] == [False, True, True]
+    returning = Replayer([HelloSkipsGoodbye, GoldenTimer, GoldenSignal], raise_on_failure=False)
+    assert [r.ok for r in returning.replay_all(files)] == [False, True, True]
     with pytest.raises(ReplayFailedError) as caught:
-        Replayer([HelloSkipsGoodbye, LongerTimer, GoldenSignal], raise_on_failure=True).replay_all(
-            files
-        )
+        Replayer([HelloSkipsGoodbye, LongerTimer, GoldenSignal]).replay_all(files)
     assert [r.workflow_type for r in caught.value.results] == ["GoldenHello", "GoldenTimer"]
     assert "nondeterminism at seq 2" in str(caught.value)
 
 
+def test_divergence_raises_by_default() -> None:
+    """A test that replays and forgets to look at the result still fails."""
+    with pytest.raises(ReplayFailedError) as caught:
+        Replayer([LongerTimer]).replay(HISTORIES / "timer.json")
+    error = caught.value.nondeterminism
+    assert error is not None and error.seq == 1
+    assert caught.value.__cause__ is error  # the traceback shows the divergence itself
+    assert "nondeterminism at seq 1" in str(caught.value)
+    assert Replayer([GoldenTimer]).replay(HISTORIES / "timer.json").ok  # no divergence
+
+
 def test_unknown_workflow_type_is_a_failure_not_a_crash() -> None:
-    result = Replayer([GoldenTimer]).replay(HISTORIES / "signal.json")
+    with pytest.raises(ReplayFailedError, match="GoldenSignal"):
+        Replayer([GoldenTimer]).replay(HISTORIES / "signal.json")
+    result = Replayer([GoldenTimer], raise_on_failure=False).replay(HISTORIES / "signal.json")
     assert not result.ok
     assert isinstance(result.error, LookupError)
     assert "GoldenSignal" in str(result.error)

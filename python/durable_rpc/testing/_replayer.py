@@ -51,22 +51,33 @@ class ReplayResult:
 
 
 class ReplayFailedError(AssertionError):
-    """Raised by a ``raise_on_failure`` replayer; ``results`` holds every failed replay."""
+    """Raised when a replay fails (the default); ``results`` holds every failed replay.
+
+    An AssertionError, so a test that replays a history fails on divergence without
+    looking at anything; ``nondeterminism`` is the first divergence, if any.
+    """
 
     def __init__(self, results: Sequence[ReplayResult]) -> None:
         self.results = list(results)
         super().__init__("\n".join(r.describe() for r in self.results))
+
+    @property
+    def nondeterminism(self) -> NondeterminismError | None:
+        return next((r.nondeterminism for r in self.results if r.nondeterminism), None)
 
 
 class Replayer:
     """Replays histories against ``workflows`` (``@workflow.defn`` classes).
 
     The definition is chosen by the history's ``workflow_type`` and ``workflow_version``,
-    the way a worker chooses it. With ``raise_on_failure`` a failed replay raises
-    :class:`ReplayFailedError` instead of being returned.
+    the way a worker chooses it. A failed replay (a divergence, an unknown workflow, a
+    malformed history) raises :class:`ReplayFailedError`, as Temporal's replayer does: a
+    result returned with its error unread would let a test pass. ``raise_on_failure=False``
+    returns the failures as results instead (a gate that reports them all, like
+    ``durable-rpc replay``).
     """
 
-    def __init__(self, workflows: Iterable[type], *, raise_on_failure: bool = False) -> None:
+    def __init__(self, workflows: Iterable[type], *, raise_on_failure: bool = True) -> None:
         self._definitions: dict[tuple[str, str], WorkflowDefinition] = {}
         for cls in workflows:
             definition = definition_of(cls)
@@ -79,12 +90,12 @@ class Replayer:
             source = _path_of(history) or "<history>"
         result = self._replay(load_history(history), source)
         if self.raise_on_failure and not result.ok:
-            raise ReplayFailedError([result])
+            raise ReplayFailedError([result]) from result.error
         return result
 
     def replay_all(self, histories: Iterable[HistoryLike]) -> list[ReplayResult]:
-        """Replay every history (a deploy gate); with ``raise_on_failure`` raises once,
-        after all of them ran, listing every failure."""
+        """Replay every history (a deploy gate); on failure raises once, after all of
+        them ran, listing every failure (``raise_on_failure=False``: returns them)."""
         results: list[ReplayResult] = []
         for history in histories:
             source = _path_of(history) or f"<history #{len(results)}>"
