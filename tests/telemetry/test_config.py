@@ -50,7 +50,7 @@ def test_unknown_exporter_is_refused() -> None:
     reason="an OTLP exporter is installed here",
 )
 def test_otlp_without_the_package_says_what_to_install() -> None:
-    with pytest.raises(RuntimeError, match="pip install opentelemetry-exporter-otlp"):
+    with pytest.raises(ModuleNotFoundError, match="pip install opentelemetry-exporter-otlp"):
         build_tracer_provider("svc", "otlp")
 
 

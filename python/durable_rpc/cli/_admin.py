@@ -111,7 +111,10 @@ def _namespace_rows(namespaces: list[pb.Namespace]) -> list[list[str]]:
 
 _NAMESPACE_HEADERS = ["namespace", "description", "retention", "created"]
 address_option = click.option(
-    "--address", default=default_address, show_default="$DURABLE_RPC_ADDRESS or 127.0.0.1:7233"
+    "--address",
+    default=default_address,
+    show_default="$DURABLE_RPC_ADDRESS or 127.0.0.1:7233",
+    help="HOST:PORT of the durable-rpc server.",
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 
@@ -123,7 +126,7 @@ def namespace() -> None:
 
 @namespace.command("create")
 @click.argument("name")
-@click.option("--description", default="")
+@click.option("--description", default="", help="What the namespace is for.")
 @click.option("--retention", default=None, help="How long closed runs are kept (e.g. 30d).")
 @address_option
 @json_option
@@ -161,7 +164,7 @@ def namespace_list(address: str, as_json: bool) -> None:
 
 @namespace.command("update")
 @click.argument("name")
-@click.option("--description", default=None)
+@click.option("--description", default=None, help="A new description (default: unchanged).")
 @click.option("--retention", default=None, help="How long closed runs are kept (e.g. 30d).")
 @address_option
 @json_option
@@ -221,7 +224,13 @@ def token() -> None:
 
 
 @token.command("create")
-@click.option("--role", type=click.Choice(["client", "worker", "admin"]), required=True)
+@click.option(
+    "--role",
+    type=click.Choice(["client", "worker", "admin"]),
+    required=True,
+    help="client: drive runs; worker: poll and report tasks; admin: also namespaces and keys "
+    "(docs/security.md).",
+)
 @click.option(
     "--namespace",
     "namespace_name",

@@ -2,18 +2,43 @@
 
 from __future__ import annotations
 
+import os
+from typing import Any
+
 import click
 
 from durable_rpc.cli._admin import namespace, token
+from durable_rpc.cli._errors import DEBUG_ENV, explain
 from durable_rpc.cli._replay import replay
 from durable_rpc.cli._selfcheck import selfcheck
 from durable_rpc.cli._server import server
 from durable_rpc.cli._workflow import workflow
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class Cli(click.Group):
+    """The group whose ``invoke`` turns every command's expected failure into one line."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise  # click prints these itself
+        except Exception as exc:
+            message = explain(exc)
+            if message is None or ctx.params.get("debug"):
+                raise  # unexpected, or asked for: the traceback
+            raise click.ClickException(message) from None
+
+
+@click.group(cls=Cli, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="durable-rpc")
-def cli() -> None:
+@click.option(
+    "--debug",
+    is_flag=True,
+    default=lambda: os.environ.get(DEBUG_ENV, "") not in ("", "0"),
+    help=f"Show the Python traceback behind an error (also: {DEBUG_ENV}=1).",
+)
+def cli(debug: bool) -> None:
     """durable-rpc: a durable workflow engine with a gRPC API."""
 
 

@@ -84,8 +84,16 @@ _LIMITS = HistoryLimits()
 @click.option(
     "--auth", is_flag=True, help="Require an API key on every call but health (docs/security.md)."
 )
-@click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--tls-key", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option(
+    "--tls-cert",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Serve TLS with this PEM certificate (chain); needs --tls-key.",
+)
+@click.option(
+    "--tls-key",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="The PEM private key of --tls-cert.",
+)
 @click.option(
     "--tls-client-ca",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
@@ -96,7 +104,12 @@ _LIMITS = HistoryLimits()
     is_flag=True,
     help="Serve beyond loopback without TLS and --auth (refused otherwise).",
 )
-@click.option("--log-level", default="INFO", show_default=True)
+@click.option(
+    "--log-level",
+    default="INFO",
+    show_default=True,
+    help="Least severe log records printed: DEBUG, INFO, WARNING, ERROR or CRITICAL.",
+)
 @click.option(
     "--trace-exporter",
     type=click.Choice(EXPORTERS),

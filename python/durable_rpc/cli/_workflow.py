@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import base64
 import dataclasses
 import datetime as dt
 import json
@@ -16,15 +15,21 @@ from google.protobuf import json_format
 from rich.console import Console
 from rich.table import Table
 
-from durable_rpc import payload
+from durable_rpc.cli._render import failure_dict, failure_line, message_dict
+from durable_rpc.cli._render import plain as _plain
 from durable_rpc.client import (
     Client,
+    WorkflowCancelledError,
+    WorkflowDescription,
+    WorkflowFailureError,
     WorkflowOutcomeError,
+    WorkflowTerminatedError,
+    WorkflowTimedOutError,
     WorkflowUpdateFailedError,
     default_address,
 )
 from durable_rpc.errors import DurableRpcError
-from durable_rpc.v1 import history_pb2, payload_pb2, service_pb2
+from durable_rpc.v1 import history_pb2, service_pb2
 
 T = TypeVar("T")
 console = Console()
@@ -47,26 +52,6 @@ def _run(address: str, namespace: str, action: Callable[[Client], Awaitable[T]])
         sys.exit(2)
 
 
-def _plain(value: Any) -> Any:
-    """A decoded Value made JSON-printable (bytes as base64)."""
-    if isinstance(value, bytes):
-        return {"$bytes": base64.b64encode(value).decode()}
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    return value
-
-
-def _payload_text(p: payload_pb2.Payload) -> Any:
-    if not p.data:
-        return None
-    try:
-        return _plain(payload.decode(p.data))
-    except payload.PayloadError as exc:
-        return f"<{exc.reason}>"
-
-
 def _json_default(obj: Any) -> Any:
     if isinstance(obj, dt.datetime):
         return obj.isoformat()
@@ -79,9 +64,14 @@ def _emit_json(data: Any) -> None:
 
 common = [
     click.option(
-        "--address", default=default_address, show_default="$DURABLE_RPC_ADDRESS or 127.0.0.1:7233"
+        "--address",
+        default=default_address,
+        show_default="$DURABLE_RPC_ADDRESS or 127.0.0.1:7233",
+        help="HOST:PORT of the durable-rpc server.",
     ),
-    click.option("--namespace", default="default", show_default=True),
+    click.option(
+        "--namespace", default="default", show_default=True, help="Namespace the run lives in."
+    ),
     click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table."),
 ]
 
@@ -91,9 +81,11 @@ start_options = [
     click.option(
         "--id", "workflow_id", required=True, help="Workflow id (unique among open runs)."
     ),
-    click.option("--task-queue", required=True),
+    click.option("--task-queue", required=True, help="Task queue the workers poll."),
     click.option("--input", "input_json", default="[]", help="JSON array: the start arguments."),
-    click.option("--version", default="1", show_default=True),
+    click.option(
+        "--version", default="1", show_default=True, help="Workflow definition version to run."
+    ),
 ]
 
 
@@ -107,6 +99,9 @@ def _with(options: list[Callable[[Any], Any]]) -> Callable[[Callable[..., Any]],
 
 
 with_common = _with(common)
+run_id_option = click.option(
+    "--run-id", default=None, help="One run of the workflow id (default: its latest run)."
+)
 with_start_options = _with(start_options)
 
 
@@ -153,10 +148,16 @@ def start(
 
 @workflow.command()
 @click.argument("workflow_id")
-@click.option("--run-id", default=None)
+@run_id_option
+@click.option("--verbose", "-v", is_flag=True, help="Include failures' stack traces.")
 @with_common
 def describe(
-    workflow_id: str, run_id: str | None, address: str, namespace: str, as_json: bool
+    workflow_id: str,
+    run_id: str | None,
+    verbose: bool,
+    address: str,
+    namespace: str,
+    as_json: bool,
 ) -> None:
     """Show a run's status, pending activities and last workflow-task failure."""
     d = _run(address, namespace, lambda c: c.get_handle(workflow_id, run_id).describe())
@@ -167,38 +168,52 @@ def describe(
         "definition_unavailable_reason": d.definition_unavailable_reason or None,
         "workflow_task_attempt": d.workflow_task_attempt,
         "last_workflow_task_failure": (
-            json_format.MessageToDict(failure) if failure is not None else None
+            failure_dict(failure, stack=verbose) if failure is not None else None
         ),
-        "pending_activities": [json_format.MessageToDict(a) for a in d.pending_activities],
+        "pending_activities": [message_dict(a, stack=verbose) for a in d.pending_activities],
     }
     if as_json:
         _emit_json(data)
         return
+    rows = {
+        **{k: v for k, v in data.items() if k not in _DESCRIBE_IN_WORDS},
+        "definition": _definition_in_words(d),
+        "last_workflow_task_failure": failure_line(failure) if failure is not None else None,
+    }
     table = Table(show_header=False, box=None)
-    for key, value in data.items():
+    for key, value in rows.items():
         table.add_row(f"[bold]{key}[/]", str(value if value is not None else "-"))
     console.print(table)
+    if verbose and failure is not None and failure.stack_trace:
+        console.print("[bold]last workflow task failure's stack trace[/]")
+        console.print(failure.stack_trace, markup=False, highlight=False)
+
+
+#: describe's fields that its table shows in words instead of as raw values.
+_DESCRIBE_IN_WORDS = (
+    "definition_available",
+    "definition_unavailable_reason",
+    "last_workflow_task_failure",
+)
+
+
+def _definition_in_words(d: WorkflowDescription) -> str:
+    if d.definition_available:
+        return "available: a live worker on the task queue registers this run's definition"
+    if d.definition_unavailable_reason:
+        return d.definition_unavailable_reason
+    return "no live worker registers it (no matter: the run is closed)"
 
 
 def _event_summary(event: history_pb2.HistoryEvent) -> tuple[str, str]:
     kind = event.WhichOneof("attributes") or "unknown"
-    attrs = getattr(event, kind)
-    fields = {}
-    for field, value in attrs.ListFields():
-        if isinstance(value, payload_pb2.Payload):
-            fields[field.name] = _payload_text(value)
-        elif isinstance(value, payload_pb2.Failure):
-            fields[field.name] = f"{value.type}: {value.message}"
-        elif hasattr(value, "ListFields"):
-            fields[field.name] = json_format.MessageToDict(value)
-        else:
-            fields[field.name] = value
-    return kind, json.dumps(fields, default=str)
+    details = message_dict(getattr(event, kind), stack=False) if kind != "unknown" else {}
+    return kind, json.dumps(details, default=str)
 
 
 @workflow.command()
 @click.argument("workflow_id")
-@click.option("--run-id", default=None)
+@run_id_option
 @click.option(
     "--export",
     "export_path",
@@ -206,16 +221,20 @@ def _event_summary(event: history_pb2.HistoryEvent) -> tuple[str, str]:
     default=None,
     help="Write the history as protobuf JSON to this file (for replay tests).",
 )
+@click.option(
+    "--raw", is_flag=True, help="With --json: payloads as their base64 frames, not decoded."
+)
 @with_common
 def history(
     workflow_id: str,
     run_id: str | None,
     export_path: str | None,
+    raw: bool,
     address: str,
     namespace: str,
     as_json: bool,
 ) -> None:
-    """Print a run's event history."""
+    """Print a run's event history (with --json: payloads decoded to values)."""
     events = _run(address, namespace, lambda c: c.get_handle(workflow_id, run_id).history())
     full = history_pb2.History(events=events)
     if export_path:
@@ -224,7 +243,10 @@ def history(
         console.print(f"wrote {len(events)} events to {export_path}")
         return
     if as_json:
-        click.echo(json_format.MessageToJson(full))
+        if raw:
+            click.echo(json_format.MessageToJson(full))
+        else:
+            _emit_json({"events": [message_dict(e, stack=True) for e in events]})
         return
     table = Table("id", "time", "event", "details")
     for event in events:
@@ -236,7 +258,7 @@ def history(
 
 @workflow.command()
 @click.argument("workflow_id")
-@click.option("--run-id", default=None)
+@run_id_option
 @click.option("--timeout", type=float, default=None, help="Seconds to wait (default: forever).")
 @with_common
 def result(
@@ -247,18 +269,55 @@ def result(
     namespace: str,
     as_json: bool,
 ) -> None:
-    """Wait for a run to close and print its result (exit 2 if it did not complete)."""
-    value = _run(
-        address, namespace, lambda c: c.get_handle(workflow_id, run_id).result(timeout=timeout)
-    )
-    _emit_json(_plain(value)) if as_json else console.print_json(data=_plain(value))
+    """Wait for a run to close and print its result (exit 2 if it did not complete).
+
+    With --json every outcome is one JSON object on stdout: {"status": "completed",
+    "result": ...}, or the status (failed, cancelled, terminated, timed_out) with the
+    run id and, for a failure, its type and message."""
+    if not as_json:
+        value = _run(
+            address, namespace, lambda c: c.get_handle(workflow_id, run_id).result(timeout=timeout)
+        )
+        console.print_json(data=_plain(value))
+        return
+
+    async def outcome(c: Client) -> dict[str, Any]:
+        try:
+            value = await c.get_handle(workflow_id, run_id).result(timeout=timeout)
+        except WorkflowOutcomeError as exc:
+            return _outcome_json(exc)
+        return {"workflow_id": workflow_id, "status": "completed", "result": _plain(value)}
+
+    data = _run(address, namespace, outcome)
+    _emit_json(data)
+    if data["status"] != "completed":
+        sys.exit(2)
+
+
+#: The status each way of closing without a result is reported as.
+_OUTCOME_STATUS: tuple[tuple[type[WorkflowOutcomeError], str], ...] = (
+    (WorkflowFailureError, "failed"),
+    (WorkflowCancelledError, "cancelled"),
+    (WorkflowTerminatedError, "terminated"),
+    (WorkflowTimedOutError, "timed_out"),
+)
+
+
+def _outcome_json(exc: WorkflowOutcomeError) -> dict[str, Any]:
+    status = next((name for kind, name in _OUTCOME_STATUS if isinstance(exc, kind)), "closed")
+    data: dict[str, Any] = {"workflow_id": exc.workflow_id, "run_id": exc.run_id, "status": status}
+    if isinstance(exc, WorkflowFailureError):
+        data["failure"] = failure_dict(exc.failure, stack=False)
+    else:
+        data["message"] = str(exc)
+    return data
 
 
 @workflow.command()
 @click.argument("workflow_id")
 @click.argument("signal_name")
 @click.option("--input", "input_json", default="[]", help="JSON array of arguments.")
-@click.option("--run-id", default=None)
+@run_id_option
 @click.option("--request-id", default=None, help="Deduplication key.")
 @with_common
 def signal(
@@ -297,7 +356,7 @@ def _json_args(text: str) -> list[Any]:
 @click.argument("workflow_id")
 @click.argument("query_name")
 @click.option("--input", "input_json", default="[]", help="JSON array of arguments.")
-@click.option("--run-id", default=None)
+@run_id_option
 @click.option("--timeout", type=float, default=None, help="Seconds to wait for a worker.")
 @with_common
 def query(
@@ -327,7 +386,7 @@ def query(
 @click.argument("workflow_id")
 @click.argument("update_name")
 @click.option("--input", "input_json", default="[]", help="JSON array of arguments.")
-@click.option("--run-id", default=None)
+@run_id_option
 @click.option("--update-id", default=None, help="Deduplication key (default: random).")
 @click.option(
     "--timeout", type=float, default=None, help="Seconds to wait (default: as long as it takes)."
@@ -450,8 +509,8 @@ def signal_with_start(
 
 @workflow.command()
 @click.argument("workflow_id")
-@click.option("--run-id", default=None)
-@click.option("--reason", default="")
+@run_id_option
+@click.option("--reason", default="", help="Why, recorded in the run's history.")
 @with_common
 def cancel(
     workflow_id: str,
@@ -468,8 +527,8 @@ def cancel(
 
 @workflow.command()
 @click.argument("workflow_id")
-@click.option("--run-id", default=None)
-@click.option("--reason", default="")
+@run_id_option
+@click.option("--reason", default="", help="Why, recorded in the run's history.")
 @with_common
 def terminate(
     workflow_id: str,
@@ -499,15 +558,16 @@ def terminate(
         ]
     ),
     default=None,
+    help="Only runs with this status.",
 )
-@click.option("--type", "workflow_type", default="")
+@click.option("--type", "workflow_type", default="", help="Only runs of this workflow type.")
 @click.option(
     "--query",
     "-q",
     default="",
     help='Filter, e.g. \'WorkflowType = "Order" AND CustomerId = "c-1" AND Amount > 100\'.',
 )
-@click.option("--limit", type=int, default=100, show_default=True)
+@click.option("--limit", type=int, default=100, show_default=True, help="Most runs listed.")
 @with_common
 def list_(
     status: str | None,

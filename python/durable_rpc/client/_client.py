@@ -81,7 +81,10 @@ class Client:
             )
         )
         try:
-            await channel.channel_ready() if timeout is None else await _ready(channel, timeout)
+            if timeout is None:
+                await channel.channel_ready()
+            else:
+                await _ready(channel, address or default_address(), timeout)
         except BaseException:
             await channel.close()
             raise
@@ -362,8 +365,11 @@ def _start_options(
         request.run_timeout.FromTimedelta(run_timeout)
 
 
-async def _ready(channel: grpc.aio.Channel, timeout: float) -> None:
+async def _ready(channel: grpc.aio.Channel, address: str, timeout: float) -> None:
     try:
         await asyncio.wait_for(channel.channel_ready(), timeout)
     except TimeoutError as exc:
-        raise StoreUnavailableError(f"no durable-rpc server answered within {timeout}s") from exc
+        raise StoreUnavailableError(
+            f"no durable-rpc server answered at {address} within {timeout}s "
+            "(is it running? check the address: --address or DURABLE_RPC_ADDRESS)"
+        ) from exc

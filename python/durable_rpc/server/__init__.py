@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from durable_rpc.server._app import Server, ServerConfig
+from durable_rpc.server._app import ListenError, Server, ServerConfig
 
-__all__ = ["Server", "ServerConfig"]
+__all__ = ["ListenError", "Server", "ServerConfig"]

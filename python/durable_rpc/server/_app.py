@@ -57,6 +57,14 @@ def _is_loopback(listen: str) -> bool:
         return False  # a host name other than localhost may resolve anywhere
 
 
+class ListenError(OSError):
+    """The server cannot listen on its address (in use, or not this host's)."""
+
+    def __init__(self, listen: str) -> None:
+        super().__init__(f"cannot listen on {listen}: the address is in use or not available")
+        self.listen = listen
+
+
 @dataclasses.dataclass(frozen=True)
 class ServerConfig:
     db_url: str = "sqlite:///durable-rpc.db"
@@ -209,13 +217,16 @@ class Server:
         )
         admin_service_pb2_grpc.add_AdminServiceServicer_to_server(AdminService(self.store), server)
         credentials = _tls_credentials(self.config)
-        self.port = (
-            server.add_insecure_port(self.config.listen)
-            if credentials is None
-            else server.add_secure_port(self.config.listen, credentials)
-        )
+        try:
+            self.port = (
+                server.add_insecure_port(self.config.listen)
+                if credentials is None
+                else server.add_secure_port(self.config.listen, credentials)
+            )
+        except RuntimeError as exc:  # grpc's "Failed to bind to address ..."
+            raise ListenError(self.config.listen) from exc
         if self.port == 0:
-            raise OSError(f"cannot listen on {self.config.listen}")
+            raise ListenError(self.config.listen)
         await server.start()
         self._grpc = server
         self._due.start()

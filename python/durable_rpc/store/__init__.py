@@ -105,7 +105,8 @@ def open_store(url: str, options: StoreOptions | None = None) -> Store:
             from durable_rpc.store._postgres import PostgresStore
         except ImportError as exc:  # pragma: no cover - depends on the installation
             raise InvalidArgumentError(
-                f"{url.split(':', 1)[0]} URLs need psycopg: pip install 'durable-rpc[postgres]'"
+                f"{url.split(':', 1)[0]} URLs need psycopg, which is not installed "
+                "(pip install 'durable-rpc[postgres]')"
             ) from exc
         return PostgresStore(url, options)
     scheme = url.split(":", 1)[0] if ":" in url else url

@@ -67,8 +67,11 @@ def _exporter(kind: str) -> SpanExporter:
                 continue
             otlp_exporter: SpanExporter = module.OTLPSpanExporter()
             return otlp_exporter
-        raise RuntimeError(
+        # A ModuleNotFoundError, as importing it directly would raise: callers (the CLI)
+        # recognise a missing optional package by its type and name.
+        raise ModuleNotFoundError(
             "the OTLP trace exporter is not installed: "
-            "pip install opentelemetry-exporter-otlp-proto-grpc (or -proto-http)"
+            "pip install opentelemetry-exporter-otlp-proto-grpc (or -proto-http)",
+            name=_OTLP_MODULES[0],
         )
     raise ValueError(f"unknown trace exporter {kind!r}; expected one of {', '.join(EXPORTERS)}")
