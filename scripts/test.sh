@@ -13,6 +13,9 @@ fi
 # shellcheck disable=SC1091
 source .venv/bin/activate
 python -m pip install --quiet --upgrade pip
+# The extension is abi3 (_core.abi3.so); a version-specific one left by an older build
+# would shadow it on import, so it goes.
+rm -f python/durable_rpc/_core.cpython-*.so
 python -m pip install --quiet -e ".[dev]"
 
 step "rust: fmt, clippy (pure core and with the PyO3 adapters), tests"
@@ -27,6 +30,10 @@ ruff format --check .
 mypy
 python -m mypy.stubtest durable_rpc._core
 python scripts/gen_proto.py --check
+
+step "wheels: abi3 manylinux wheel and sdist into dist/, the wheel installed and run without Rust"
+bash scripts/build_wheels.sh
+bash scripts/check_wheel.sh
 
 step "PostgreSQL for the store and scale-out tests (scripts/pg_cluster.sh; stopped on exit)"
 if [ -z "${DURABLE_RPC_TEST_PG_URL:-}" ]; then

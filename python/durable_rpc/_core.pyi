@@ -2,12 +2,12 @@
 
 Pure Rust logic behind thin adapters: the Avro Value codec, the replay machine and
 lease bookkeeping. Import the public facades (:mod:`durable_rpc.payload`, ...) rather
-than this module.
+than this module. It is built for the stable ABI (abi3, CPython 3.11 and later), so its
+three exception classes are Python classes (``rust_core/src/py/errors.py``): a PyO3 class
+cannot extend a built-in exception there.
 """
 
 from typing import Any, final
-
-from typing_extensions import disjoint_base
 
 __all__ = [
     "MAX_DEPTH",
@@ -35,7 +35,6 @@ VALUE_SCHEMA_FINGERPRINT: bytes
 MAX_DEPTH: int
 """Deepest nesting of lists and dicts accepted by encode and decode."""
 
-@disjoint_base
 class PayloadError(ValueError):
     """A value cannot be encoded, or a frame cannot be decoded.
 
@@ -44,6 +43,7 @@ class PayloadError(ValueError):
     ``unsupported_value_type`` or ``nesting_too_deep``.
     """
 
+    __slots__ = ("_message", "_reason")
     def __new__(cls, reason: str, message: str) -> PayloadError: ...
     @property
     def reason(self) -> str:
@@ -66,7 +66,6 @@ def validate(data: bytes) -> None:
 
 # --- Replay machine ---------------------------------------------------------------
 
-@disjoint_base
 class NondeterminismError(Exception):
     """Workflow code produced commands that differ from the recorded history.
 
@@ -79,6 +78,7 @@ class NondeterminismError(Exception):
     ``CompleteWorkflow``, ``FailWorkflow``, ``CancelWorkflow``.
     """
 
+    __slots__ = ("_actual", "_expected", "_seq")
     def __new__(cls, seq: int, expected: str, actual: str) -> NondeterminismError: ...
     @property
     def seq(self) -> int:
@@ -93,13 +93,13 @@ class NondeterminismError(Exception):
     def actual(self) -> str:
         """The produced command, or ``nothing``."""
 
-@disjoint_base
 class MalformedHistoryError(ValueError):
     """The history cannot be replayed: undecodable bytes, event ids not 1..N, event 1
     not ``workflow_started``, a command event not directly after a
     ``workflow_task_completed`` marker (or its other command events), or a marker whose
     ``last_seen_event_id`` is not in ``[1, marker id)`` or goes backwards."""
 
+    __slots__ = ("_message",)
     def __new__(cls, message: str) -> MalformedHistoryError: ...
     @property
     def message(self) -> str:

@@ -2,50 +2,17 @@
 //! wire [`Writer`] and builds Python objects straight from the wire [`Reader`], so no
 //! intermediate Rust `Value` tree is allocated on the hot path.
 
-use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString};
 
+use super::errors;
 use crate::codec::{self, decode_frame, Builder, CodecError, Writer, MAX_DEPTH};
-
-/// Raised when a value cannot be encoded or a frame cannot be decoded.
-///
-/// `reason` is a stable machine-readable code shared with the Durable Workflow SDKs.
-#[pyclass(extends = PyValueError, module = "durable_rpc._core", subclass)]
-pub struct PayloadError {
-    reason: String,
-    message: String,
-}
-
-#[pymethods]
-impl PayloadError {
-    #[new]
-    #[pyo3(signature = (reason, message))]
-    fn new(reason: String, message: String) -> Self {
-        PayloadError { reason, message }
-    }
-
-    fn __str__(&self) -> String {
-        format!("{}: {}", self.reason, self.message)
-    }
-
-    /// The stable reason code, e.g. ``invalid_payload_framing``.
-    #[getter]
-    fn reason(&self) -> &str {
-        &self.reason
-    }
-
-    /// The human-readable explanation.
-    #[getter]
-    fn message(&self) -> &str {
-        &self.message
-    }
-}
 
 /// Converts a core codec error into a `PayloadError` once, at the edge.
 pub(crate) fn payload_error(py: Python<'_>, err: &CodecError) -> PyErr {
-    PyErr::from_type(
-        py.get_type::<PayloadError>(),
+    errors::new_err(
+        py,
+        "PayloadError",
         (err.reason().to_owned(), err.to_string()),
     )
 }
@@ -208,7 +175,6 @@ pub fn validate(py: Python<'_>, data: &[u8]) -> PyResult<()> {
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
-    m.add_class::<PayloadError>()?;
     m.add_function(wrap_pyfunction!(encode, m)?)?;
     m.add_function(wrap_pyfunction!(decode, m)?)?;
     m.add_function(wrap_pyfunction!(validate, m)?)?;

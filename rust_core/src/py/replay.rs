@@ -3,86 +3,16 @@
 
 use prost::Message;
 use prost_types::Timestamp;
-use pyo3::exceptions::{PyException, PyRuntimeError, PyValueError};
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
+use super::errors;
 use crate::proto::{ActivationCompletion, DoUpdateJob, History};
 use crate::replay::{self, MalformedHistory, ReplayError};
 
-/// Workflow code produced commands that differ from the recorded history.
-#[pyclass(extends = PyException, module = "durable_rpc._core", subclass)]
-pub struct NondeterminismError {
-    seq: i64,
-    expected: String,
-    actual: String,
-}
-
-#[pymethods]
-impl NondeterminismError {
-    #[new]
-    #[pyo3(signature = (seq, expected, actual))]
-    fn new(seq: i64, expected: String, actual: String) -> Self {
-        NondeterminismError {
-            seq,
-            expected,
-            actual,
-        }
-    }
-
-    fn __str__(&self) -> String {
-        format!(
-            "nondeterminism at seq {}: expected {}, got {}",
-            self.seq, self.expected, self.actual
-        )
-    }
-
-    /// The workflow seq where the code diverged from history.
-    #[getter]
-    fn seq(&self) -> i64 {
-        self.seq
-    }
-
-    /// The recorded command, or ``nothing``.
-    #[getter]
-    fn expected(&self) -> &str {
-        &self.expected
-    }
-
-    /// The produced command, or ``nothing``.
-    #[getter]
-    fn actual(&self) -> &str {
-        &self.actual
-    }
-}
-
-/// The history is not one the replay machine can follow.
-#[pyclass(extends = PyValueError, module = "durable_rpc._core", subclass)]
-pub struct MalformedHistoryError {
-    message: String,
-}
-
-#[pymethods]
-impl MalformedHistoryError {
-    #[new]
-    #[pyo3(signature = (message))]
-    fn new(message: String) -> Self {
-        MalformedHistoryError { message }
-    }
-
-    fn __str__(&self) -> String {
-        format!("malformed history: {}", self.message)
-    }
-
-    /// What is wrong with the history.
-    #[getter]
-    fn message(&self) -> &str {
-        &self.message
-    }
-}
-
 fn malformed(py: Python<'_>, message: String) -> PyErr {
-    PyErr::from_type(py.get_type::<MalformedHistoryError>(), (message,))
+    errors::new_err(py, "MalformedHistoryError", (message,))
 }
 
 fn malformed_error(py: Python<'_>, err: MalformedHistory) -> PyErr {
@@ -91,10 +21,9 @@ fn malformed_error(py: Python<'_>, err: MalformedHistory) -> PyErr {
 
 fn replay_error(py: Python<'_>, err: ReplayError) -> PyErr {
     match err {
-        ReplayError::Nondeterminism(e) => PyErr::from_type(
-            py.get_type::<NondeterminismError>(),
-            (e.seq, e.expected, e.actual),
-        ),
+        ReplayError::Nondeterminism(e) => {
+            errors::new_err(py, "NondeterminismError", (e.seq, e.expected, e.actual))
+        }
         ReplayError::InvalidCommand(m) => PyValueError::new_err(format!("invalid command: {m}")),
         ReplayError::Usage(e) => PyRuntimeError::new_err(e.to_string()),
     }
@@ -177,8 +106,6 @@ impl ReplayMachine {
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_class::<NondeterminismError>()?;
-    m.add_class::<MalformedHistoryError>()?;
     m.add_class::<ReplayMachine>()?;
     Ok(())
 }
