@@ -81,7 +81,8 @@ async def test_claim_and_complete(store: Store) -> None:
 async def test_retry_with_backoff_then_final_failure(store: Store) -> None:
     await scheduled(store, activity_options(initial_ms=10, maximum_attempts=3))
     first = await claim_activity(store)
-    await store.fail_activity_task(NS, first.lease, failure("try 1"))
+    # The answer is the retry's delay (the worker logs it), None once it fails for good.
+    assert await store.fail_activity_task(NS, first.lease, failure("try 1")) == 10
     # A retry is not a history event and does not wake the workflow.
     assert kinds(await history(store))[-1] == "activity_scheduled"
     assert await store.claim_workflow_task(NS, QUEUE, "w", 1000) is None
@@ -95,10 +96,10 @@ async def test_retry_with_backoff_then_final_failure(store: Store) -> None:
     assert (second.attempt, second.fencing_token) == (2, first.fencing_token + 1)
     with pytest.raises(LeaseLostError):
         await store.complete_activity_task(NS, first.lease, payload(b"late"))
-    await store.fail_activity_task(NS, second.lease, failure("try 2"))
+    assert await store.fail_activity_task(NS, second.lease, failure("try 2")) == 20
     third = await claim_activity(store, "aw3")
     assert third.attempt == 3
-    await store.fail_activity_task(NS, third.lease, failure("try 3"))
+    assert await store.fail_activity_task(NS, third.lease, failure("try 3")) is None
 
     final = last_event(await history(store)).activity_failed
     assert (final.seq, final.attempt, final.worker_id) == (1, 3, "aw3")

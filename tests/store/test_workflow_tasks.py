@@ -254,8 +254,9 @@ async def test_failed_workflow_task_backs_off_and_keeps_run_open(store: Store) -
     await start(store)
     task = await claim(store)
     await store.fail_workflow_task(NS, task.lease, failure("nondeterminism", "NondeterminismError"))
-    # Duplicate failure report of the same lease is idempotent.
-    await store.fail_workflow_task(NS, task.lease, failure("nondeterminism", "NondeterminismError"))
+    # Duplicate failure report of the same lease is idempotent (no backoff to tell).
+    repeated = failure("nondeterminism", "NondeterminismError")
+    assert await store.fail_workflow_task(NS, task.lease, repeated) is None
     description = await store.describe(NS, "wf-1", None)
     assert description.info.status == "running"
     assert description.workflow_task_attempt == 2
@@ -294,7 +295,7 @@ async def test_backoff_grows_with_attempts(store: Store, listener: RecordingList
         await listener.wait_for(lambda: bool(listener.due), "lease due_at")
         seen = len(listener.due)
         before = await store.now_ms()
-        await store.fail_workflow_task(NS, task.lease, failure())
+        assert await store.fail_workflow_task(NS, task.lease, failure()) == expected
         after = await store.now_ms()
         await listener.wait_for(functools.partial(grew, listener.due, seen), "backoff due_at")
         visible_at = listener.due[-1]

@@ -23,6 +23,7 @@ from durable_rpc.worker import (
     default_worker_id,
 )
 from durable_rpc.worker._client import call
+from durable_rpc.worker._server_link import ServerLink
 from tests.worker.fake_service import FakeClient, eventually
 from tests.worker.recorder import BASE_MS, RUN_ID
 
@@ -371,8 +372,9 @@ async def test_rpc_errors_become_domain_errors() -> None:
             grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(), "conn refused"
         )
 
+    link = ServerLink("w")
     with pytest.raises(StoreUnavailableError):
-        await call(unavailable, None)
+        await call(unavailable, None, link)
 
     status = to_status(LeaseLostError("stale token"))
 
@@ -385,7 +387,8 @@ async def test_rpc_errors_become_domain_errors() -> None:
         )
 
     with pytest.raises(LeaseLostError, match="stale token"):
-        await call(lease_lost, None)
+        await call(lease_lost, None, link)
+    assert not link.is_down  # LEASE_LOST is an answer: the server is reachable
 
 
 async def test_shutdown_drains_a_running_activity_before_deregistering() -> None:

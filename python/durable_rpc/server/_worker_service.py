@@ -288,12 +288,15 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
     async def FailWorkflowTask(
         self, request: service_pb2.FailWorkflowTaskRequest, context: grpc.aio.ServicerContext
     ) -> service_pb2.FailWorkflowTaskResponse:
-        await self._store.fail_workflow_task(
+        delay_ms = await self._store.fail_workflow_task(
             _validate.namespace(request.namespace),
             _lease(request.lease),
             _failure_bytes(request.failure),
         )
-        return service_pb2.FailWorkflowTaskResponse()
+        response = service_pb2.FailWorkflowTaskResponse()
+        if delay_ms is not None:
+            response.retry_delay.FromMilliseconds(delay_ms)
+        return response
 
     async def PollActivityTask(
         self, request: service_pb2.PollActivityTaskRequest, context: grpc.aio.ServicerContext
@@ -376,12 +379,15 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
     async def FailActivityTask(
         self, request: service_pb2.FailActivityTaskRequest, context: grpc.aio.ServicerContext
     ) -> service_pb2.FailActivityTaskResponse:
-        await self._store.fail_activity_task(
+        delay_ms = await self._store.fail_activity_task(
             _validate.namespace(request.namespace),
             _lease(request.lease),
             _failure_bytes(request.failure),
         )
-        return service_pb2.FailActivityTaskResponse()
+        response = service_pb2.FailActivityTaskResponse()
+        if delay_ms is not None:
+            response.retry_delay.FromMilliseconds(delay_ms)
+        return response
 
     async def PollQueryTask(
         self, request: service_pb2.PollQueryTaskRequest, context: grpc.aio.ServicerContext

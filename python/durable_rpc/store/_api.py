@@ -606,7 +606,11 @@ class Store(abc.ABC):
         requests the workflow's validators rejected."""
 
     @abc.abstractmethod
-    async def fail_workflow_task(self, namespace: str, lease: LeaseRef, failure: bytes) -> None: ...
+    async def fail_workflow_task(
+        self, namespace: str, lease: LeaseRef, failure: bytes
+    ) -> int | None:
+        """Fail the leased workflow task; it is retried after a backoff: that backoff in
+        ms (None when this lease's outcome was already recorded)."""
 
     @abc.abstractmethod
     async def release_workflow_task(self, namespace: str, lease: LeaseRef) -> bool:
@@ -651,7 +655,11 @@ class Store(abc.ABC):
         """``complete_activity_task``, recording ``inline`` with it when it still holds."""
 
     @abc.abstractmethod
-    async def fail_activity_task(self, namespace: str, lease: LeaseRef, failure: bytes) -> None: ...
+    async def fail_activity_task(
+        self, namespace: str, lease: LeaseRef, failure: bytes
+    ) -> int | None:
+        """Fail the leased attempt: the delay in ms before its retry, None when it is not
+        retried (failed for good, cancelled, or this lease's outcome already recorded)."""
 
     # update requests waiting for a workflow task (see _ops_updates)
     @abc.abstractmethod

@@ -247,10 +247,12 @@ class _ActivityOps(_WorkflowTaskOps):
             workflow_task=await self._with_history(namespace, lease.worker_id, done)
         )
 
-    async def fail_activity_task(self, namespace: str, lease: LeaseRef, failure: bytes) -> None:
+    async def fail_activity_task(
+        self, namespace: str, lease: LeaseRef, failure: bytes
+    ) -> int | None:
         parsed = parse_failure(failure)
 
-        def op(tx: Tx) -> None:
+        def op(tx: Tx) -> int | None:
             require_namespace(tx, namespace)
             now = tx.now_ms()
             task = record_outcome(
@@ -264,20 +266,21 @@ class _ActivityOps(_WorkflowTaskOps):
                 (failure,),
             )
             if task is None:
-                return
+                return None
             open_run(tx, namespace, task["run_id"])
             if parsed.type == "CancelledError" and self._cancel_requested_by_workflow(tx, task):
                 self._record_activity_cancelled(tx, task, now)
-                return
-            self._retry_or_fail(tx, task, parsed, now, ambiguous=False)
+                return None
+            return self._retry_or_fail(tx, task, parsed, now, ambiguous=False)
 
-        await self._write(op)
+        return await self._write(op)
 
     def _retry_or_fail(
         self, tx: Tx, task: Row, failure: payload_pb2.Failure, now: int, *, ambiguous: bool
-    ) -> bool:
+    ) -> int | None:
         """After an attempt failed (the task row is already `failed`): schedule the retry
-        (task `waiting`, no history) or record the final ActivityFailed. True = retried."""
+        (task `waiting`, no history) or record the final ActivityFailed. The retry's
+        delay in ms, None when it failed for good."""
         namespace: str = task["namespace"]
         run_id: str = task["run_id"]
         encoded = failure.SerializeToString()
@@ -305,7 +308,7 @@ class _ActivityOps(_WorkflowTaskOps):
                 (visible, visible, queue_deadline, encoded, task["task_id"]),
             )
             tx.notes.due.add(visible)
-            return True
+            return delay
         tx.run(
             "UPDATE tasks SET state = 'failed', due_ms = NULL, queue_deadline_ms = NULL, "
             "last_failure = ? WHERE task_id = ?",
@@ -330,7 +333,7 @@ class _ActivityOps(_WorkflowTaskOps):
             "SELECT task_queue FROM runs WHERE namespace = ? AND run_id = ?", (namespace, run_id)
         )
         ensure_workflow_task(tx, namespace, run_id, str(queue), now)
-        return False
+        return None
 
     def _cancel_requested_by_workflow(self, tx: Tx, task: Row) -> bool:
         """Whether workflow code asked to cancel this activity (an

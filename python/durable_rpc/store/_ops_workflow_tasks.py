@@ -327,11 +327,13 @@ class _WorkflowTaskOps(_LeaseOps, _CommandOps):
 
         return await self._write(op)
 
-    async def fail_workflow_task(self, namespace: str, lease: LeaseRef, failure: bytes) -> None:
+    async def fail_workflow_task(
+        self, namespace: str, lease: LeaseRef, failure: bytes
+    ) -> int | None:
         parse_failure(failure)
         options = self._options
 
-        def op(tx: Tx) -> None:
+        def op(tx: Tx) -> int | None:
             require_namespace(tx, namespace)
             now = tx.now_ms()
             task = record_outcome(
@@ -344,7 +346,7 @@ class _WorkflowTaskOps(_LeaseOps, _CommandOps):
                 "state = 'waiting', attempt = attempt + 1, expires_at_ms = NULL",
             )
             if task is None:
-                return
+                return None
             failed_attempt = task["attempt"] - 1
             visible = now + workflow_task_backoff_ms(
                 failed_attempt,
@@ -361,5 +363,6 @@ class _WorkflowTaskOps(_LeaseOps, _CommandOps):
                 (failure, task["attempt"], namespace, task["run_id"]),
             )
             tx.notes.due.add(visible)
+            return visible - now
 
-        await self._write(op)
+        return await self._write(op)

@@ -1328,12 +1328,21 @@ Global___FailWorkflowTaskRequest: _TypeAlias = FailWorkflowTaskRequest  # noqa: 
 class FailWorkflowTaskResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    RETRY_DELAY_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def retry_delay(self) -> _duration_pb2.Duration:
+        """How long until the task is retried (its backoff, growing with the attempt); unset
+        when this lease's outcome was already recorded (a repeated report).
+        """
+
     def __init__(
         self,
+        *,
+        retry_delay: _duration_pb2.Duration | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["retry_delay", b"retry_delay"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["retry_delay", b"retry_delay"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1675,12 +1684,22 @@ Global___FailActivityTaskRequest: _TypeAlias = FailActivityTaskRequest  # noqa: 
 class FailActivityTaskResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    RETRY_DELAY_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def retry_delay(self) -> _duration_pb2.Duration:
+        """How long until the next attempt, under the activity's retry policy; unset when the
+        attempt is not retried (failed for good: non-retryable, attempts or schedule-to-close
+        exhausted; cancelled; or this lease's outcome was already recorded).
+        """
+
     def __init__(
         self,
+        *,
+        retry_delay: _duration_pb2.Duration | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["retry_delay", b"retry_delay"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["retry_delay", b"retry_delay"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

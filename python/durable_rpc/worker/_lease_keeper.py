@@ -29,6 +29,7 @@ from durable_rpc.activity._context import ActivityContext
 from durable_rpc.errors import DurableRpcError, LeaseLostError
 from durable_rpc.v1 import payload_pb2, service_pb2
 from durable_rpc.worker._client import WorkerClient, call
+from durable_rpc.worker._server_link import ServerLink, is_transient
 
 log = logging.getLogger("durable_rpc.worker")
 
@@ -88,8 +89,11 @@ class HeldLease:
 
 
 class LeaseKeeper:
-    def __init__(self, client: WorkerClient, heartbeat_fraction: float = 0.5) -> None:
+    def __init__(
+        self, client: WorkerClient, link: ServerLink, heartbeat_fraction: float = 0.5
+    ) -> None:
         self._client = client
+        self._link = link
         # Rust bookkeeping, keyed by str(task_id); see durable_rpc._core.LeaseBook.
         self._book = _core.LeaseBook(heartbeat_fraction)
         self._held: dict[int, HeldLease] = {}
@@ -196,14 +200,18 @@ class LeaseKeeper:
         if details is not None:
             request.details.CopyFrom(payload_pb2.Payload(data=converter.encode_args(details)))
         try:
-            response = await call(self._client.worker_service.HeartbeatActivityTask, request)
+            response = await call(
+                self._client.worker_service.HeartbeatActivityTask, request, self._link
+            )
         except LeaseLostError:
             if self._held.get(task_id) is held:
                 self._lose(held)
             return
         except (DurableRpcError, converter.ConversionError) as error:
-            # Transient (or bad details): keep the lease we have, try again shortly.
-            log.warning("heartbeat of activity task %s failed: %s", task_id, error)
+            # Transient (or bad details): keep the lease we have, try again shortly. An
+            # outage is logged once, by the link.
+            if not is_transient(error):
+                log.warning("heartbeat of activity task %s failed: %s", task_id, error)
             held.not_before_ms = now_ms() + RETRY_MS
             return
         finally:

@@ -19,6 +19,7 @@ from durable_rpc._rpc_status import error_from_status
 from durable_rpc.errors import DurableRpcError
 from durable_rpc.v1 import service_pb2
 from durable_rpc.worker._client import WorkerClient, call
+from durable_rpc.worker._server_link import ServerLink
 
 MAX_OUTCOMES_PER_CALL = 256
 # A report waits for the channel to (re)connect rather than failing at once while the
@@ -39,8 +40,9 @@ _Pending = tuple[str, Any, "asyncio.Future[Any]"]
 
 
 class OutcomeSender:
-    def __init__(self, client: WorkerClient) -> None:
+    def __init__(self, client: WorkerClient, link: ServerLink) -> None:
         self._client = client
+        self._link = link
         self._pending: list[_Pending] = []
         self._sending: asyncio.Task[None] | None = None
 
@@ -79,6 +81,7 @@ class OutcomeSender:
             response = await call(
                 functools.partial(method, wait_for_ready=True, timeout=REPORT_CALL_TIMEOUT_S),
                 single,
+                self._link,
             )
         except DurableRpcError as error:
             for _, _, future in batch:

@@ -18,6 +18,7 @@ from datetime import timedelta
 from typing import Any
 
 from durable_rpc.errors import DurableRpcError, StoreUnavailableError
+from durable_rpc.worker._server_link import is_transient
 from durable_rpc.worker._worker import TaskKind, TaskOutcome, Worker
 
 # Longest a workflow cycle waits, before polling again, for the activities its task handed
@@ -180,10 +181,10 @@ class WorkflowSupervisor:
             try:
                 await self.worker.start()
                 return
-            except StoreUnavailableError as error:
+            except StoreUnavailableError:
+                # Not logged here: the worker's link logs the outage once.
                 errors += 1
                 report.errors += 1
-                log.warning("worker start failed (retrying): %s", error)
                 await self._pause(token, self.config.backoff(errors))
 
     def _plan(self) -> list[list[TaskKind]]:
@@ -224,7 +225,8 @@ class WorkflowSupervisor:
             except DurableRpcError as error:
                 errors += 1
                 report.errors += 1
-                log.warning("%s cycle failed (backing off): %s", kind, error)
+                if not is_transient(error):  # an outage is logged once, by the link
+                    log.warning("%s cycle failed (backing off): %s", kind, error)
                 await self._pause(token, self.config.backoff(errors))
                 continue
             except Exception:

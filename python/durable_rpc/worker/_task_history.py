@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from durable_rpc.v1 import service_pb2
 from durable_rpc.worker._client import call
+from durable_rpc.worker._server_link import ServerLink
 
 if TYPE_CHECKING:
     from durable_rpc.v1.service_pb2_grpc import WorkerServiceAsyncStub
@@ -24,7 +25,10 @@ _WARNED_RUNS_KEPT = 10_000
 
 
 async def fetch_rest_of_history(
-    stub: WorkerServiceAsyncStub, namespace: str, task: service_pb2.PollWorkflowTaskResponse
+    stub: WorkerServiceAsyncStub,
+    namespace: str,
+    task: service_pb2.PollWorkflowTaskResponse,
+    link: ServerLink,
 ) -> None:
     """Appends the pages after the first to ``task.history`` (nothing when it is whole)."""
     token = task.next_page_token
@@ -32,6 +36,7 @@ async def fetch_rest_of_history(
         page = await call(
             stub.GetWorkflowTaskHistory,
             service_pb2.GetWorkflowTaskHistoryRequest(namespace=namespace, next_page_token=token),
+            link,
         )
         task.history.events.extend(page.history.events)
         token = page.next_page_token

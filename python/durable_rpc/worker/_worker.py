@@ -35,7 +35,9 @@ from durable_rpc.worker._inline import StickyHistories, StickyRun, sticky_run, w
 from durable_rpc.worker._lease_keeper import LeaseKeeper
 from durable_rpc.worker._outcomes import OutcomeSender
 from durable_rpc.worker._report_retry import DEFAULT_SHUTDOWN_GRACE_S, ReportBackoff
+from durable_rpc.worker._server_link import ServerLink, is_transient
 from durable_rpc.worker._task_history import HistoryWarnings, fetch_rest_of_history
+from durable_rpc.worker._task_logs import log_failed_attempt, log_failed_workflow_task
 from durable_rpc.worker._workflow_task import (
     Decision,
     answer_query,
@@ -126,13 +128,15 @@ class Worker:
         # its thread (Python threads cannot be killed) but never blocks activities or
         # the event loop; its task fails at the deadline.
         self._workflow_executor = ThreadPoolExecutor(thread_name_prefix="durable-workflow")
-        self._keeper = LeaseKeeper(client)
+        # Every call reports to it; it logs the server's loss and return, once each.
+        self.link = ServerLink(self.worker_id)
+        self._keeper = LeaseKeeper(client, self.link)
         # Histories of recently decided runs, for inline workflow tasks (0 = none kept).
         self._sticky = StickyHistories(sticky_cache_size) if sticky_cache_size > 0 else None
         # The server's history warn marks (events, bytes), from its latest workflow task.
         self._history_warn = DEFAULT_HISTORY_WARN
         self._history_warned = HistoryWarnings()
-        self._outcomes = OutcomeSender(client)
+        self._outcomes = OutcomeSender(client, self.link)
         self._background: list[asyncio.Task[None]] = []
         self._registered = False
         self._heartbeat_interval = _DEFAULT_WORKER_HEARTBEAT_S
@@ -203,7 +207,7 @@ class Worker:
             build_id=self.build_id,
             allow_definition_change=self.allow_definition_change,
         )
-        response = await call(self.client.worker_service.RegisterWorker, request)
+        response = await call(self.client.worker_service.RegisterWorker, request, self.link)
         interval = response.heartbeat_interval.ToTimedelta().total_seconds()
         self._heartbeat_interval = interval if interval > 0 else _DEFAULT_WORKER_HEARTBEAT_S
         self._registered = True
@@ -236,7 +240,7 @@ class Worker:
                 namespace=self.namespace, worker_id=self.worker_id
             )
             try:
-                await call(self.client.worker_service.DeregisterWorker, request)
+                await call(self.client.worker_service.DeregisterWorker, request, self.link)
             except DurableRpcError as error:
                 log.warning("deregistering worker %s failed: %s", self.worker_id, error)
             self._registered = False
@@ -251,9 +255,10 @@ class Worker:
         while True:
             await asyncio.sleep(self._heartbeat_interval)
             try:
-                await call(self.client.worker_service.WorkerHeartbeat, request)
+                await call(self.client.worker_service.WorkerHeartbeat, request, self.link)
             except DurableRpcError as error:
-                log.warning("worker heartbeat failed: %s", error)
+                if not is_transient(error):  # an outage is logged once, by the link
+                    log.warning("worker heartbeat failed: %s", error)
 
     async def __aenter__(self) -> Worker:
         from durable_rpc.worker._supervisor import (
@@ -288,7 +293,7 @@ class Worker:
         request = service_pb2.PollWorkflowTaskRequest(
             namespace=self.namespace, task_queue=self.task_queue, worker_id=self.worker_id
         )
-        response = await call(self.client.worker_service.PollWorkflowTask, request)
+        response = await call(self.client.worker_service.PollWorkflowTask, request, self.link)
         return response if response.task_id else None
 
     async def poll_activity_task(self) -> service_pb2.PollActivityTaskResponse | None:
@@ -299,7 +304,7 @@ class Worker:
             worker_id=self.worker_id,
             activity_types=self.activity_names,
         )
-        response = await call(self.client.worker_service.PollActivityTask, request)
+        response = await call(self.client.worker_service.PollActivityTask, request, self.link)
         return response if response.task_id else None
 
     async def poll_query_task(self) -> service_pb2.PollQueryTaskResponse | None:
@@ -313,7 +318,7 @@ class Worker:
                 for d in self._workflows.values()
             ],
         )
-        response = await call(self.client.worker_service.PollQueryTask, request)
+        response = await call(self.client.worker_service.PollQueryTask, request, self.link)
         return response if response.query_id else None
 
     def activity_capacity(self) -> asyncio.Semaphore:
@@ -353,11 +358,12 @@ class Worker:
             self._history_warn = (task.history_warn_events, task.history_warn_bytes)
         self._history_warned.check(task, self._history_warn)
         try:
-            await fetch_rest_of_history(self.client.worker_service, self.namespace, task)
+            await fetch_rest_of_history(self.client.worker_service, self.namespace, task, self.link)
         except DurableRpcError as error:
             # The task is not failed for it (the run is fine): its lease runs out and the
             # task is claimed again.
-            log.warning("history of workflow task %s not fetched: %s", task.task_id, error)
+            if not is_transient(error):  # an outage is logged once, by the link
+                log.warning("history of workflow task %s not fetched: %s", task.task_id, error)
             return "failed"
         # Serialized once: replay reads it, and the kept history (inline tasks) starts from it.
         history = task.history.SerializeToString()
@@ -366,11 +372,12 @@ class Worker:
         except Exception as error:
             # Never the workflow: the run stays open, the task is retried and the failure
             # is shown by describe (NondeterminismError, deadline, missing definition...).
-            log.warning("workflow task %s of %s failed: %s", task.task_id, task.workflow_id, error)
             fail = service_pb2.FailWorkflowTaskRequest(
                 namespace=self.namespace, lease=lease, failure=failure_from_exception(error)
             )
-            return await self._report("fail_workflow_task", fail, "failed")
+            # One line per failed attempt, with the backoff the server answers.
+            logged = functools.partial(log_failed_workflow_task, task, error)
+            return await self._report("fail_workflow_task", fail, "failed", logged)
         commands = decision.commands
         _carry_trace_context(commands)
         slots = await self._reserve_activity_slots(commands)
@@ -550,7 +557,7 @@ class Worker:
             log.info("query %r of %s failed: %s", task.query_name, task.workflow_id, error)
             request.failure.CopyFrom(failure_from_exception(error))
             outcome = "failed"
-        await call(self.client.worker_service.RespondQueryTask, request)
+        await call(self.client.worker_service.RespondQueryTask, request, self.link)
         return outcome
 
     # --- activity tasks -------------------------------------------------------------
@@ -637,7 +644,10 @@ class Worker:
         fail = service_pb2.FailActivityTaskRequest(
             namespace=self.namespace, lease=lease, failure=outcome.failure
         )
-        return await self._report("fail_activity_task", fail, "failed")
+        failure = outcome.failure or payload_pb2.Failure()
+        # One line per failed attempt, with the retry the server answers.
+        logged = functools.partial(log_failed_attempt, task, failure)
+        return await self._report("fail_activity_task", fail, "failed", logged)
 
     async def _complete_activity(
         self, task: service_pb2.PollActivityTaskResponse, lease: service_pb2.Lease, result: bytes
@@ -790,14 +800,11 @@ class Worker:
                         error,
                     )
                     raise
-                if backoff.failures == 1:
-                    log.warning(
-                        "task %s: report failed, retrying until it lands: %s", task_id, error
-                    )
+                # Not logged: the link logs the outage once; the retry is routine.
                 await asyncio.sleep(pause)
                 continue
             if backoff.failures:
-                log.info("task %s: report landed after %d retries", task_id, backoff.failures)
+                log.debug("task %s: report landed after %d retries", task_id, backoff.failures)
             if on_response is not None:
                 on_response(response)
             return outcome

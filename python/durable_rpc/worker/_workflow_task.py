@@ -105,11 +105,15 @@ def _run(
         definition, task_queue=task_queue, deadline=deadline, history_warn=history_warn
     )
     instance.clock_unknown_when_live = inline
-    while (raw := machine.next_activation()) is not None:
-        if deadline is not None and time.monotonic() > deadline:
-            raise WorkflowTaskError("replay ran past the workflow task deadline")
-        completion = instance.activate(workflow_task_pb2.Activation.FromString(raw))
-        machine.complete_activation(completion.SerializeToString())
+    try:
+        while (raw := machine.next_activation()) is not None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise WorkflowTaskError("replay ran past the workflow task deadline")
+            completion = instance.activate(workflow_task_pb2.Activation.FromString(raw))
+            machine.complete_activation(completion.SerializeToString())
+    except BaseException:
+        instance.loop.abandon()  # the task fails: its instance is dropped
+        raise
     commands = workflow_task_pb2.ActivationCompletion.FromString(machine.take_new_commands())
     return instance, list(commands.commands)
 
@@ -153,12 +157,15 @@ def answer_query(
     """
     machine = _core.ReplayMachine(history, task_time_ms)
     instance = WorkflowInstance(definition, task_queue=task_queue, deadline=deadline)
-    while (raw := machine.next_activation()) is not None:
-        if deadline is not None and time.monotonic() > deadline:
-            raise WorkflowTaskError("replay ran past the query deadline")
-        completion = instance.activate(workflow_task_pb2.Activation.FromString(raw))
-        machine.complete_activation(completion.SerializeToString())
-    return instance.query(query_name, query_input)
+    try:
+        while (raw := machine.next_activation()) is not None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise WorkflowTaskError("replay ran past the query deadline")
+            completion = instance.activate(workflow_task_pb2.Activation.FromString(raw))
+            machine.complete_activation(completion.SerializeToString())
+        return instance.query(query_name, query_input)
+    finally:
+        instance.loop.abandon()  # the instance only existed to answer
 
 
 __all__ = [

@@ -21,6 +21,7 @@ import asyncio
 import contextvars
 import logging
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Coroutine, Generator, Iterator
 from contextlib import contextmanager
@@ -54,6 +55,8 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
         self.clock_read_while_unknown = False
         self._running = False
         self.violation: BaseException | None = None
+        # Every task of the workflow (see abandon()); weak: finished ones just go.
+        self._tasks: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
 
     # --- what asyncio needs ---------------------------------------------------------
 
@@ -77,7 +80,9 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
         name: str | None = None,
         context: contextvars.Context | None = None,
     ) -> asyncio.Task[_T]:
-        return asyncio.Task(coro, loop=self, name=name, context=context)
+        task = asyncio.Task(coro, loop=self, name=name, context=context)
+        self._tasks.add(task)
+        return task
 
     def time(self) -> float:
         if self.clock_unknown:
@@ -112,6 +117,15 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
 
     def default_exception_handler(self, context: dict[str, Any]) -> None:
         self.call_exception_handler(context)
+
+    def abandon(self) -> None:
+        """The workflow task failed and this loop is dropped with its instance. Its
+        tasks' exceptions are that failure (already reported as the task's), so they
+        are marked retrieved: otherwise each, once collected, logs asyncio's "Task
+        exception was never retrieved" long after the fact."""
+        for task in list(self._tasks):
+            if task.done() and not task.cancelled():
+                task.exception()
 
     # --- what is forbidden ----------------------------------------------------------
 
