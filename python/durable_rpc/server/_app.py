@@ -49,12 +49,12 @@ class InsecureListenError(ValueError):
 
 def _is_loopback(listen: str) -> bool:
     host = listen.rsplit(":", 1)[0].strip("[]") if ":" in listen else listen
-    if host in ("localhost", ""):
-        return host == "localhost"
+    if host == "localhost":
+        return True
     try:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
-        return False  # a host name other than localhost may resolve anywhere
+        return False  # "" (every interface), or a name that may resolve anywhere
 
 
 class ListenError(OSError):

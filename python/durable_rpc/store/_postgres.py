@@ -48,7 +48,8 @@ from durable_rpc.errors import (
     StoreUnavailableError,
     WorkflowAlreadyStartedError,
 )
-from durable_rpc.store._api import ApiKeyLookup, ApiKeyRecord, StoreOptions
+from durable_rpc.store._api import ApiKeyLookup, StoreOptions
+from durable_rpc.store._key_cache import KeyCache
 from durable_rpc.store._migrations import check_ordered
 from durable_rpc.store._ops import SqlStore
 from durable_rpc.store._pg_listen import Listener, encode, notify_statements
@@ -64,8 +65,6 @@ _log = logging.getLogger("durable_rpc.store.postgres")
 _OWN_PARAMS = ("pool_size", "acquire_timeout")
 DEFAULT_POOL_SIZE = 10
 DEFAULT_ACQUIRE_TIMEOUT_S = 5.0
-#: Past this many cached keys the cache starts over (keys are few; ids are not secret).
-_MAX_CACHED_KEYS = 10_000
 #: Retries of an operation that hit a deadlock, a serialization failure or a unique
 #: violation caused by a concurrent transaction.
 MAX_CONFLICT_RETRIES = 8
@@ -203,8 +202,7 @@ class PostgresStore(SqlStore):
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._listen: Listener | None = None
         #: API keys by id: (key, stored hash, database clock minus local clock in ms).
-        self._keys: dict[str, tuple[ApiKeyRecord, str, int]] = {}
-        self._keys_generation = 0
+        self._keys = KeyCache()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._channel = "durable_rpc"
         self._stats_lock = threading.Lock()
@@ -251,7 +249,7 @@ class PostgresStore(SqlStore):
                 self._channel,
                 self.origin,
                 lambda: self._listener,
-                self._forget_keys,
+                self._keys.forget,
             )
             await self._listen.start(timeout_s=10.0)
         except BaseException:
@@ -438,28 +436,17 @@ class PostgresStore(SqlStore):
         drops the cache and reads every key until LISTEN is back. So the check on every
         call costs no round trip. Expiry is still judged by the database clock: the
         offset to it is measured when the key is read."""
-        cached = self._keys.get(key_id)
         listen = self._listen
-        if cached is not None and listen is not None and listen.live:
-            key, secret_hash, offset_ms = cached
-            return ApiKeyLookup(key, secret_hash, int(time.time() * 1000) + offset_ms)
-        generation = self._keys_generation
-        found = await super().lookup_api_key(key_id)
-        # Cache only what no notification overtook while it was being read.
-        if found is not None and generation == self._keys_generation:
-            if len(self._keys) >= _MAX_CACHED_KEYS:
-                self._keys.clear()
-            offset = found.now_ms - int(time.time() * 1000)
-            self._keys[key_id] = (found.key, found.secret_hash, offset)
-        return found
-
-    def _forget_keys(self) -> None:
-        self._keys_generation += 1
-        self._keys.clear()
+        cached = self._keys.get(key_id) if listen is not None and listen.live else None
+        if cached is not None:
+            return cached
+        return await self._keys.read(
+            key_id, lambda: super(PostgresStore, self).lookup_api_key(key_id)
+        )
 
     def _deliver(self, notes: Notes) -> None:
         if notes.keys:
-            self._forget_keys()
+            self._keys.forget()
         listener = self._listener
         if listener is None:
             return

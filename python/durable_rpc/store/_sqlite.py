@@ -26,8 +26,9 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from durable_rpc.errors import DurableRpcError, InternalError, StoreUnavailableError
-from durable_rpc.store._api import ApiKeyLookup, ApiKeyRecord, StoreOptions
+from durable_rpc.store._api import ApiKeyLookup, StoreOptions
 from durable_rpc.store._clock import SkipReport, idle_next_due_ms
+from durable_rpc.store._key_cache import KeyCache
 from durable_rpc.store._migrations import SQLITE_MIGRATIONS, SQLITE_NOW_MS, check_ordered
 from durable_rpc.store._ops import SqlStore
 from durable_rpc.store._tx import Notes, Row, Tx
@@ -37,8 +38,6 @@ T = TypeVar("T")
 _log = logging.getLogger("durable_rpc.store.sqlite")
 
 MEMORY = ":memory:"
-#: Past this many cached API keys the cache starts over (keys are few).
-_MAX_CACHED_KEYS = 10_000
 
 
 class _SQLiteTx(Tx):
@@ -157,8 +156,7 @@ class SQLiteStore(SqlStore):
         self._reader_conn: sqlite3.Connection | None = None
         # API keys by id as last read (see lookup_api_key), and the writer connection's
         # data_version when it last looked: it moves only when another process commits.
-        self._keys: dict[str, tuple[ApiKeyRecord, str]] = {}
-        self._keys_generation = 0
+        self._keys = KeyCache()
         self._outside_version: int | None = None
         self._identity: tuple[int, int] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -442,7 +440,7 @@ class SQLiteStore(SqlStore):
 
     def _deliver(self, batch: list[Notes]) -> None:
         if any(notes.keys for notes in batch):
-            self._forget_keys()
+            self._keys.forget()
         listener = self._listener
         if listener is None:
             return
@@ -505,22 +503,13 @@ class SQLiteStore(SqlStore):
         is this machine's clock (plus the test clock's offset)."""
         if self._memory:
             return await super().lookup_api_key(key_id)
-        cached = self._keys.get(key_id)
+        # SQLite's clock is this machine's, plus the test clock's offset as it is now.
+        cached = self._keys.get(key_id, int(time.time() * 1000) + self._clock_offset_ms)
         if cached is not None:
-            key, secret_hash = cached
-            now = int(time.time() * 1000) + self._clock_offset_ms
-            return ApiKeyLookup(key, secret_hash, now)
-        generation = self._keys_generation
-        found = await super().lookup_api_key(key_id)
-        if found is not None and generation == self._keys_generation:
-            if len(self._keys) >= _MAX_CACHED_KEYS:
-                self._keys.clear()
-            self._keys[key_id] = (found.key, found.secret_hash)
-        return found
-
-    def _forget_keys(self) -> None:
-        self._keys_generation += 1
-        self._keys.clear()
+            return cached
+        return await self._keys.read(
+            key_id, lambda: super(SQLiteStore, self).lookup_api_key(key_id)
+        )
 
     def _note_outside_commits(self, conn: sqlite3.Connection) -> None:
         """On the writer: has another process committed since we last looked?"""
@@ -529,7 +518,7 @@ class SQLiteStore(SqlStore):
             loop = self._loop
             if loop is not None:
                 with contextlib.suppress(RuntimeError):
-                    loop.call_soon_threadsafe(self._forget_keys)
+                    loop.call_soon_threadsafe(self._keys.forget)
         self._outside_version = version
 
     # -- time skipping (durable_rpc.testing only) -----------------------------------------
