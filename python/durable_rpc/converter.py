@@ -80,8 +80,15 @@ def _type_hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
+# Hints whose exactly-typed values convert to themselves (see _from_class): the common
+# case of every signal and activity argument, answered before the general dispatch.
+_AS_IS = frozenset({int, float, str, bytes, bool, list, dict})
+
+
 def from_value(value: Any, hint: Any) -> Any:
     """Convert a plain value back into the type ``hint`` names."""
+    if type(value) is hint and hint in _AS_IS:
+        return value
     if hint is Any or hint is object or (hint is None and value is None):
         return value
     if hint is None or hint is type(None):

@@ -16,6 +16,7 @@ from durable_rpc.workflow import _children, _external, _sandbox
 from durable_rpc.workflow._definition import WorkflowDefinition
 from durable_rpc.workflow._errors import RestrictedOperationError
 from durable_rpc.workflow._loop import WorkflowLoop, new_loop
+from durable_rpc.workflow._signal_handler import SignalHandler
 from durable_rpc.workflow._values import (
     DEFAULT_HISTORY_WARN,
     LocalActivityRequest,
@@ -73,7 +74,7 @@ class InstanceState:
         self._conditions: list[tuple[Callable[[], bool], asyncio.Future[None]]] = []
         self._obj: Any = None
         self._main: asyncio.Task[Any] | None = None
-        self._handlers: dict[str, Callable[..., Any]] = {}
+        self._handlers: dict[str, SignalHandler] = {}
         self._buffered_signals: dict[str, list[bytes]] = {}
         self._handler_error: BaseException | None = None
         self._finished = False

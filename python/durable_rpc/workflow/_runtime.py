@@ -43,6 +43,7 @@ from durable_rpc.workflow._markers import (
     MarkersMixin,
 )
 from durable_rpc.workflow._queries import QueriesMixin, QueryError
+from durable_rpc.workflow._signal_handler import SignalHandler
 from durable_rpc.workflow._signals import SignalsMixin
 from durable_rpc.workflow._timers import TimersMixin
 from durable_rpc.workflow._updates import UnknownUpdateError, UpdatesMixin
@@ -185,7 +186,9 @@ class WorkflowInstance(
             self._obj = exc
             return
         for name, signal in self.definition.signals.items():
-            self._handlers[name] = signal.method.__get__(self._obj)
+            self._handlers[name] = SignalHandler.of(
+                signal.method.__get__(self._obj), signal.arg_hints
+            )
 
     def _start_main(self, start: workflow_task_pb2.StartWorkflowJob) -> None:
         obj = self._obj

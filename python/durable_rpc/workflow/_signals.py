@@ -1,5 +1,12 @@
 """Signals: delivered to their handler as a task of their own, or buffered in arrival
-order until a handler is registered."""
+order until a handler is registered.
+
+A long run receives thousands of signals and a cold replay delivers them all, so the
+per-signal work is kept small: a handler's argument hints are read once, when it is
+registered, and a plain (sync) handler runs as one loop callback instead of a Task,
+queued exactly where the Task's first step would have been (``Task.__init__`` does
+``call_soon(step)``), so every interleaving -- and every replayed command -- is the
+same."""
 
 from __future__ import annotations
 
@@ -9,8 +16,8 @@ from collections.abc import Callable
 from typing import Any
 
 from durable_rpc import converter
-from durable_rpc.converter import arg_and_result_hints
 from durable_rpc.workflow._instance import InstanceState
+from durable_rpc.workflow._signal_handler import SignalHandler
 
 log = logging.getLogger("durable_rpc.workflow")
 
@@ -30,15 +37,29 @@ class SignalsMixin(InstanceState):
 
     def _deliver(self, name: str, data: bytes) -> None:
         handler = self._handlers[name]
+        if not handler.is_async:
+            self.loop.call_soon(self._run_sync_handler, name, handler, data)
+            return
 
         async def run_handler() -> None:
-            hints, _ = _handler_hints(handler)
-            result = handler(*converter.decode_args(data, hints))
-            if asyncio.iscoroutine(result):
-                await result
+            await handler.fn(*converter.decode_args(data, handler.arg_hints))
 
         task = self.loop.create_task(run_handler(), name=f"signal:{name}")
         task.add_done_callback(self._on_handler_done)
+
+    def _run_sync_handler(self, name: str, handler: SignalHandler, data: bytes) -> None:
+        try:
+            result = handler.fn(*converter.decode_args(data, handler.arg_hints))
+        except asyncio.CancelledError:
+            return  # as a cancelled handler Task: not a failure
+        except Exception as exc:
+            # A failing signal handler fails the run, like a failing main method.
+            self._handler_error = self._handler_error or exc
+            return
+        if asyncio.iscoroutine(result):
+            # A plain function returning an awaitable: await it in a task of its own.
+            task = self.loop.create_task(result, name=f"signal:{name}")
+            task.add_done_callback(self._on_handler_done)
 
     def _on_handler_done(self, task: asyncio.Task[None]) -> None:
         if task.cancelled() or task.exception() is None:
@@ -54,14 +75,6 @@ class SignalsMixin(InstanceState):
         if handler is None:
             self._handlers.pop(name, None)
             return
-        self._handlers[name] = handler
+        self._handlers[name] = SignalHandler.of(handler)
         if self._main is not None:
             self._drain_signals(name)
-
-
-def _handler_hints(handler: Callable[..., Any]) -> tuple[tuple[Any, ...], Any]:
-    # A bound method's function still lists ``self``; a plain function does not.
-    func = getattr(handler, "__func__", None)
-    if func is not None:
-        return arg_and_result_hints(func)
-    return arg_and_result_hints(handler, skip_self=False)
