@@ -10,7 +10,10 @@ return short strings):
   (best and median of --reps);
 - peak RSS (VmHWM) of the server and the worker process;
 - CPU per workflow over the whole run, from /proc: the server(s), the worker, this process
-  (the client) and, on PostgreSQL, every postgres process (a cluster on this machine).
+  (the client) and, on PostgreSQL, every postgres process (a cluster on this machine;
+  with --pg-pid, only that cluster's, whose peak RSS is then reported too).
+
+bench/peers.py runs this beside DBOS Transact's harness on the same store.
 
     python bench/e2e_bench.py [--workflows 500] [--json]
 """
@@ -35,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from _checkout import child_env
-from _proc import cpu_s, peak_rss_mib, postgres_cpu_s
+from _proc import cpu_s, peak_rss_mib, postgres_cpu_s, postgres_peak_rss_mib
 from bench_stores import connect, database, server_commands, target
 
 from durable_rpc import (
@@ -77,7 +80,10 @@ def free_port() -> int:
 
 
 def cpu_by_process(
-    servers: list[subprocess.Popen[bytes]], worker: subprocess.Popen[bytes], store: str
+    servers: list[subprocess.Popen[bytes]],
+    worker: subprocess.Popen[bytes],
+    store: str,
+    pg_pid: int | None = None,
 ) -> dict[str, float]:
     """CPU seconds so far of each kind of process of the benchmark."""
     cpu = {
@@ -86,7 +92,7 @@ def cpu_by_process(
         "client": time.process_time(),
     }
     if store == "postgres":
-        cpu["postgres"] = postgres_cpu_s()
+        cpu["postgres"] = postgres_cpu_s(pg_pid)
     return cpu
 
 
@@ -191,6 +197,12 @@ def main() -> int:
     )
     parser.add_argument("--store", choices=["sqlite", "postgres"], default="sqlite")
     parser.add_argument("--pg-url", help="PostgreSQL cluster (default: a throwaway one)")
+    parser.add_argument(
+        "--pg-pid",
+        type=int,
+        help="postmaster PID of --pg-url's cluster: count only its CPU (default: every"
+        " postgres process on this machine) and report its peak RSS",
+    )
     parser.add_argument("--replicas", type=int, default=1, help="server replicas (postgres)")
     parser.add_argument(
         "--auth", action="store_true", help="servers with --auth; every call carries an API key"
@@ -230,15 +242,17 @@ def main() -> int:
             assert worker.stdout is not None
             if worker.stdout.readline().strip() != b"worker ready":
                 raise SystemExit("worker did not start")
-            cpu = cpu_by_process(servers, worker, args.store)
+            cpu = cpu_by_process(servers, worker, args.store, args.pg_pid)
             figures = run_event_loop(measure(address, queue, args, db_url))
-            cpu_after = cpu_by_process(servers, worker, args.store)
+            cpu_after = cpu_by_process(servers, worker, args.store, args.pg_pid)
             ran = args.warmup + args.sequential + args.reps * args.workflows
             figures["cpu_ms_per_workflow"] = {
                 name: round((cpu_after[name] - cpu[name]) / ran * 1e3, 2) for name in cpu
             }
             figures["server_peak_rss_mib"] = max(peak_rss_mib(s.pid) for s in servers)
             figures["worker_peak_rss_mib"] = peak_rss_mib(worker.pid)
+            if args.pg_pid is not None:
+                figures["postgres_peak_rss_mib"] = postgres_peak_rss_mib(args.pg_pid)
         finally:
             # The worker first, so it can deregister while the server is still up.
             for proc in (worker, *servers):

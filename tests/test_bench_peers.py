@@ -1,0 +1,127 @@
+"""bench/peers.py's own logic: the figures it derives from both systems' results, its
+argument errors, and the per-cluster postgres CPU it asks e2e_bench for.
+
+The benchmark itself is not run here: it needs DBOS's venv (an install), and speed is
+checked by running it, never by timed assertions."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import Any
+
+import psycopg
+import pytest
+
+from tests.e2e.conftest import ROOT
+from tests.scale import cluster as pg
+
+sys.path.insert(0, str(ROOT / "bench"))
+
+import _proc
+import peers
+
+
+def e2e_record(rate: float, p50: float, server_rss: float, server_cpu: float) -> dict[str, Any]:
+    """The --json object of `e2e_bench.py --reps 1`, as it prints it."""
+    return {
+        "benchmark": "e2e",
+        "latency_p50_ms": p50,
+        "latency_p99_ms": p50 * 2,
+        "throughput_wf_per_s_best": rate,
+        "throughput_wf_per_s_median": rate,
+        "throughput_runs": [rate],
+        "cpu_ms_per_workflow": {"server": server_cpu, "worker": 2.0, "client": 1.0},
+        "server_peak_rss_mib": server_rss,
+        "worker_peak_rss_mib": 50.0,
+        "workflows": 500,
+    }
+
+
+def dbos_record(rate: float, p50: float, app_cpu_s: float) -> dict[str, Any]:
+    """A results line of dbos_bench.py --reps 1 --db postgres --pg-pid ..."""
+    return {
+        "system": "dbos",
+        "latency_ms": {"n": 50, "p50": p50, "p99": p50 * 3},
+        "throughput": [{"n": 500, "seconds": 500 / rate, "wf_per_s": rate}],
+        "cpu_s_during_bench": {"app_worker": app_cpu_s, "postgres": 1.14},
+        "worker_peak_rss_mb": 120.0,
+        "server_peak_rss_mb": 30.0,
+        "params": {"starters": 1, "n": 500, "latency": 50, "warmup": 20, "reps": 1},
+    }
+
+
+META = {"store": "postgres", "reps": 2, "warmup": 20, "sequential": 50, "workflows": 500}
+
+
+def test_both_systems_figures_and_the_ratios() -> None:
+    ours = [
+        peers.ours_rep(e2e_record(300.0, 4.0, 80.0, 3.0)),
+        peers.ours_rep(e2e_record(500.0, 6.0, 90.0, 5.0)),
+    ]
+    dbos = [
+        peers.dbos_rep(dbos_record(250.0, 5.0, 2.85)),
+        peers.dbos_rep(dbos_record(150.0, 5.0, 5.7)),
+    ]
+    summary = peers.compare(ours, dbos, META)
+
+    mine, theirs = summary["durable_rpc"], summary["dbos"]
+    assert mine["throughput_runs"] == [300.0, 500.0]
+    assert (mine["throughput_wf_per_s_best"], mine["throughput_wf_per_s_median"]) == (500.0, 400.0)
+    assert (mine["latency_p50_ms"], mine["latency_p99_ms"]) == (5.0, 10.0)
+    assert mine["peak_rss_mib"] == {"server": 90.0, "worker": 50.0}
+    assert mine["cpu_ms_per_workflow"] == {"server": 4.0, "worker": 2.0, "client": 1.0}
+    # DBOS's CPU seconds cover 20 + 50 + 500 workflows, as e2e_bench's do.
+    assert theirs["cpu_ms_per_workflow"] == {"app": 7.5, "postgres": 2.0}
+    assert theirs["peak_rss_mib"] == {"app": 120.0, "postgres": 30.0}
+    assert summary["ratios"] == {
+        "throughput_median": 2.0,
+        "throughput_best": 2.0,
+        "latency_p50": 1.0,
+    }
+    text = peers.render(summary)
+    assert "throughput per rep: 300, 500 wf/s; best 500, median 400 wf/s" in text
+    assert "CPU per workflow: app 7.50 ms, postgres 2.00 ms" in text
+    assert "ours / DBOS: throughput 2.00x (median), 2.00x (best); p50 1.00x" in text
+
+
+def test_no_reps_is_refused() -> None:
+    with pytest.raises(ValueError, match="no reps"):
+        peers.system_summary([])
+
+
+def test_the_json_object_after_progress_lines() -> None:
+    printed = 'rep 1\n  throughput rep 0: 500 wf\n{\n "a": {"b": 1}\n}\n'
+    assert peers.last_json_object(printed) == {"a": {"b": 1}}
+    assert peers.last_json_object('{"a": 1}') == {"a": 1}
+    with pytest.raises(peers.PeersError, match="no JSON object"):
+        peers.last_json_object("worker did not start\n")
+
+
+def test_a_missing_harness_is_one_clear_error() -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "peers.py"), "--dbos-harness", "/nonexistent/x.py"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "DBOS harness not found at /nonexistent/x.py (pass --dbos-harness PATH" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_postgres_cpu_of_one_cluster() -> None:
+    """e2e_bench --pg-pid counts the benchmark's cluster only, not every postgres on a
+    shared machine (here: the tests' cluster, a part of all postgres processes)."""
+    url = pg.require_cluster().url
+    postmaster = peers.postmaster_pid(url)
+    assert postmaster is not None
+    with psycopg.connect(url, autocommit=True) as conn:
+        # Some CPU in the cluster's backend, so the count is not zero.
+        conn.execute("SELECT count(*) FROM generate_series(1, 2000000)")
+        backend = conn.execute("SELECT pg_backend_pid()").fetchone()
+        assert backend is not None
+        one = _proc.postgres_cpu_s(postmaster)
+        assert one >= _proc.cpu_s(backend[0]) > 0
+    assert one <= _proc.postgres_cpu_s()
+    assert _proc.postgres_peak_rss_mib(postmaster) > 0
