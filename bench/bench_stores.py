@@ -67,13 +67,16 @@ def database(store: str, pg_url: str | None, tmp: str) -> Iterator[str]:
 
     with _cluster(pg_url) as base:
         name = f"bench_{uuid.uuid4().hex[:12]}"
-        with psycopg.connect(base, autocommit=True) as conn:
+        from durable_rpc.store._postgres import parse_url
+
+        admin = parse_url(base)[0]  # without the store's own parameters (hot_path=...)
+        with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{name}"')
         parts = urllib.parse.urlsplit(base)
         try:
             yield urllib.parse.urlunsplit(parts._replace(path=f"/{name}"))
         finally:
-            with psycopg.connect(base, autocommit=True) as conn:
+            with psycopg.connect(admin, autocommit=True) as conn:
                 conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 

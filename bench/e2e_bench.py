@@ -166,7 +166,9 @@ async def measure(
         # their namespace (measured: the same throughput, but 20x the buffers per lookup).
         import psycopg
 
-        with psycopg.connect(db_url, autocommit=True) as conn:
+        from durable_rpc.store._postgres import parse_url
+
+        with psycopg.connect(parse_url(db_url)[0], autocommit=True) as conn:
             conn.execute("ANALYZE")
     latencies = [await one(client, queue) for _ in range(args.sequential)]
     rates = []

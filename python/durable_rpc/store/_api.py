@@ -118,6 +118,8 @@ class StoreStats:
     failed_operations: int = 0
     #: Batches aborted as a whole (database unusable); every caller got UNAVAILABLE.
     aborted_batches: int = 0
+    #: Operations done by one server-side function call (PostgreSQL's hot path).
+    hot_calls: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -333,6 +333,9 @@ SQLITE_MIGRATIONS: tuple[Migration, ...] = (
     Migration(7, "history size of a run", _v7("INTEGER")),
     Migration(8, "what claims filter on", _v8("json_each(w.activities)")),
     Migration(9, "namespace settings and API keys", _v9("INTEGER")),
+    # PostgreSQL's server-side functions of its hot path (``_pg_hot_sql``); SQLite runs
+    # every operation in-process and needs none.
+    Migration(10, "hot-path functions (PostgreSQL only)", ()),
 )
 
 

@@ -48,21 +48,33 @@ from durable_rpc.errors import (
     StoreUnavailableError,
     WorkflowAlreadyStartedError,
 )
-from durable_rpc.store._api import ApiKeyLookup, StoreOptions
+from durable_rpc.store._api import (
+    ActivityCompletion,
+    ApiKeyLookup,
+    EagerWorkflowTask,
+    InlineWorkflowTask,
+    LeaseRef,
+    StoreOptions,
+)
 from durable_rpc.store._key_cache import KeyCache
+from durable_rpc.store._logic import parse_payload, validate_commands
 from durable_rpc.store._migrations import check_ordered
 from durable_rpc.store._ops import SqlStore
+from durable_rpc.store._pg_hot import CALL as INLINE_CALL
+from durable_rpc.store._pg_hot import InlineCall
+from durable_rpc.store._pg_hot_sql import FALLBACK_SQLSTATE
 from durable_rpc.store._pg_listen import Listener, encode, notify_statements
 from durable_rpc.store._pg_migrations import MIGRATION_LOCK_KEY, PG_MIGRATIONS, PG_NOW_MS
 from durable_rpc.store._pg_pool import PgPool
 from durable_rpc.store._tx import Notes, Row, Tx
 
 T = TypeVar("T")
+A = TypeVar("A")
 
 _log = logging.getLogger("durable_rpc.store.postgres")
 
 #: Store parameters accepted in the URL's query string (the rest goes to libpq).
-_OWN_PARAMS = ("pool_size", "acquire_timeout")
+_OWN_PARAMS = ("pool_size", "acquire_timeout", "hot_path")
 DEFAULT_POOL_SIZE = 10
 DEFAULT_ACQUIRE_TIMEOUT_S = 5.0
 #: Retries of an operation that hit a deadlock, a serialization failure or a unique
@@ -171,6 +183,16 @@ def parse_url(url: str) -> tuple[str, int, float]:
     return conninfo, pool_size, acquire_timeout
 
 
+def hot_path_enabled(url: str) -> bool:
+    """The ``hot_path`` URL parameter: ``on`` (default) runs the hot operations as one
+    server-side function call each (``_pg_hot``); ``off`` runs every operation as
+    separate statements (the general path), e.g. to compare the two."""
+    values = urllib.parse.parse_qs(urllib.parse.urlsplit(url).query).get("hot_path", ["on"])
+    if values[-1] not in ("on", "off"):
+        raise InvalidArgumentError(f"hot_path must be on or off, not {values[-1]!r}")
+    return values[-1] == "on"
+
+
 def redact(url: str) -> str:
     parts = urllib.parse.urlsplit(url)
     if parts.password is None:
@@ -190,6 +212,7 @@ class PostgresStore(SqlStore):
         super().__init__(options)
         self._url = redact(url)
         self._conninfo, self._pool_size, acquire_timeout = parse_url(url)
+        self._hot_path = hot_path_enabled(url)
         self._pool = PgPool(
             self._conninfo,
             max_size=self._pool_size,
@@ -335,7 +358,7 @@ class PostgresStore(SqlStore):
     async def _read_latest(self, fn: Callable[[Tx], T]) -> T:
         return await self._submit(self._run_read_latest, fn)
 
-    async def _submit(self, target: Callable[[Callable[[Tx], T]], T], fn: Callable[[Tx], T]) -> T:
+    async def _submit(self, target: Callable[[A], T], fn: A) -> T:
         executor = self._executor
         if not self._accepting or executor is None:
             raise StoreUnavailableError("the store is not open")
@@ -426,6 +449,75 @@ class PostgresStore(SqlStore):
                 self._stats.failed_operations += 1
             else:
                 self._stats.transactions += 1
+
+    # -- the hot path: one function call per operation (``_pg_hot``) -----------------------
+
+    async def complete_activity_task_inline(
+        self,
+        namespace: str,
+        lease: LeaseRef,
+        result: bytes,
+        eager: EagerWorkflowTask | None = None,
+        inline: InlineWorkflowTask | None = None,
+    ) -> ActivityCompletion:
+        call = self._inline_call(namespace, lease, result, inline)
+        if call is not None:
+            done = await self._submit(self._run_call, call)
+            if done is not None:
+                return done
+        return await super().complete_activity_task_inline(namespace, lease, result, eager, inline)
+
+    def _inline_call(
+        self, namespace: str, lease: LeaseRef, result: bytes, inline: InlineWorkflowTask | None
+    ) -> InlineCall | None:
+        if not self._hot_path or inline is None or namespace not in self.known_namespaces:
+            return None
+        try:  # what the general path refuses, it refuses with its own answer
+            payload = parse_payload(result, "result")
+            validate_commands(list(inline.commands))
+        except InvalidArgumentError:
+            return None
+        return InlineCall.build(
+            namespace,
+            lease,
+            payload,
+            inline,
+            self._options.history,
+            self._options.default_activity_lease_ms,
+            self._channel,
+            self.origin,
+        )
+
+    def _run_call(self, call: InlineCall) -> ActivityCompletion | None:
+        """One autocommitted call; None: run the general path. That is the function's
+        own answer for every case it does not cover, and also the way out of a conflict
+        or a lost connection: the call either committed whole (the general path then
+        finds the outcome recorded by this lease and answers as for a repeat) or not at
+        all (the general path does the work, with its retries)."""
+        conn = self._pool.acquire()
+        discard = False
+        try:
+            row = conn.execute(INLINE_CALL, call.args).fetchone()
+        except psycopg.Error as exc:
+            if exc.sqlstate == FALLBACK_SQLSTATE or isinstance(exc, _CONFLICTS):
+                return None
+            if conn.closed or conn.broken:
+                discard = True
+                self._pool.discard_idle()
+                return None
+            self._count(failed=True)
+            raise _map_error(exc) from exc
+        finally:
+            self._pool.release(conn, discard=discard)
+        assert row is not None
+        completion, notes = call.answer(row)
+        self._count(failed=False)
+        with self._stats_lock:
+            self._stats.hot_calls += 1
+        if notes and self._loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed
+                self._loop.call_soon_threadsafe(self._deliver, notes)
+        return completion
 
     # -- API keys: cached while LISTEN is live ---------------------------------------------
 

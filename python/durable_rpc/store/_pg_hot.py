@@ -1,0 +1,227 @@
+"""The PostgreSQL hot path: an activity completion with an inline decision as one call of
+``drpc_complete_activity_inline`` (``_pg_hot_sql``), one round trip instead of ~9.
+
+``InlineCall.build`` says whether a completion has the shape the function covers and
+prepares its arguments (everything that does not depend on the commit's database time,
+serialized as the general path serializes it); ``InlineCall.answer`` turns the
+function's row into the store's answer and the notes the general path would have
+delivered. A call the function hands back (SQLSTATE ``DRFB1``) runs the general path.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from durable_rpc.store._api import (
+    ActivityCompletion,
+    ClaimedActivityTask,
+    EagerActivities,
+    HistoryLimits,
+    InlineWorkflowTask,
+    LeaseRef,
+    RunOutcome,
+    WorkflowTaskCompletion,
+)
+from durable_rpc.store._logic import activity_timeouts
+from durable_rpc.store._tx import Notes
+from durable_rpc.v1 import history_pb2, payload_pb2, workflow_task_pb2
+
+CALL = (
+    "SELECT * FROM drpc_complete_activity_inline("
+    + ", ".join(["%s"] * 28)
+    + ")"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _Scheduled:
+    command: workflow_task_pb2.ScheduleActivity
+    seq: int
+    eager: bool
+    lease_ms: int
+    start_to_close_ms: int | None
+    heartbeat_ms: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class InlineCall:
+    namespace: str
+    lease: LeaseRef
+    inline: InlineWorkflowTask
+    run_queue: str
+    scheduled: tuple[_Scheduled, ...]
+    close_result: payload_pb2.Payload | None
+    args: tuple[Any, ...]
+
+    @classmethod
+    def build(
+        cls,
+        namespace: str,
+        lease: LeaseRef,
+        result: payload_pb2.Payload,
+        inline: InlineWorkflowTask | None,
+        limits: HistoryLimits,
+        default_lease_ms: int,
+        channel: str,
+        origin: str,
+    ) -> InlineCall | None:
+        """The call for this completion, or None when its shape is not the function's
+        (the caller validated the commands): an inline decision that only schedules
+        activities (asking for eager dispatch, which names the run's queue), or only
+        completes the run."""
+        if inline is None:
+            return None
+        commands = list(inline.commands)
+        kinds = [c.WhichOneof("kind") for c in commands]
+        closing = kinds == ["complete_workflow"]
+        if not closing and any(kind != "schedule_activity" for kind in kinds):
+            return None
+        eager = inline.eager or EagerActivities("", frozenset(), 0)
+        # The run's queue: a worker that asks for eager activities polls it (the
+        # function checks); without that ask, only a decision scheduling nothing qualifies.
+        run_queue = eager.task_queue
+        if not run_queue and commands and not closing:
+            return None
+        scheduled = []
+        for command in commands if not closing else ():
+            spec = command.schedule_activity
+            timeouts = activity_timeouts(spec.options)
+            scheduled.append(
+                _Scheduled(
+                    spec,
+                    command.seq,
+                    False,
+                    timeouts.lease_ms(default_lease_ms),
+                    timeouts.start_to_close_ms,
+                    timeouts.heartbeat_ms,
+                )
+            )
+        # _ops_workflow_tasks._eager_seqs: the first `limit` eligible, in command order.
+        eligible = [
+            i
+            for i, s in enumerate(scheduled)
+            if s.command.task_queue in ("", run_queue)
+            and s.command.activity_type in eager.activity_types
+        ][: max(eager.limit, 0)]
+        for i in eligible:
+            scheduled[i] = _replace_eager(scheduled[i])
+        queues = {s.command.task_queue or run_queue for s in scheduled}
+        on_queue = sum(1 for s in scheduled if (s.command.task_queue or run_queue) == run_queue)
+        if eligible and len(eligible) == on_queue:
+            # Every activity on the run's queue goes to this worker: nobody to wake there.
+            queues.discard(run_queue)
+        notify: dict[str, Any] = {"o": origin}
+        if queues:
+            notify["t"] = [[namespace, queue, "activity"] for queue in sorted(queues)]
+        if closing:
+            notify["c"] = [[namespace, inline.run_id]]
+        close_result = commands[0].complete_workflow.result if closing else None
+        args = (
+            namespace,
+            lease.task_id,
+            lease.worker_id,
+            lease.fencing_token,
+            history_pb2.ActivityCompleted(result=result).SerializeToString(),
+            history_pb2.ActivityCompleted(
+                worker_id=lease.worker_id, fencing_token=lease.fencing_token
+            ).SerializeToString(),
+            inline.run_id,
+            run_queue or None,
+            inline.last_seen_event_id,
+            history_pb2.WorkflowTaskCompleted(
+                worker_id=lease.worker_id, build_id=inline.build_id
+            ).SerializeToString(),
+            [s.seq for s in scheduled],
+            [s.command.activity_type for s in scheduled],
+            [s.command.task_queue for s in scheduled],
+            [s.command.input.SerializeToString() for s in scheduled],
+            [s.command.options.SerializeToString() for s in scheduled],
+            [_scheduled_attributes(s, run_queue) for s in scheduled],
+            [s.lease_ms for s in scheduled],
+            [s.start_to_close_ms for s in scheduled],
+            [activity_timeouts(s.command.options).schedule_to_close_ms for s in scheduled],
+            [activity_timeouts(s.command.options).schedule_to_start_ms for s in scheduled],
+            [
+                json.dumps(dict(s.command.trace_context)) if s.command.trace_context else None
+                for s in scheduled
+            ],
+            [s.eager for s in scheduled],
+            history_pb2.WorkflowCompleted(result=close_result).SerializeToString()
+            if close_result is not None
+            else None,
+            close_result.SerializeToString() if close_result is not None else None,
+            limits.max_events,
+            limits.max_bytes,
+            channel,
+            json.dumps(notify),
+        )
+        return cls(
+            namespace,
+            lease,
+            inline,
+            run_queue,
+            tuple(scheduled),
+            close_result,
+            args,
+        )
+
+    def answer(self, row: dict[str, Any]) -> tuple[ActivityCompletion, Notes]:
+        """The store's answer and the notes to deliver locally, from the function's row."""
+        namespace, run_id = self.namespace, self.inline.run_id
+        notes = Notes()
+        claimed: list[ClaimedActivityTask] = []
+        for s, task_id, expires in zip(
+            self.scheduled, row["o_task_ids"], row["o_expires"], strict=True
+        ):
+            if not s.eager:
+                continue
+            claimed.append(
+                ClaimedActivityTask(
+                    task_id=task_id,
+                    worker_id=self.lease.worker_id,
+                    fencing_token=1,
+                    lease_expires_at_ms=expires,
+                    workflow_id=row["o_workflow_id"],
+                    run_id=run_id,
+                    seq=s.seq,
+                    activity_type=s.command.activity_type,
+                    input=s.command.input.SerializeToString(),
+                    attempt=1,
+                    heartbeat_details=None,
+                    heartbeat_timeout_ms=s.heartbeat_ms,
+                    start_to_close_timeout_ms=s.start_to_close_ms,
+                    options=s.command.options.SerializeToString(),
+                    trace_context=dict(s.command.trace_context),
+                )
+            )
+        claimed.sort(key=lambda task: task.seq)
+        payload = json.loads(self.args[-1])
+        for _, queue, kind in payload.get("t", ()):
+            notes.tasks.add((namespace, queue, kind))
+        notes.due.update(row["o_dues"])
+        if self.close_result is not None:
+            notes.closed.append((namespace, run_id))
+            notes.outcomes[(namespace, run_id)] = RunOutcome(
+                run_id, "completed", self.close_result.SerializeToString(), None
+            )
+        events = [bytes(e) for e in row["o_events"]]
+        completion = WorkflowTaskCompletion(claimed, events, row["o_history_length"])
+        return ActivityCompletion(inline=completion), notes
+
+
+def _replace_eager(s: _Scheduled) -> _Scheduled:
+    return _Scheduled(s.command, s.seq, True, s.lease_ms, s.start_to_close_ms, s.heartbeat_ms)
+
+
+def _scheduled_attributes(s: _Scheduled, run_queue: str) -> bytes:
+    """ActivityScheduled as _ops_commands._apply_command serializes it."""
+    spec = s.command
+    return history_pb2.ActivityScheduled(
+        seq=s.seq,
+        activity_type=spec.activity_type,
+        input=spec.input,
+        task_queue=spec.task_queue or run_queue,
+        options=spec.options,
+    ).SerializeToString()

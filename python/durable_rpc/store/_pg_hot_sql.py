@@ -1,0 +1,223 @@
+"""The PostgreSQL hot path's server-side functions (migration 10).
+
+An activity completion carrying an inline decision (docs/engine.md, "Inline workflow
+tasks") is two of a hello workflow's four durable commits. Sent as separate statements
+it costs ~9 round trips, and on PostgreSQL the cost of a workflow is per statement
+(docs/scale-out.md): driver work in the server, protocol work in the backend and a
+context switch each way. ``drpc_complete_activity_inline`` runs the whole operation in
+the backend as one autocommitted call: the fenced completion, the run lock, the checks,
+the events, the activity rows (eagerly leased), the close, the ``NOTIFY``.
+
+It covers only the common shape of that operation. Anything else — a lease that is not
+live (late holders, duplicates), a closed run, a history that moved on, a workflow task
+or update request pending, a used seq, a parent or open children when closing, a
+decision past the history limit — raises SQLSTATE ``DRFB1`` before anything is kept
+(the call's transaction rolls back whole), and the store runs the general path, which
+answers every case. So the function never decides anything differently: it either does
+exactly what the general path would have done, or nothing.
+
+Events are built here because they carry the database time of the commit, which the
+server cannot know before the call: the server serializes every part that does not
+depend on it, the function adds the event id and the times in protobuf's field order, so
+the bytes equal ``_logic.make_event``'s (tests/store/test_pg_hot_path.py compares them).
+"""
+
+from __future__ import annotations
+
+#: SQLSTATE the hot-path function raises when the general path must run instead.
+FALLBACK_SQLSTATE = "DRFB1"
+
+_HELPERS = (
+    # A protobuf varint (non-negative values only: ids, times, counters).
+    """CREATE FUNCTION drpc_pb_varint(v bigint) RETURNS bytea
+    LANGUAGE plpgsql IMMUTABLE STRICT AS $fn$
+DECLARE
+  out bytea := ''::bytea;
+BEGIN
+  IF v < 0 THEN
+    RAISE EXCEPTION 'drpc_pb_varint: negative value %', v;
+  END IF;
+  LOOP
+    IF v < 128 THEN
+      RETURN out || set_byte('\\x00'::bytea, 0, v::int);
+    END IF;
+    out := out || set_byte('\\x00'::bytea, 0, ((v & 127) | 128)::int);
+    v := v >> 7;
+  END LOOP;
+END $fn$""",
+    # A varint field; proto3 leaves zero (and NULL) out.
+    """CREATE FUNCTION drpc_pb_int(field int, v bigint) RETURNS bytea
+    LANGUAGE sql IMMUTABLE AS $fn$
+  SELECT CASE WHEN v IS NULL OR v = 0 THEN ''::bytea
+    ELSE drpc_pb_varint(field::bigint << 3) || drpc_pb_varint(v) END
+$fn$""",
+    # A length-delimited field (a message or bytes), always present.
+    """CREATE FUNCTION drpc_pb_len(field int, b bytea) RETURNS bytea
+    LANGUAGE sql IMMUTABLE STRICT AS $fn$
+  SELECT drpc_pb_varint((field::bigint << 3) | 2) || drpc_pb_varint(length(b)) || b
+$fn$""",
+    # google.protobuf.Timestamp of a time in ms (Timestamp.FromMilliseconds).
+    """CREATE FUNCTION drpc_pb_timestamp(ms bigint) RETURNS bytea
+    LANGUAGE sql IMMUTABLE STRICT AS $fn$
+  SELECT drpc_pb_int(1, ms / 1000) || drpc_pb_int(2, (ms % 1000) * 1000000)
+$fn$""",
+    # A HistoryEvent: event_id (1), event_time (2), then the attributes' oneof field.
+    """CREATE FUNCTION drpc_pb_event(event_id bigint, now_ms bigint, field int, attrs bytea)
+    RETURNS bytea LANGUAGE sql IMMUTABLE STRICT AS $fn$
+  SELECT drpc_pb_int(1, event_id) || drpc_pb_len(2, drpc_pb_timestamp(now_ms))
+    || drpc_pb_len(field, attrs)
+$fn$""",
+)
+
+# The general path's counterparts, step by step: record_outcome (the fence of
+# ``_shared.FENCE``), open_run, the inline conditions of complete_activity_task_inline,
+# _check_decision, _record_decision, _apply_command (schedule_activity, complete_workflow),
+# close_run, _claim_eager_activities / _lease_activity, and the notes' NOTIFY.
+_COMPLETE_ACTIVITY_INLINE = """CREATE FUNCTION drpc_complete_activity_inline(
+  p_ns text, p_task bigint, p_worker text, p_token bigint,
+  p_result_field bytea, p_completed_tail bytea,
+  p_run text, p_run_queue text, p_last_seen bigint, p_marker_tail bytea,
+  p_seqs bigint[], p_types text[], p_queues text[], p_inputs bytea[], p_options bytea[],
+  p_scheduled bytea[], p_lease_ms bigint[], p_start_to_close_ms bigint[],
+  p_schedule_to_close_ms bigint[], p_schedule_to_start_ms bigint[], p_traces text[],
+  p_eager boolean[],
+  p_close_attrs bytea, p_close_result bytea,
+  p_max_events bigint, p_max_bytes bigint,
+  p_channel text, p_notify jsonb)
+RETURNS TABLE (o_now bigint, o_events bytea[], o_task_ids bigint[], o_expires bigint[],
+  o_dues bigint[], o_workflow_id text, o_history_length bigint)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+  v_now bigint := (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::bigint;
+  v_run text;
+  v_seq bigint;
+  v_attempt int;
+  r runs%ROWTYPE;
+  v_events bytea[] := '{}';
+  v_kinds text[] := '{}';
+  v_size bigint := 0;
+  v_ids bigint[] := '{}';
+  v_expires bigint[] := '{}';
+  v_dues bigint[] := '{}';
+  n int := coalesce(array_length(p_seqs, 1), 0);
+  i int;
+  v_task bigint;
+  v_close bigint;
+  v_queue_deadline bigint;
+  v_attempt_deadline bigint;
+  v_expiry bigint;
+  v_payload jsonb := p_notify;
+BEGIN
+  UPDATE tasks SET state = 'completed', due_ms = NULL, outcome_token = fencing_token,
+      outcome_kind = 'completed'
+    WHERE task_id = p_task AND namespace = p_ns AND kind = 'activity' AND state = 'leased'
+      AND worker_id = p_worker AND fencing_token = p_token AND expires_at_ms > v_now
+    RETURNING run_id, seq, attempt INTO v_run, v_seq, v_attempt;
+  IF NOT FOUND OR v_run <> p_run THEN
+    RAISE EXCEPTION 'general path' USING ERRCODE = 'DRFB1';
+  END IF;
+  SELECT * INTO r FROM runs WHERE namespace = p_ns AND run_id = v_run FOR UPDATE;
+  IF NOT FOUND OR r.status <> 'running' OR r.history_length <> p_last_seen
+      OR r.pending_updates <> 0 OR r.task_queue <> coalesce(p_run_queue, r.task_queue) THEN
+    RAISE EXCEPTION 'general path' USING ERRCODE = 'DRFB1';
+  END IF;
+  IF EXISTS (SELECT 1 FROM tasks WHERE namespace = p_ns AND run_id = v_run
+      AND kind = 'workflow' AND state IN ('queued', 'leased', 'waiting'))
+    OR (n > 0 AND EXISTS (SELECT 1 FROM tasks WHERE namespace = p_ns AND run_id = v_run
+      AND seq = ANY (p_seqs)))
+    OR (p_close_attrs IS NOT NULL AND (r.parent_run_id IS NOT NULL OR EXISTS (
+      SELECT 1 FROM runs AS child WHERE child.namespace = p_ns
+        AND child.parent_run_id = v_run AND child.status = 'running'))) THEN
+    RAISE EXCEPTION 'general path' USING ERRCODE = 'DRFB1';
+  END IF;
+
+  -- ActivityCompleted (13), the decision's marker (11), its command events.
+  v_events := v_events || drpc_pb_event(p_last_seen + 1, v_now, 13,
+    drpc_pb_int(1, v_seq) || p_result_field || drpc_pb_int(3, v_attempt) || p_completed_tail);
+  v_kinds := v_kinds || 'activity_completed'::text;
+  v_events := v_events || drpc_pb_event(p_last_seen + 2, v_now, 11,
+    drpc_pb_int(1, p_last_seen + 1) || drpc_pb_len(2, drpc_pb_timestamp(v_now))
+    || p_marker_tail);
+  v_kinds := v_kinds || 'workflow_task_completed'::text;
+  FOR i IN 1 .. n LOOP
+    v_events := v_events || drpc_pb_event(p_last_seen + 2 + i, v_now, 12, p_scheduled[i]);
+    v_kinds := v_kinds || 'activity_scheduled'::text;
+  END LOOP;
+  IF p_close_attrs IS NOT NULL THEN
+    v_events := v_events || drpc_pb_event(p_last_seen + 3 + n, v_now, 20, p_close_attrs);
+    v_kinds := v_kinds || 'workflow_completed'::text;
+  END IF;
+  SELECT coalesce(sum(length(e)), 0) INTO v_size FROM unnest(v_events) AS e;
+  IF p_close_attrs IS NULL AND (p_last_seen + array_length(v_events, 1) > p_max_events
+      OR r.history_size_bytes + v_size > p_max_bytes) THEN
+    RAISE EXCEPTION 'general path' USING ERRCODE = 'DRFB1';
+  END IF;
+  INSERT INTO history (namespace, run_id, event_id, kind, event_time_ms, data)
+    SELECT p_ns, v_run, p_last_seen + k, v_kinds[k], v_now, v_events[k]
+    FROM generate_subscripts(v_events, 1) AS k;
+  UPDATE runs SET history_length = p_last_seen + array_length(v_events, 1),
+      history_size_bytes = history_size_bytes + v_size, wft_attempt = 1,
+      last_wft_failure = NULL
+    WHERE namespace = p_ns AND run_id = v_run;
+
+  FOR i IN 1 .. n LOOP
+    v_close := v_now + p_schedule_to_close_ms[i];
+    -- least() skips NULLs, as _logic.earliest does.
+    v_queue_deadline := least(v_close, v_now + p_schedule_to_start_ms[i]);
+    IF v_queue_deadline IS NOT NULL THEN
+      v_dues := v_dues || v_queue_deadline;
+    END IF;
+    IF p_eager[i] THEN
+      -- Queued and leased at once: the row the general path's INSERT and claim leave.
+      v_attempt_deadline := least(v_now + p_start_to_close_ms[i], v_close);
+      v_expiry := least(v_now + p_lease_ms[i], v_attempt_deadline);
+      INSERT INTO tasks (namespace, run_id, kind, task_queue, state, visible_at_ms, due_ms,
+          expires_at_ms, claimed_at_ms, worker_id, attempt, fencing_token, seq,
+          activity_type, input, options, lease_ms, start_to_close_ms,
+          attempt_deadline_ms, schedule_to_close_deadline_ms, queue_deadline_ms,
+          created_at_ms, trace_context)
+        VALUES (p_ns, v_run, 'activity', coalesce(nullif(p_queues[i], ''), r.task_queue),
+          'leased', v_now, v_expiry, v_expiry, v_now, p_worker, 1, 1, p_seqs[i],
+          p_types[i], p_inputs[i], p_options[i], p_lease_ms[i], p_start_to_close_ms[i],
+          v_attempt_deadline, v_close, NULL, v_now, p_traces[i])
+        RETURNING task_id INTO v_task;
+      -- _ops_leases.lease_check_at: the 250 ms grid of lease checks.
+      v_dues := v_dues || (((v_expiry + 249) / 250) * 250);
+    ELSE
+      v_expiry := NULL;
+      INSERT INTO tasks (namespace, run_id, kind, task_queue, state, visible_at_ms, due_ms,
+          attempt, fencing_token, seq, activity_type, input, options, lease_ms,
+          start_to_close_ms, schedule_to_close_deadline_ms, queue_deadline_ms,
+          created_at_ms, trace_context)
+        VALUES (p_ns, v_run, 'activity', coalesce(nullif(p_queues[i], ''), r.task_queue),
+          'queued', v_now, v_now, 1, 0, p_seqs[i], p_types[i], p_inputs[i], p_options[i],
+          p_lease_ms[i], p_start_to_close_ms[i], v_close, v_queue_deadline, v_now,
+          p_traces[i])
+        RETURNING task_id INTO v_task;
+    END IF;
+    v_ids := v_ids || v_task;
+    v_expires := v_expires || v_expiry;
+  END LOOP;
+
+  IF p_close_attrs IS NOT NULL THEN
+    UPDATE runs SET status = 'completed', close_time_ms = v_now, result = p_close_result,
+        failure = NULL, deadline_ms = NULL, pending_updates = 0
+      WHERE namespace = p_ns AND run_id = v_run;
+    UPDATE tasks SET state = 'cancelled', due_ms = NULL, queue_deadline_ms = NULL,
+        cancel_requested = 1
+      WHERE namespace = p_ns AND run_id = v_run AND state IN ('queued', 'leased', 'waiting');
+  END IF;
+
+  -- The notes, as the store's COMMIT would NOTIFY them (``_pg_listen.encode``).
+  IF array_length(v_dues, 1) > 0 THEN
+    v_payload := v_payload || jsonb_build_object('d', (SELECT min(d) FROM unnest(v_dues) AS d));
+  END IF;
+  IF v_payload - 'o' <> '{}'::jsonb THEN
+    PERFORM pg_notify(p_channel, v_payload::text);
+  END IF;
+  RETURN QUERY SELECT v_now, v_events, v_ids, v_expires, v_dues, r.workflow_id,
+    p_last_seen + array_length(v_events, 1);
+END $fn$"""
+
+#: Migration 10 on PostgreSQL (SQLite's migration 10 is empty).
+HOT_PATH_FUNCTIONS: tuple[str, ...] = (*_HELPERS, _COMPLETE_ACTIVITY_INLINE)

@@ -1,0 +1,255 @@
+"""PostgreSQL's hot path (``store/_pg_hot``): an activity completion with an inline
+decision as one server-side function call must leave exactly what the general path
+(separate statements) leaves — the same history bytes up to the commit times, the same
+task and run rows, the same answer, the same notifications to other replicas — and must
+hand every case it does not cover back to the general path with nothing written."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg.rows import dict_row
+
+from durable_rpc.store import (
+    ActivityCompletion,
+    ClaimedActivityTask,
+    EagerActivities,
+    InlineWorkflowTask,
+    Store,
+    open_store,
+)
+from durable_rpc.store._logic import make_event
+from durable_rpc.v1 import history_pb2, options_pb2, workflow_task_pb2
+from tests.scale import cluster as pg
+from tests.store.conftest import FAST
+from tests.store.helpers import (
+    NS,
+    QUEUE,
+    RecordingListener,
+    activity_options,
+    claim,
+    complete,
+    eventually,
+    history,
+    payload,
+    schedule,
+    start,
+)
+
+pytestmark = pytest.mark.skipif(not pg.available(), reason="needs PostgreSQL")
+
+EAGER = EagerActivities(QUEUE, frozenset({"act"}), 1)
+
+
+@dataclass
+class Pair:
+    """The same scenario on two databases: hot path on, and off."""
+
+    hot: Store
+    general: Store
+    hot_url: str
+    general_url: str
+
+
+@pytest.fixture
+async def pair() -> AsyncIterator[Pair]:
+    cluster = pg.require_cluster()
+    hot_url, general_url = cluster.create_database(), cluster.create_database()
+    hot = open_store(hot_url, FAST)
+    general = open_store(general_url + "?hot_path=off", FAST)
+    await hot.open()
+    await general.open()
+    try:
+        yield Pair(hot, general, hot_url, general_url)
+    finally:
+        await hot.close()
+        await general.close()
+        cluster.drop_database(hot_url)
+        cluster.drop_database(general_url)
+
+
+def _options() -> options_pb2.ActivityOptions:
+    options = activity_options(start_to_close_ms=4_000, schedule_to_close_ms=9_000)
+    options.schedule_to_start_timeout.FromMilliseconds(7_000)
+    return options
+
+
+def _traced(seq: int, activity_type: str, queue: str = "") -> workflow_task_pb2.Command:
+    command = schedule(seq, activity_type, _options())
+    command.schedule_activity.task_queue = queue
+    command.schedule_activity.trace_context["traceparent"] = "00-aa-bb-01"
+    return command
+
+
+async def _scenario(store: Store) -> tuple[str, list[ActivityCompletion]]:
+    """start → first decision (activity 1, eager) → activity 1 completes with an inline
+    decision scheduling activity 2 (eager) and 3 (another queue) → activity 2 completes
+    with an inline decision closing the run (activity 3 is cancelled)."""
+    run_id = await start(store)
+    task = await claim(store)
+    first = await store.complete_workflow_task_tracked(
+        NS, task.lease, 1, [schedule(1, "act")], eager=EAGER
+    )
+    [one] = first.eager_activities
+    answers = []
+    inline = InlineWorkflowTask(
+        run_id,
+        first.history_length,
+        [_traced(2, "act"), _traced(3, "other", "q2")],
+        build_id="b7",
+        eager=EAGER,
+    )
+    answers.append(
+        await store.complete_activity_task_inline(NS, one.lease, payload(b"r1"), inline=inline)
+    )
+    done = answers[0].inline
+    assert done is not None
+    [two] = done.eager_activities
+    closing = InlineWorkflowTask(run_id, done.history_length, [complete(4, b"bye")], "b7", EAGER)
+    answers.append(
+        await store.complete_activity_task_inline(NS, two.lease, payload(b"r2"), inline=closing)
+    )
+    return run_id, answers
+
+
+def _timeless(raw: bytes) -> history_pb2.HistoryEvent:
+    event = history_pb2.HistoryEvent.FromString(raw)
+    event.ClearField("event_time")
+    if event.HasField("workflow_started"):  # a fresh run id in each database
+        event.workflow_started.ClearField("run_id")
+    if event.HasField("workflow_task_completed"):
+        event.workflow_task_completed.ClearField("workflow_time")
+    return event
+
+
+def _claim_view(task: ClaimedActivityTask) -> tuple[Any, ...]:
+    return (
+        task.worker_id,
+        task.fencing_token,
+        task.seq,
+        task.activity_type,
+        task.input,
+        task.attempt,
+        task.heartbeat_details,
+        task.heartbeat_timeout_ms,
+        task.start_to_close_timeout_ms,
+        task.options,
+        task.trace_context,
+        task.workflow_id,
+    )
+
+
+def _rows(url: str, sql: str) -> list[dict[str, Any]]:
+    with psycopg.connect(url, row_factory=dict_row) as conn:
+        return conn.execute(sql).fetchall()
+
+
+_TASK_COLUMNS = (
+    "kind, task_queue, state, seq, activity_type, input, options, lease_ms, "
+    "start_to_close_ms, attempt, fencing_token, worker_id, outcome_kind, outcome_token, "
+    "cancel_requested, trace_context, due_ms IS NULL AS no_due, "
+    "expires_at_ms - claimed_at_ms AS lease_length, "
+    "attempt_deadline_ms - claimed_at_ms AS attempt_deadline, "
+    "schedule_to_close_deadline_ms - created_at_ms AS close_deadline, "
+    "queue_deadline_ms - created_at_ms AS queue_deadline"
+)
+_RUN_COLUMNS = (
+    "status, result, failure, history_length, history_size_bytes, wft_attempt, "
+    "last_wft_failure, pending_updates, deadline_ms, close_time_ms IS NULL AS open"
+)
+
+
+async def test_the_function_leaves_what_the_general_path_leaves(pair: Pair) -> None:
+    (hot_run, hot), (general_run, general) = await asyncio.gather(
+        _scenario(pair.hot), _scenario(pair.general)
+    )
+    assert pair.hot.stats.hot_calls == 2
+    assert pair.general.stats.hot_calls == 0
+
+    hot_history, general_history = await history(pair.hot), await history(pair.general)
+    assert [_timeless(e) for e in hot_history] == [_timeless(e) for e in general_history]
+    # Byte for byte what make_event serializes (the function builds events itself).
+    for raw in hot_history:
+        event = history_pb2.HistoryEvent.FromString(raw)
+        kind = event.WhichOneof("attributes")
+        assert kind is not None
+        expected = make_event(
+            event.event_id, event.event_time.ToMilliseconds(), kind, getattr(event, kind)
+        )
+        assert raw == expected, kind
+
+    for h, g in zip(hot, general, strict=True):
+        assert h.workflow_task is None and g.workflow_task is None
+        assert h.inline is not None and g.inline is not None
+        assert [_timeless(e) for e in h.inline.appended_events] == [
+            _timeless(e) for e in g.inline.appended_events
+        ]
+        assert h.inline.history_length == g.inline.history_length
+        assert [_claim_view(t) for t in h.inline.eager_activities] == [
+            _claim_view(t) for t in g.inline.eager_activities
+        ]
+    assert hot[-1].inline is not None and hot[-1].inline.appended_events == hot_history[-3:]
+
+    order = " ORDER BY kind, seq NULLS FIRST"
+    assert _rows(pair.hot_url, f"SELECT {_TASK_COLUMNS} FROM tasks{order}") == _rows(
+        pair.general_url, f"SELECT {_TASK_COLUMNS} FROM tasks{order}"
+    )
+    assert _rows(pair.hot_url, f"SELECT {_RUN_COLUMNS} FROM runs") == _rows(
+        pair.general_url, f"SELECT {_RUN_COLUMNS} FROM runs"
+    )
+    for store, run_id in ((pair.hot, hot_run), (pair.general, general_run)):
+        outcome = await store.get_outcome(NS, "wf-1", run_id)
+        assert (outcome.status, outcome.result) == ("completed", payload(b"bye"))
+
+
+async def test_other_replicas_hear_what_the_function_committed(pair: Pair) -> None:
+    other = open_store(pair.hot_url, FAST)
+    heard = RecordingListener()
+    other.set_listener(heard)
+    await other.open()
+    try:
+        run_id, _ = await _scenario(pair.hot)
+
+        def everything() -> bool | None:
+            wanted = (NS, "q2", "activity") in heard.tasks and (NS, run_id) in heard.closed
+            return wanted or None
+
+        async def poll() -> bool | None:
+            await heard.changed.wait()
+            heard.changed.clear()
+            return everything()
+
+        if not everything():
+            await eventually(poll, what="the function's NOTIFY on the other replica")
+        # The eagerly leased activity 2 went to its worker: nobody on q1 was woken for it.
+        assert (NS, QUEUE, "activity") not in heard.tasks
+        assert heard.due, "the leases' and deadlines' due times"
+    finally:
+        await other.close()
+
+
+async def test_uncovered_cases_run_the_general_path_with_nothing_kept(pair: Pair) -> None:
+    store = pair.hot
+    run_id = await start(store)
+    task = await claim(store)
+    first = await store.complete_workflow_task_tracked(
+        NS, task.lease, 1, [schedule(1, "act")], eager=EAGER
+    )
+    [one] = first.eager_activities
+    # A signal arrived meanwhile: the worker's copy of the history is stale.
+    assert await store.signal_workflow(NS, "wf-1", None, "go", payload(b"s"), "sig-1")
+    stale = InlineWorkflowTask(run_id, first.history_length, [complete(2)], eager=EAGER)
+    done = await store.complete_activity_task_inline(NS, one.lease, payload(b"r1"), inline=stale)
+    assert done.inline is None  # the completion alone, as the general path decides
+    assert store.stats.hot_calls == 0
+    kinds = [e.WhichOneof("attributes") for e in map(_timeless, await history(store))]
+    assert kinds[-2:] == ["signal_received", "activity_completed"]
+    # The repeat of that completion is the general path's idempotent success.
+    again = await store.complete_activity_task_inline(NS, one.lease, payload(b"r1"), inline=stale)
+    assert again.inline is None and again.workflow_task is None
+    assert len(await history(store)) == len(kinds)
