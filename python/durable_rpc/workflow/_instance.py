@@ -24,6 +24,9 @@ from durable_rpc.workflow._values import (
     WorkflowInfo,
 )
 
+#: A signal waiting for its plain handler: (signal name, handler, encoded arguments).
+QueuedSignal = tuple[str, SignalHandler, bytes]
+
 
 class InstanceState:
     """The state of one workflow execution; the parts of
@@ -76,6 +79,9 @@ class InstanceState:
         self._main: asyncio.Task[Any] | None = None
         self._handlers: dict[str, SignalHandler] = {}
         self._buffered_signals: dict[str, list[bytes]] = {}
+        # The callback running the plain signal handlers queued last, and their signals
+        # (see _signals.py): one more delivered right behind them joins it.
+        self._sync_signals: tuple[asyncio.Handle, list[QueuedSignal]] | None = None
         self._handler_error: BaseException | None = None
         self._finished = False
         # Markers recorded by the task the current activation replays (empty when live).

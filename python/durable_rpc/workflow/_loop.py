@@ -171,6 +171,10 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
     def has_ready(self) -> bool:
         return bool(self._ready)
 
+    def is_last_ready(self, handle: asyncio.Handle) -> bool:
+        """Whether ``handle`` is queued and nothing was queued after it."""
+        return bool(self._ready) and self._ready[-1] is handle
+
 
 def _install_forbidden_stubs() -> None:
     """Every other AbstractEventLoop method (sockets, subprocesses, signals, servers...)

@@ -120,6 +120,10 @@ class WorkflowInstance(
                     cancel_reason = job.cancel_workflow.reason
                 elif kind == "do_update":
                     updates.append(job.do_update)
+                elif kind == "signal_workflow":
+                    # The bulk of a long run's jobs: dispatched here, without _apply.
+                    signal = job.signal_workflow
+                    self._signal(signal.signal_name, payload_data(signal.input))
                 else:
                     self._apply(job)
             # The main coroutine is scheduled after the other jobs, so signals delivered

@@ -3,10 +3,11 @@ order until a handler is registered.
 
 A long run receives thousands of signals and a cold replay delivers them all, so the
 per-signal work is kept small: a handler's argument hints are read once, when it is
-registered, and a plain (sync) handler runs as one loop callback instead of a Task,
+registered, and a plain (sync) handler runs as a loop callback instead of a Task,
 queued exactly where the Task's first step would have been (``Task.__init__`` does
-``call_soon(step)``), so every interleaving -- and every replayed command -- is the
-same."""
+``call_soon(step)``); consecutive ones share one callback, which runs them in order
+(nothing else was queued between them), so every interleaving -- and every replayed
+command -- is the same."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from durable_rpc import converter
-from durable_rpc.workflow._instance import InstanceState
+from durable_rpc.workflow._instance import InstanceState, QueuedSignal
 from durable_rpc.workflow._signal_handler import SignalHandler
 
 log = logging.getLogger("durable_rpc.workflow")
@@ -38,7 +39,12 @@ class SignalsMixin(InstanceState):
     def _deliver(self, name: str, data: bytes) -> None:
         handler = self._handlers[name]
         if not handler.is_async:
-            self.loop.call_soon(self._run_sync_handler, name, handler, data)
+            batch = self._sync_signals
+            if batch is not None and self.loop.is_last_ready(batch[0]):
+                batch[1].append((name, handler, data))
+                return
+            items = [(name, handler, data)]
+            self._sync_signals = (self.loop.call_soon(self._run_sync_handlers, items), items)
             return
 
         async def run_handler() -> None:
@@ -46,6 +52,10 @@ class SignalsMixin(InstanceState):
 
         task = self.loop.create_task(run_handler(), name=f"signal:{name}")
         task.add_done_callback(self._on_handler_done)
+
+    def _run_sync_handlers(self, items: list[QueuedSignal]) -> None:
+        for name, handler, data in items:
+            self._run_sync_handler(name, handler, data)
 
     def _run_sync_handler(self, name: str, handler: SignalHandler, data: bytes) -> None:
         try:
@@ -56,7 +66,7 @@ class SignalsMixin(InstanceState):
             # A failing signal handler fails the run, like a failing main method.
             self._handler_error = self._handler_error or exc
             return
-        if asyncio.iscoroutine(result):
+        if result is not None and asyncio.iscoroutine(result):
             # A plain function returning an awaitable: await it in a task of its own.
             task = self.loop.create_task(result, name=f"signal:{name}")
             task.add_done_callback(self._on_handler_done)
