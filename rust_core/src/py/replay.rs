@@ -9,7 +9,7 @@ use pyo3::types::PyBytes;
 
 use super::errors;
 use crate::proto::{ActivationCompletion, DoUpdateJob, History};
-use crate::replay::{self, MalformedHistory, ReplayError};
+use crate::replay::{self, Continuation, MalformedHistory, ReplayError};
 
 fn malformed(py: Python<'_>, message: String) -> PyErr {
     errors::new_err(py, "MalformedHistoryError", (message,))
@@ -92,6 +92,34 @@ impl ReplayMachine {
         PyBytes::new(py, &completion.encode_to_vec())
     }
 
+    /// Continues a machine that delivered everything with ``tail`` (``History`` bytes:
+    /// the events after the known ones) for a new task at ``task_time_ms``; ``sent`` is
+    /// the ``ActivationCompletion`` (bytes) the last task was completed with. Returns
+    /// None when it continues, or why the history does not continue this machine's
+    /// decision (then replay from event 1 on a fresh machine).
+    #[pyo3(signature = (tail, task_time_ms, sent))]
+    fn continue_with(
+        &mut self,
+        py: Python<'_>,
+        tail: &[u8],
+        task_time_ms: i64,
+        sent: &[u8],
+    ) -> PyResult<Option<String>> {
+        let tail = History::decode(tail)
+            .map_err(|e| malformed(py, format!("invalid History protobuf: {e}")))?;
+        let sent = ActivationCompletion::decode(sent).map_err(|e| {
+            PyValueError::new_err(format!("invalid ActivationCompletion protobuf: {e}"))
+        })?;
+        match self
+            .inner
+            .continue_with(tail, timestamp_from_ms(task_time_ms), &sent.commands)
+        {
+            Ok(()) => Ok(None),
+            Err(Continuation::Diverged(why)) => Ok(Some(why)),
+            Err(Continuation::Malformed(e)) => Err(malformed_error(py, e)),
+        }
+    }
+
     /// Whether the outstanding (or last) activation replays recorded history.
     #[getter]
     fn is_replaying(&self) -> bool {
@@ -105,7 +133,24 @@ impl ReplayMachine {
     }
 }
 
+/// Replays ``history`` (``History`` bytes) ``iterations`` times in Rust alone, each
+/// recorded task completed with its own recorded commands (no workflow code, no
+/// Python in the loop). Returns (events replayed, decode seconds, replay seconds).
+#[pyfunction]
+#[pyo3(signature = (history, iterations))]
+fn replay_core_bench(py: Python<'_>, history: &[u8], iterations: u32) -> PyResult<(u64, f64, f64)> {
+    let times = py
+        .allow_threads(|| replay::bench::replay_echo(history, iterations))
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    Ok((
+        times.events,
+        times.decode.as_secs_f64(),
+        times.replay.as_secs_f64(),
+    ))
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<ReplayMachine>()?;
+    m.add_function(wrap_pyfunction!(replay_core_bench, m)?)?;
     Ok(())
 }

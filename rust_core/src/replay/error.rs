@@ -109,3 +109,24 @@ impl From<UsageError> for ReplayError {
         ReplayError::Usage(e)
     }
 }
+
+/// Why [`super::ReplayMachine::continue_with`] could not continue a machine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Continuation {
+    /// The new events do not continue what the machine decided (another worker decided,
+    /// the decision was not recorded, events are missing): replay from event 1.
+    Diverged(String),
+    /// The new events break the history contract (a full replay fails the same way).
+    Malformed(MalformedHistory),
+}
+
+impl fmt::Display for Continuation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Continuation::Diverged(why) => write!(f, "history diverged from the cache: {why}"),
+            Continuation::Malformed(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for Continuation {}

@@ -6,15 +6,16 @@ use prost::Message;
 use prost_types::Timestamp;
 
 use super::describe::{event_kind, Recorded};
-use super::error::{MalformedHistory, NondeterminismError, ReplayError, UsageError};
+use super::error::{Continuation, MalformedHistory, NondeterminismError, ReplayError, UsageError};
 use crate::proto::activation_job::Job;
 use crate::proto::history_event::Attributes;
 use crate::proto::resolve_activity_job::Outcome;
 use crate::proto::{resolve_child_workflow_job, Failure};
 use crate::proto::{
     Activation, ActivationCompletion, ActivationJob, CancelWorkflowJob, Command, DoUpdateJob,
-    FireTimerJob, History, RecordedMarker, ResolveActivityJob, ResolveChildWorkflowJob,
-    ResolveChildWorkflowStartJob, ResolveSignalExternalJob, SignalWorkflowJob, StartWorkflowJob,
+    FireTimerJob, History, HistoryEvent, RecordedMarker, ResolveActivityJob,
+    ResolveChildWorkflowJob, ResolveChildWorkflowStartJob, ResolveSignalExternalJob,
+    SignalWorkflowJob, StartWorkflowJob,
 };
 
 /// Written in descriptions when one side of a comparison has nothing.
@@ -79,30 +80,131 @@ pub struct ReplayMachine {
     /// `history_bytes[n]`: the serialized size of events 1..=n (index 0 is 0), so an
     /// activation can say how big the history was when its task ran.
     history_bytes: Vec<i64>,
+    /// True right after a marker and while its command events continue (indexing state,
+    /// kept so a continuation indexes its events exactly as one history would be).
+    in_command_group: bool,
 }
 
 impl ReplayMachine {
     /// Indexes `history`; `task_time` is the current workflow task's time (the clock of
     /// the final, non-replayed activation).
     pub fn new(history: History, task_time: Timestamp) -> Result<Self, MalformedHistory> {
-        let mut run_id = String::new();
-        let mut tasks: Vec<Task> = Vec::new();
-        let mut recorded: Vec<Recorded> = Vec::new();
-        let mut markers: Vec<RecordedMarker> = Vec::new();
-        let mut inputs: Vec<ActivationJob> = Vec::new();
-        let mut updates: Vec<ActivationJob> = Vec::new();
-        // True right after a marker and while its command events continue.
-        let mut in_command_group = false;
-        let mut history_bytes: Vec<i64> = Vec::with_capacity(history.events.len() + 1);
-        history_bytes.push(0);
-
         if history.events.is_empty() {
             return Err(MalformedHistory::new(
                 "history is empty: event 1 must be workflow_started",
             ));
         }
+        let mut history_bytes = Vec::with_capacity(history.events.len() + 1);
+        history_bytes.push(0);
+        let mut machine = ReplayMachine {
+            run_id: String::new(),
+            task_time,
+            tasks: Vec::new(),
+            recorded: Vec::new(),
+            markers: Vec::new(),
+            inputs: Vec::new(),
+            updates: Vec::new(),
+            pending_updates: Vec::new(),
+            next_input: 0,
+            next_task: 0,
+            state: State::Idle,
+            last_replaying: false,
+            new_commands: Vec::new(),
+            history_bytes,
+            in_command_group: false,
+        };
+        machine.ingest(history.events)?;
+        Ok(machine)
+    }
 
-        for (index, event) in history.events.into_iter().enumerate() {
+    /// Continues a machine that delivered everything (``next_activation`` returned
+    /// `None`) with `tail`, the events recorded after it, so a cached workflow instance
+    /// applies only new events (sticky execution). `sent` are the commands the worker
+    /// completed the last task with: the final activation's, plus those the instance
+    /// produced after it within the same task (local activities resolved).
+    ///
+    /// The tail must start right after the known history, and its first workflow task
+    /// must be that decision exactly: seeing every event the decision saw and no more,
+    /// at the same workflow time, recording exactly `sent`. Anything else (another
+    /// worker decided meanwhile, the decision was never recorded) is
+    /// [`Continuation::Diverged`]: the caller drops the machine and replays from event 1.
+    /// Events after that task are indexed as one history would be; the task itself is
+    /// not replayed again (its instance already ran it).
+    pub fn continue_with(
+        &mut self,
+        tail: History,
+        task_time: Timestamp,
+        sent: &[Command],
+    ) -> Result<(), Continuation> {
+        if self.state != State::Done {
+            return Err(Continuation::Diverged(
+                "the machine still has activations to deliver".into(),
+            ));
+        }
+        let through = self.history_bytes.len() as i64 - 1;
+        let first = tail.events.first().map_or(0, |e| e.event_id);
+        if first != through + 1 {
+            return Err(Continuation::Diverged(format!(
+                "the new events start at event {first}, not right after event {through}"
+            )));
+        }
+        let decided_time = self.task_time;
+        let sent: Vec<Recorded> = sent.iter().filter_map(Recorded::from_command).collect();
+        let task_index = self.tasks.len();
+        self.ingest(tail.events).map_err(Continuation::Malformed)?;
+        let Some(task) = self.tasks.get(task_index) else {
+            return Err(Continuation::Diverged(
+                "the new events record no workflow task".into(),
+            ));
+        };
+        if task.last_seen != through {
+            return Err(Continuation::Diverged(format!(
+                "the next recorded workflow task saw {} events, the cached decision {through}",
+                task.last_seen
+            )));
+        }
+        if task.workflow_time.map(millis) != Some(millis(decided_time)) {
+            return Err(Continuation::Diverged(
+                "the next recorded workflow task ran at another time (another claim)".into(),
+            ));
+        }
+        if self.recorded[task.commands.clone()] != sent[..] {
+            return Err(Continuation::Diverged(
+                "the next recorded workflow task recorded other commands".into(),
+            ));
+        }
+        // Already applied by the live instance: its markers and updates are dropped.
+        let (markers, updates) = (task.markers.clone(), task.updates.clone());
+        self.markers[markers]
+            .iter_mut()
+            .for_each(|m| *m = RecordedMarker::default());
+        self.updates[updates]
+            .iter_mut()
+            .for_each(|u| *u = ActivationJob::default());
+        self.next_task = task_index + 1;
+        self.task_time = task_time;
+        self.new_commands.clear();
+        self.state = State::Idle;
+        Ok(())
+    }
+
+    /// Indexes `events` (the next ones of the history) into tasks, recorded commands,
+    /// markers, updates and input jobs.
+    fn ingest(&mut self, events: Vec<HistoryEvent>) -> Result<(), MalformedHistory> {
+        let ReplayMachine {
+            run_id,
+            tasks,
+            recorded,
+            markers,
+            inputs,
+            updates,
+            history_bytes,
+            in_command_group,
+            ..
+        } = self;
+        history_bytes.reserve(events.len());
+        for event in events {
+            let index = history_bytes.len() - 1;
             let size = history_bytes[index] + event.encoded_len() as i64;
             history_bytes.push(size);
             let expected_id = index as i64 + 1;
@@ -126,7 +228,7 @@ impl ReplayMachine {
             }
 
             if let Some(command) = Recorded::from_attributes(&attrs) {
-                if !in_command_group {
+                if !*in_command_group {
                     return Err(MalformedHistory::new(format!(
                         "event {id} ({}) is a command event not preceded by a \
                          workflow_task_completed marker",
@@ -160,7 +262,7 @@ impl ReplayMachine {
                 }
                 continue;
             }
-            in_command_group = false;
+            *in_command_group = false;
 
             let job = match attrs {
                 Attributes::WorkflowTaskCompleted(marker) => {
@@ -193,7 +295,7 @@ impl ReplayMachine {
                         markers: markers.len()..markers.len(),
                         updates: updates.len()..updates.len(),
                     });
-                    in_command_group = true;
+                    *in_command_group = true;
                     continue;
                 }
                 Attributes::WorkflowStarted(started) => {
@@ -325,22 +427,7 @@ impl ReplayMachine {
             });
         }
 
-        Ok(ReplayMachine {
-            run_id,
-            task_time,
-            tasks,
-            recorded,
-            markers,
-            inputs,
-            updates,
-            pending_updates: Vec::new(),
-            next_input: 0,
-            next_task: 0,
-            state: State::Idle,
-            last_replaying: false,
-            new_commands: Vec::new(),
-            history_bytes,
-        })
+        Ok(())
     }
 
     /// The run id from `workflow_started`.
@@ -487,6 +574,11 @@ impl ReplayMachine {
             ..Activation::default()
         }
     }
+}
+
+/// A timestamp in whole milliseconds: workers are handed the task time in ms.
+fn millis(t: Timestamp) -> i64 {
+    t.seconds * 1000 + i64::from(t.nanos) / 1_000_000
 }
 
 /// The job resolving child `seq` that closed with `status` (not completed).

@@ -27,6 +27,7 @@
 //! the function again, and the patch ids the task recorded. Recorded patch markers the
 //! code no longer produces are skipped when matching (a deleted `deprecate_patch`).
 
+pub mod bench;
 mod describe;
 mod error;
 mod machine;
@@ -40,6 +41,8 @@ mod tests_activity_cancel;
 #[cfg(test)]
 mod tests_children;
 #[cfg(test)]
+mod tests_continuation;
+#[cfg(test)]
 mod tests_continue;
 #[cfg(test)]
 mod tests_markers;
@@ -50,5 +53,5 @@ mod tests_signals;
 #[cfg(test)]
 mod tests_updates;
 
-pub use error::{MalformedHistory, NondeterminismError, ReplayError, UsageError};
+pub use error::{Continuation, MalformedHistory, NondeterminismError, ReplayError, UsageError};
 pub use machine::ReplayMachine;
