@@ -19,12 +19,18 @@ cannot know while it runs: a decision whose code read ``workflow.now()`` is drop
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from durable_rpc.v1 import history_pb2, payload_pb2, service_pb2, workflow_task_pb2
 
 # Commands after which the run has no next workflow task to decide.
 _CLOSING = frozenset({"complete_workflow", "fail_workflow", "cancel_workflow", "continue_as_new"})
+
+
+def closes_run(commands: Sequence[workflow_task_pb2.Command]) -> bool:
+    """Whether ``commands`` end the run (no next workflow task follows)."""
+    return any(c.WhichOneof("kind") in _CLOSING for c in commands)
 
 
 @dataclass(slots=True)
@@ -68,8 +74,7 @@ class StickyHistories:
         """Keep ``run``'s history plus ``appended``, the events the server appended with
         a decision; forget the run when that left gaps (other events arrived meanwhile)
         or closed it."""
-        closing = any(c.WhichOneof("kind") in _CLOSING for c in commands)
-        if closing or run.history_length + len(appended.events) != history_length:
+        if closes_run(commands) or run.history_length + len(appended.events) != history_length:
             self.forget(run_id)
             return
         run.history += appended.SerializeToString()
@@ -112,4 +117,4 @@ def with_activity_result(
     return run.history + history_pb2.History(events=[event]).SerializeToString()
 
 
-__all__ = ["StickyHistories", "StickyRun", "sticky_run", "with_activity_result"]
+__all__ = ["StickyHistories", "StickyRun", "closes_run", "sticky_run", "with_activity_result"]

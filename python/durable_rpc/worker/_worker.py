@@ -31,8 +31,15 @@ from durable_rpc.telemetry import activity_span, current_trace_context, workflow
 from durable_rpc.v1 import payload_pb2, service_pb2, workflow_task_pb2
 from durable_rpc.worker._activity_task import AttemptOutcome, run_attempt
 from durable_rpc.worker._client import WorkerClient, call
-from durable_rpc.worker._inline import StickyHistories, StickyRun, sticky_run, with_activity_result
+from durable_rpc.worker._inline import (
+    StickyHistories,
+    StickyRun,
+    closes_run,
+    sticky_run,
+    with_activity_result,
+)
 from durable_rpc.worker._lease_keeper import LeaseKeeper
+from durable_rpc.worker._live_runs import LiveRun, LiveRuns
 from durable_rpc.worker._outcomes import OutcomeSender
 from durable_rpc.worker._report_retry import DEFAULT_SHUTDOWN_GRACE_S, ReportBackoff
 from durable_rpc.worker._server_link import ServerLink, is_transient
@@ -40,9 +47,10 @@ from durable_rpc.worker._task_history import HistoryWarnings, fetch_rest_of_hist
 from durable_rpc.worker._task_logs import log_failed_attempt, log_failed_workflow_task
 from durable_rpc.worker._workflow_task import (
     Decision,
+    TaskDecision,
     answer_query,
-    decide,
     decide_inline,
+    decide_task,
     last_event_id,
 )
 from durable_rpc.workflow._definition import WorkflowDefinition, definition_of
@@ -131,8 +139,10 @@ class Worker:
         # Every call reports to it; it logs the server's loss and return, once each.
         self.link = ServerLink(self.worker_id)
         self._keeper = LeaseKeeper(client, self.link)
-        # Histories of recently decided runs, for inline workflow tasks (0 = none kept).
+        # Histories of recently decided runs, for inline workflow tasks, and their live
+        # workflow instances, so their next task applies only new events (0 = none kept).
         self._sticky = StickyHistories(sticky_cache_size) if sticky_cache_size > 0 else None
+        self._live = LiveRuns(sticky_cache_size) if sticky_cache_size > 0 else None
         # The server's history warn marks (events, bytes), from its latest workflow task.
         self._history_warn = DEFAULT_HISTORY_WARN
         self._history_warned = HistoryWarnings()
@@ -187,6 +197,12 @@ class Worker:
     @property
     def lease_losses(self) -> int:
         return self._keeper.lost
+
+    @property
+    def live_runs(self) -> LiveRuns | None:
+        """The live workflow instances kept for the runs' next tasks (None when
+        ``sticky_cache_size`` is 0); ``hits`` counts the tasks that continued one."""
+        return self._live
 
     # --- lifecycle ------------------------------------------------------------------
 
@@ -244,6 +260,8 @@ class Worker:
             except DurableRpcError as error:
                 log.warning("deregistering worker %s failed: %s", self.worker_id, error)
             self._registered = False
+        if self._live is not None:
+            self._live.clear()
         self._workflow_executor.shutdown(wait=False, cancel_futures=True)
         if self._owns_activity_executor:
             self._activity_executor.shutdown(wait=False, cancel_futures=True)
@@ -365,10 +383,10 @@ class Worker:
             if not is_transient(error):  # an outage is logged once, by the link
                 log.warning("history of workflow task %s not fetched: %s", task.task_id, error)
             return "failed"
-        # Serialized once: replay reads it, and the kept history (inline tasks) starts from it.
-        history = task.history.SerializeToString()
+        # Taken out for this task; kept again only once the server accepted its decision.
+        live = self._live.take(task.run_id) if self._live is not None else None
         try:
-            decision = await self._decide(task, history)
+            decided = await self._decide(task, live)
         except Exception as error:
             # Never the workflow: the run stays open, the task is retried and the failure
             # is shown by describe (NondeterminismError, deadline, missing definition...).
@@ -378,6 +396,9 @@ class Worker:
             # One line per failed attempt, with the backoff the server answers.
             logged = functools.partial(log_failed_workflow_task, task, error)
             return await self._report("fail_workflow_task", fail, "failed", logged)
+        if decided.diverged is not None:
+            log.debug("workflow task %s replayed cold: %s", task.task_id, decided.diverged)
+        decision = decided.decision
         commands = decision.commands
         _carry_trace_context(commands)
         slots = await self._reserve_activity_slots(commands)
@@ -400,9 +421,11 @@ class Worker:
 
         def completed(response: service_pb2.CompleteWorkflowTaskResponse) -> None:
             eager.extend(response.eager_activities)
+            if self._live is not None and not closes_run(commands):
+                self._keep_live(task.run_id, decided.run, commands)
             if self._sticky is not None:
                 self._sticky.extend(
-                    sticky_run(task, history),
+                    sticky_run(task, task.history.SerializeToString()),
                     task.run_id,
                     list(commands),
                     response.appended,
@@ -473,26 +496,35 @@ class Worker:
             )
         return definition
 
-    async def _decide(self, task: service_pb2.PollWorkflowTaskResponse, history: bytes) -> Decision:
-        """Decide ``task``; ``history`` is its history, serialized."""
+    async def _decide(
+        self, task: service_pb2.PollWorkflowTaskResponse, live: LiveRun | None
+    ) -> TaskDecision:
+        """Decide ``task`` from ``live`` (its run's kept instance) or from event 1."""
         definition = self._definition(task.workflow_type, task.workflow_version)
         seconds = self.workflow_task_deadline.total_seconds()
         run = functools.partial(
-            decide,
+            decide_task,
             definition,
-            history,
-            task.workflow_time.ToMilliseconds(),
+            task,
+            live,
             task_queue=self.task_queue,
-            pending_updates=[
-                workflow_task_pb2.DoUpdateJob(
-                    update_id=u.update_id, update_name=u.update_name, input=u.input, validate=True
-                )
-                for u in task.pending_updates
-            ],
             deadline=time.monotonic() + seconds,
             history_warn=self._history_warn,
         )
-        return await self._run_workflow_code(run, "workflow task")
+        decided = await self._run_workflow_code(run, "workflow task")
+        if self._live is not None:
+            self._live.hits += decided.continued
+            self._live.diverged += decided.diverged is not None
+        return decided
+
+    def _keep_live(
+        self, run_id: str, run: LiveRun, commands: Sequence[workflow_task_pb2.Command]
+    ) -> None:
+        """Keep ``run``'s instance for the run's next task: the server recorded
+        ``commands`` (what the next history must show after the events it knows)."""
+        if self._live is not None:
+            run.sent = workflow_task_pb2.ActivationCompletion(commands=commands).SerializeToString()
+            self._live.keep(run_id, run)
 
     async def _run_workflow_code(self, fn: Callable[[], _T], what: str) -> _T:
         """Run ``fn`` on the workflow pool under ``workflow_task_deadline``.

@@ -1,7 +1,9 @@
 """One workflow task: replay the history through the Rust machine and the runtime.
 
-Pure and synchronous (bytes in, commands out), so the worker can run it in a thread
-under a deadline and tests and offline replayers can call it directly.
+Pure and synchronous (history in, commands out), so the worker can run it in a thread
+under a deadline and tests and offline replayers can call it directly. A claimed task
+goes through :func:`decide_task`, which continues the run's live instance when the
+worker kept one (see ``_live_runs.py``) and replays from event 1 otherwise.
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from durable_rpc import _core
-from durable_rpc.v1 import history_pb2, payload_pb2, workflow_task_pb2
+from durable_rpc.v1 import history_pb2, payload_pb2, service_pb2, workflow_task_pb2
+from durable_rpc.worker._live_runs import LiveRun
 from durable_rpc.worker._local_activity import run_local_activity
 from durable_rpc.workflow._definition import WorkflowDefinition
 from durable_rpc.workflow._errors import WorkflowTaskError
@@ -55,12 +58,79 @@ def decide(
         inline=False,
         history_warn=history_warn,
     )
-    # Local activities the live code waits for: run them here, then resolve them in a
-    # follow-up activation of the same task (recorded as local_activity markers).
+    _settle_local_activities(instance, new_commands, deadline)
+    return Decision(new_commands, list(instance.rejected_updates))
+
+
+@dataclass(frozen=True)
+class TaskDecision:
+    """A claimed task's decision, the live run to keep once the server accepted it, and
+    how it was reached: ``continued`` (only the new events were applied to a kept
+    instance) or, when a kept instance could not be continued, ``diverged`` (why)."""
+
+    decision: Decision
+    run: LiveRun
+    continued: bool
+    diverged: str | None
+
+
+def decide_task(
+    definition: WorkflowDefinition,
+    task: service_pb2.PollWorkflowTaskResponse,
+    live: LiveRun | None,
+    *,
+    task_queue: str,
+    deadline: float | None = None,
+    history_warn: tuple[int, int] = DEFAULT_HISTORY_WARN,
+) -> TaskDecision:
+    """Decide the claimed ``task`` (its history whole): from ``live``, the run's instance
+    kept after its previous task on this worker, applying only the events after the
+    ones it knows, or -- without one, or when the history does not continue it -- by
+    replaying from event 1. Both produce the same commands. Raises what :func:`replay`
+    raises."""
+    task_time_ms = task.workflow_time.ToMilliseconds()
+    diverged: str | None = None
+    if live is not None:
+        tail = history_pb2.History(events=task.history.events[live.known :])
+        try:
+            diverged = live.machine.continue_with(tail.SerializeToString(), task_time_ms, live.sent)
+        except _core.MalformedHistoryError as exc:
+            diverged = str(exc)  # the cold replay below reports it
+        if diverged is not None:
+            live.instance.loop.abandon()
+            live = None
+    if live is not None:
+        machine, instance = live.machine, live.instance
+        instance.deadline = deadline
+        instance.history_warn = history_warn
+        instance.rejected_updates = []
+    else:
+        machine = _core.ReplayMachine(task.history.SerializeToString(), task_time_ms)
+        instance = WorkflowInstance(
+            definition, task_queue=task_queue, deadline=deadline, history_warn=history_warn
+        )
+    for u in task.pending_updates:
+        update = workflow_task_pb2.DoUpdateJob(
+            update_id=u.update_id, update_name=u.update_name, input=u.input, validate=True
+        )
+        machine.add_pending_update(update.SerializeToString())
+    new_commands = _drive(machine, instance, deadline)
+    _settle_local_activities(instance, new_commands, deadline)
+    decision = Decision(new_commands, list(instance.rejected_updates))
+    run = LiveRun(machine, instance, known=last_event_id(task.history))
+    return TaskDecision(decision, run, continued=live is not None, diverged=diverged)
+
+
+def _settle_local_activities(
+    instance: WorkflowInstance,
+    new_commands: list[workflow_task_pb2.Command],
+    deadline: float | None,
+) -> None:
+    """Local activities the live code waits for: run them here, then resolve them in a
+    follow-up activation of the same task (recorded as local_activity markers)."""
     while pending := instance.pending_local_activities():
         outcomes = [run_local_activity(request, deadline) for request in pending]
         new_commands.extend(instance.resolve_local_activities(outcomes))
-    return Decision(new_commands, list(instance.rejected_updates))
 
 
 def decide_inline(
@@ -105,6 +175,13 @@ def _run(
         definition, task_queue=task_queue, deadline=deadline, history_warn=history_warn
     )
     instance.clock_unknown_when_live = inline
+    return instance, _drive(machine, instance, deadline)
+
+
+def _drive(
+    machine: _core.ReplayMachine, instance: WorkflowInstance, deadline: float | None
+) -> list[workflow_task_pb2.Command]:
+    """Every activation of ``machine`` through ``instance``: the new commands."""
     try:
         while (raw := machine.next_activation()) is not None:
             if deadline is not None and time.monotonic() > deadline:
@@ -115,7 +192,7 @@ def _run(
         instance.loop.abandon()  # the task fails: its instance is dropped
         raise
     commands = workflow_task_pb2.ActivationCompletion.FromString(machine.take_new_commands())
-    return instance, list(commands.commands)
+    return list(commands.commands)
 
 
 def replay(
@@ -171,9 +248,11 @@ def answer_query(
 __all__ = [
     "Decision",
     "QueryError",
+    "TaskDecision",
     "answer_query",
     "decide",
     "decide_inline",
+    "decide_task",
     "last_event_id",
     "replay",
 ]
