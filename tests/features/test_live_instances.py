@@ -10,6 +10,7 @@ from datetime import timedelta
 from durable_rpc import Client, Worker, activity, workflow
 from durable_rpc.testing import Replayer, WorkflowEnvironment
 from durable_rpc.v1 import history_pb2, service_pb2, workflow_task_pb2
+from durable_rpc.worker._inline import StickyRun, task_history_bytes
 from durable_rpc.worker._live_runs import LiveRun, LiveRuns
 from durable_rpc.worker._workflow_task import TaskDecision, decide_task
 from durable_rpc.workflow import definition_of
@@ -219,3 +220,23 @@ async def test_the_least_recently_used_instance_is_dropped_past_the_capacity() -
     assert len(runs) == 2
     assert runs.take("a") is None
     assert runs.take("c") is not None and runs.take("c") is None  # taken out for a task
+
+
+async def test_a_kept_history_is_extended_with_only_the_new_events() -> None:
+    async with await WorkflowEnvironment.start_local() as env:
+        _, events, _ = await run_tally(env, "recorded", 0)
+    task = service_pb2.PollWorkflowTaskResponse(history=history_pb2.History(events=events))
+    whole = task.history.SerializeToString()
+
+    def kept(known: int) -> StickyRun:
+        prefix = history_pb2.History(events=events[:known]).SerializeToString()
+        return StickyRun("recorded", "LiveTally", "", prefix, known, {})
+
+    # The kept bytes plus the rest are the whole history, byte for byte.
+    assert task_history_bytes(task, kept(len(events) // 2)) == whole
+    assert task_history_bytes(task, kept(len(events))) == whole
+    # Nothing kept, or a kept copy longer than the task's history: serialized whole.
+    assert task_history_bytes(task, None) == whole
+    longer = kept(len(events))
+    longer.history_length += 1
+    assert task_history_bytes(task, longer) == whole

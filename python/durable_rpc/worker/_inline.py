@@ -63,6 +63,10 @@ class StickyHistories:
     def forget(self, run_id: str) -> None:
         self._runs.pop(run_id, None)
 
+    def take(self, run_id: str) -> StickyRun | None:
+        """Removes and returns ``run_id``'s history (a workflow task of it began)."""
+        return self._runs.pop(run_id, None)
+
     def extend(
         self,
         run: StickyRun,
@@ -99,6 +103,18 @@ def sticky_run(task: service_pb2.PollWorkflowTaskResponse, history: bytes) -> St
     )
 
 
+def task_history_bytes(task: service_pb2.PollWorkflowTaskResponse, kept: StickyRun | None) -> bytes:
+    """``task``'s history, serialized: the ``kept`` bytes of its first events plus only
+    the events after them when they continue it (serializing the whole history again
+    at every task would cost O(history)), else the whole history."""
+    events = task.history.events
+    known = kept.history_length if kept is not None else 0
+    if kept is None or not 0 < known <= len(events) or events[known - 1].event_id != known:
+        return task.history.SerializeToString()
+    # Serialized messages concatenate: the repeated field's elements follow on.
+    return kept.history + history_pb2.History(events=events[known:]).SerializeToString()
+
+
 def with_activity_result(
     run: StickyRun, task: service_pb2.PollActivityTaskResponse, worker_id: str, result: bytes
 ) -> bytes:
@@ -117,4 +133,11 @@ def with_activity_result(
     return run.history + history_pb2.History(events=[event]).SerializeToString()
 
 
-__all__ = ["StickyHistories", "StickyRun", "closes_run", "sticky_run", "with_activity_result"]
+__all__ = [
+    "StickyHistories",
+    "StickyRun",
+    "closes_run",
+    "sticky_run",
+    "task_history_bytes",
+    "with_activity_result",
+]

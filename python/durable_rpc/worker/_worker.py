@@ -36,6 +36,7 @@ from durable_rpc.worker._inline import (
     StickyRun,
     closes_run,
     sticky_run,
+    task_history_bytes,
     with_activity_result,
 )
 from durable_rpc.worker._lease_keeper import LeaseKeeper
@@ -369,9 +370,8 @@ class Worker:
         self, task: service_pb2.PollWorkflowTaskResponse
     ) -> TaskOutcome:
         lease = self._lease(task.task_id, task.fencing_token)
-        if self._sticky is not None:
-            # This task supersedes any kept history; kept again once the server answers.
-            self._sticky.forget(task.run_id)
+        # This task supersedes any kept history; kept again once the server answers.
+        kept = self._sticky.take(task.run_id) if self._sticky is not None else None
         if task.history_warn_events and task.history_warn_bytes:
             self._history_warn = (task.history_warn_events, task.history_warn_bytes)
         self._history_warned.check(task, self._history_warn)
@@ -425,7 +425,7 @@ class Worker:
                 self._keep_live(task.run_id, decided.run, commands)
             if self._sticky is not None:
                 self._sticky.extend(
-                    sticky_run(task, task.history.SerializeToString()),
+                    sticky_run(task, task_history_bytes(task, kept)),
                     task.run_id,
                     list(commands),
                     response.appended,
