@@ -1,9 +1,10 @@
-"""The PostgreSQL hot path: an activity completion with an inline decision as one call of
-``drpc_complete_activity_inline`` (``_pg_hot_sql``), one round trip instead of ~9.
+"""The PostgreSQL hot path: a decision recorded by one call of ``drpc_record_decision``
+(``_pg_hot_sql``), one round trip instead of ~9 — a workflow-task completion, or an
+activity completion carrying an inline decision.
 
-``InlineCall.build`` says whether a completion has the shape the function covers and
+``DecisionCall.build`` says whether a completion has the shape the function covers and
 prepares its arguments (everything that does not depend on the commit's database time,
-serialized as the general path serializes it); ``InlineCall.answer`` turns the
+serialized as the general path serializes it); ``DecisionCall.answer`` turns the
 function's row into the store's answer and the notes the general path would have
 delivered. A call the function hands back (SQLSTATE ``DRFB1``) runs the general path.
 """
@@ -11,15 +12,14 @@ delivered. A call the function hands back (SQLSTATE ``DRFB1``) runs the general 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from durable_rpc.store._api import (
-    ActivityCompletion,
     ClaimedActivityTask,
     EagerActivities,
     HistoryLimits,
-    InlineWorkflowTask,
     LeaseRef,
     RunOutcome,
     WorkflowTaskCompletion,
@@ -28,11 +28,7 @@ from durable_rpc.store._logic import activity_timeouts
 from durable_rpc.store._tx import Notes
 from durable_rpc.v1 import history_pb2, payload_pb2, workflow_task_pb2
 
-CALL = (
-    "SELECT * FROM drpc_complete_activity_inline("
-    + ", ".join(["%s"] * 28)
-    + ")"
-)
+CALL = "SELECT * FROM drpc_record_decision(" + ", ".join(["%s"] * 29) + ")"
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,62 +38,64 @@ class _Scheduled:
     eager: bool
     lease_ms: int
     start_to_close_ms: int | None
+    schedule_to_close_ms: int | None
+    schedule_to_start_ms: int | None
     heartbeat_ms: int | None
 
 
 @dataclass(frozen=True, slots=True)
-class InlineCall:
+class Decision:
+    """The decision to record and the task it completes."""
+
     namespace: str
     lease: LeaseRef
-    inline: InlineWorkflowTask
-    run_queue: str
+    #: "activity": the completion of an activity whose result (a Payload) the decision
+    #: saw; "workflow": the completion of a workflow task.
+    kind: str
+    last_seen_event_id: int
+    commands: Sequence[workflow_task_pb2.Command]
+    build_id: str
+    eager: EagerActivities | None
+    #: The run the worker decided for (activity completions; the function checks it).
+    run_id: str | None = None
+    result: payload_pb2.Payload | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionCall:
+    worker_id: str
     scheduled: tuple[_Scheduled, ...]
     close_result: payload_pb2.Payload | None
+    notify_tasks: tuple[tuple[str, str, str], ...]
+    namespace: str
     args: tuple[Any, ...]
 
     @classmethod
     def build(
         cls,
-        namespace: str,
-        lease: LeaseRef,
-        result: payload_pb2.Payload,
-        inline: InlineWorkflowTask | None,
+        decision: Decision,
         limits: HistoryLimits,
         default_lease_ms: int,
         channel: str,
         origin: str,
-    ) -> InlineCall | None:
-        """The call for this completion, or None when its shape is not the function's
-        (the caller validated the commands): an inline decision that only schedules
-        activities (asking for eager dispatch, which names the run's queue), or only
-        completes the run."""
-        if inline is None:
-            return None
-        commands = list(inline.commands)
+    ) -> DecisionCall | None:
+        """The call for this decision, or None when its shape is not the function's (the
+        caller validated the commands): one that only schedules activities (asking for
+        eager dispatch, which names the run's queue), or only completes the run."""
+        commands = list(decision.commands)
         kinds = [c.WhichOneof("kind") for c in commands]
         closing = kinds == ["complete_workflow"]
         if not closing and any(kind != "schedule_activity" for kind in kinds):
             return None
-        eager = inline.eager or EagerActivities("", frozenset(), 0)
+        if decision.kind == "workflow" and not commands:
+            return None  # whether it needs a marker at all is the general path's question
+        eager = decision.eager or EagerActivities("", frozenset(), 0)
         # The run's queue: a worker that asks for eager activities polls it (the
         # function checks); without that ask, only a decision scheduling nothing qualifies.
         run_queue = eager.task_queue
-        if not run_queue and commands and not closing:
+        if not run_queue and not closing and commands:
             return None
-        scheduled = []
-        for command in commands if not closing else ():
-            spec = command.schedule_activity
-            timeouts = activity_timeouts(spec.options)
-            scheduled.append(
-                _Scheduled(
-                    spec,
-                    command.seq,
-                    False,
-                    timeouts.lease_ms(default_lease_ms),
-                    timeouts.start_to_close_ms,
-                    timeouts.heartbeat_ms,
-                )
-            )
+        scheduled = [_scheduled(c, default_lease_ms) for c in (() if closing else commands)]
         # _ops_workflow_tasks._eager_seqs: the first `limit` eligible, in command order.
         eligible = [
             i
@@ -106,32 +104,36 @@ class InlineCall:
             and s.command.activity_type in eager.activity_types
         ][: max(eager.limit, 0)]
         for i in eligible:
-            scheduled[i] = _replace_eager(scheduled[i])
+            scheduled[i] = replace(scheduled[i], eager=True)
         queues = {s.command.task_queue or run_queue for s in scheduled}
         on_queue = sum(1 for s in scheduled if (s.command.task_queue or run_queue) == run_queue)
         if eligible and len(eligible) == on_queue:
             # Every activity on the run's queue goes to this worker: nobody to wake there.
             queues.discard(run_queue)
+        namespace, lease = decision.namespace, decision.lease
+        notify_tasks = tuple((namespace, queue, "activity") for queue in sorted(queues))
         notify: dict[str, Any] = {"o": origin}
-        if queues:
-            notify["t"] = [[namespace, queue, "activity"] for queue in sorted(queues)]
-        if closing:
-            notify["c"] = [[namespace, inline.run_id]]
+        if notify_tasks:
+            notify["t"] = [list(t) for t in notify_tasks]
         close_result = commands[0].complete_workflow.result if closing else None
+        result = decision.result
         args = (
             namespace,
+            decision.kind,
             lease.task_id,
             lease.worker_id,
             lease.fencing_token,
-            history_pb2.ActivityCompleted(result=result).SerializeToString(),
+            history_pb2.ActivityCompleted(result=result).SerializeToString()
+            if result is not None
+            else None,
             history_pb2.ActivityCompleted(
                 worker_id=lease.worker_id, fencing_token=lease.fencing_token
             ).SerializeToString(),
-            inline.run_id,
+            decision.run_id,
             run_queue or None,
-            inline.last_seen_event_id,
+            decision.last_seen_event_id,
             history_pb2.WorkflowTaskCompleted(
-                worker_id=lease.worker_id, build_id=inline.build_id
+                worker_id=lease.worker_id, build_id=decision.build_id
             ).SerializeToString(),
             [s.seq for s in scheduled],
             [s.command.activity_type for s in scheduled],
@@ -141,8 +143,8 @@ class InlineCall:
             [_scheduled_attributes(s, run_queue) for s in scheduled],
             [s.lease_ms for s in scheduled],
             [s.start_to_close_ms for s in scheduled],
-            [activity_timeouts(s.command.options).schedule_to_close_ms for s in scheduled],
-            [activity_timeouts(s.command.options).schedule_to_start_ms for s in scheduled],
+            [s.schedule_to_close_ms for s in scheduled],
+            [s.schedule_to_start_ms for s in scheduled],
             [
                 json.dumps(dict(s.command.trace_context)) if s.command.trace_context else None
                 for s in scheduled
@@ -157,49 +159,37 @@ class InlineCall:
             channel,
             json.dumps(notify),
         )
-        return cls(
-            namespace,
-            lease,
-            inline,
-            run_queue,
-            tuple(scheduled),
-            close_result,
-            args,
-        )
+        return cls(lease.worker_id, tuple(scheduled), close_result, notify_tasks, namespace, args)
 
-    def answer(self, row: dict[str, Any]) -> tuple[ActivityCompletion, Notes]:
-        """The store's answer and the notes to deliver locally, from the function's row."""
-        namespace, run_id = self.namespace, self.inline.run_id
-        notes = Notes()
-        claimed: list[ClaimedActivityTask] = []
-        for s, task_id, expires in zip(
-            self.scheduled, row["o_task_ids"], row["o_expires"], strict=True
-        ):
-            if not s.eager:
-                continue
-            claimed.append(
-                ClaimedActivityTask(
-                    task_id=task_id,
-                    worker_id=self.lease.worker_id,
-                    fencing_token=1,
-                    lease_expires_at_ms=expires,
-                    workflow_id=row["o_workflow_id"],
-                    run_id=run_id,
-                    seq=s.seq,
-                    activity_type=s.command.activity_type,
-                    input=s.command.input.SerializeToString(),
-                    attempt=1,
-                    heartbeat_details=None,
-                    heartbeat_timeout_ms=s.heartbeat_ms,
-                    start_to_close_timeout_ms=s.start_to_close_ms,
-                    options=s.command.options.SerializeToString(),
-                    trace_context=dict(s.command.trace_context),
-                )
+    def answer(self, row: dict[str, Any]) -> tuple[WorkflowTaskCompletion, Notes]:
+        """The recorded decision and the notes to deliver locally, from the function's row."""
+        namespace, run_id = self.namespace, str(row["o_run_id"])
+        claimed = [
+            ClaimedActivityTask(
+                task_id=task_id,
+                worker_id=self.worker_id,
+                fencing_token=1,
+                lease_expires_at_ms=expires,
+                workflow_id=row["o_workflow_id"],
+                run_id=run_id,
+                seq=s.seq,
+                activity_type=s.command.activity_type,
+                input=s.command.input.SerializeToString(),
+                attempt=1,
+                heartbeat_details=None,
+                heartbeat_timeout_ms=s.heartbeat_ms,
+                start_to_close_timeout_ms=s.start_to_close_ms,
+                options=s.command.options.SerializeToString(),
+                trace_context=dict(s.command.trace_context),
             )
+            for s, task_id, expires in zip(
+                self.scheduled, row["o_task_ids"], row["o_expires"], strict=True
+            )
+            if s.eager
+        ]
         claimed.sort(key=lambda task: task.seq)
-        payload = json.loads(self.args[-1])
-        for _, queue, kind in payload.get("t", ()):
-            notes.tasks.add((namespace, queue, kind))
+        notes = Notes()
+        notes.tasks.update(self.notify_tasks)  # type: ignore[arg-type]
         notes.due.update(row["o_dues"])
         if self.close_result is not None:
             notes.closed.append((namespace, run_id))
@@ -207,12 +197,22 @@ class InlineCall:
                 run_id, "completed", self.close_result.SerializeToString(), None
             )
         events = [bytes(e) for e in row["o_events"]]
-        completion = WorkflowTaskCompletion(claimed, events, row["o_history_length"])
-        return ActivityCompletion(inline=completion), notes
+        return WorkflowTaskCompletion(claimed, events, row["o_history_length"]), notes
 
 
-def _replace_eager(s: _Scheduled) -> _Scheduled:
-    return _Scheduled(s.command, s.seq, True, s.lease_ms, s.start_to_close_ms, s.heartbeat_ms)
+def _scheduled(command: workflow_task_pb2.Command, default_lease_ms: int) -> _Scheduled:
+    spec = command.schedule_activity
+    timeouts = activity_timeouts(spec.options)
+    return _Scheduled(
+        spec,
+        command.seq,
+        False,
+        timeouts.lease_ms(default_lease_ms),
+        timeouts.start_to_close_ms,
+        timeouts.schedule_to_close_ms,
+        timeouts.schedule_to_start_ms,
+        timeouts.heartbeat_ms,
+    )
 
 
 def _scheduled_attributes(s: _Scheduled, run_queue: str) -> bytes:

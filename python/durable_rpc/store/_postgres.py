@@ -51,22 +51,25 @@ from durable_rpc.errors import (
 from durable_rpc.store._api import (
     ActivityCompletion,
     ApiKeyLookup,
+    EagerActivities,
     EagerWorkflowTask,
     InlineWorkflowTask,
     LeaseRef,
     StoreOptions,
+    WorkflowTaskCompletion,
 )
 from durable_rpc.store._key_cache import KeyCache
 from durable_rpc.store._logic import parse_payload, validate_commands
 from durable_rpc.store._migrations import check_ordered
 from durable_rpc.store._ops import SqlStore
-from durable_rpc.store._pg_hot import CALL as INLINE_CALL
-from durable_rpc.store._pg_hot import InlineCall
+from durable_rpc.store._pg_hot import CALL as DECISION_CALL
+from durable_rpc.store._pg_hot import Decision, DecisionCall
 from durable_rpc.store._pg_hot_sql import FALLBACK_SQLSTATE
 from durable_rpc.store._pg_listen import Listener, encode, notify_statements
 from durable_rpc.store._pg_migrations import MIGRATION_LOCK_KEY, PG_MIGRATIONS, PG_NOW_MS
 from durable_rpc.store._pg_pool import PgPool
 from durable_rpc.store._tx import Notes, Row, Tx
+from durable_rpc.v1 import workflow_task_pb2
 
 T = TypeVar("T")
 A = TypeVar("A")
@@ -450,7 +453,7 @@ class PostgresStore(SqlStore):
             else:
                 self._stats.transactions += 1
 
-    # -- the hot path: one function call per operation (``_pg_hot``) -----------------------
+    # -- the hot path: a decision recorded by one function call (``_pg_hot``) ------------
 
     async def complete_activity_task_inline(
         self,
@@ -460,35 +463,69 @@ class PostgresStore(SqlStore):
         eager: EagerWorkflowTask | None = None,
         inline: InlineWorkflowTask | None = None,
     ) -> ActivityCompletion:
-        call = self._inline_call(namespace, lease, result, inline)
-        if call is not None:
-            done = await self._submit(self._run_call, call)
-            if done is not None:
-                return done
+        if inline is not None:
+            try:  # what the general path refuses, it refuses with its own answer
+                payload = parse_payload(result, "result")
+            except InvalidArgumentError:
+                payload = None
+            if payload is not None:
+                decision = Decision(
+                    namespace,
+                    lease,
+                    "activity",
+                    inline.last_seen_event_id,
+                    inline.commands,
+                    inline.build_id,
+                    inline.eager,
+                    run_id=inline.run_id,
+                    result=payload,
+                )
+                done = await self._record_in_one_call(decision)
+                if done is not None:
+                    return ActivityCompletion(inline=done)
         return await super().complete_activity_task_inline(namespace, lease, result, eager, inline)
 
-    def _inline_call(
-        self, namespace: str, lease: LeaseRef, result: bytes, inline: InlineWorkflowTask | None
-    ) -> InlineCall | None:
-        if not self._hot_path or inline is None or namespace not in self.known_namespaces:
+    async def complete_workflow_task_tracked(
+        self,
+        namespace: str,
+        lease: LeaseRef,
+        last_seen_event_id: int,
+        commands: Sequence[workflow_task_pb2.Command],
+        build_id: str = "",
+        eager: EagerActivities | None = None,
+        rejected_updates: Sequence[tuple[str, bytes]] = (),
+    ) -> WorkflowTaskCompletion:
+        if not rejected_updates:
+            decision = Decision(
+                namespace, lease, "workflow", last_seen_event_id, commands, build_id, eager
+            )
+            done = await self._record_in_one_call(decision)
+            if done is not None:
+                return done
+        return await super().complete_workflow_task_tracked(
+            namespace, lease, last_seen_event_id, commands, build_id, eager, rejected_updates
+        )
+
+    async def _record_in_one_call(self, decision: Decision) -> WorkflowTaskCompletion | None:
+        """The decision recorded by the hot-path function, or None: the general path."""
+        if not self._hot_path or decision.namespace not in self.known_namespaces:
             return None
-        try:  # what the general path refuses, it refuses with its own answer
-            payload = parse_payload(result, "result")
-            validate_commands(list(inline.commands))
+        try:
+            validate_commands(list(decision.commands))
         except InvalidArgumentError:
             return None
-        return InlineCall.build(
-            namespace,
-            lease,
-            payload,
-            inline,
+        call = DecisionCall.build(
+            decision,
             self._options.history,
             self._options.default_activity_lease_ms,
             self._channel,
             self.origin,
         )
+        if call is None:
+            return None
+        return await self._submit(self._run_call, call)
 
-    def _run_call(self, call: InlineCall) -> ActivityCompletion | None:
+    def _run_call(self, call: DecisionCall) -> WorkflowTaskCompletion | None:
         """One autocommitted call; None: run the general path. That is the function's
         own answer for every case it does not cover, and also the way out of a conflict
         or a lost connection: the call either committed whole (the general path then
@@ -497,7 +534,7 @@ class PostgresStore(SqlStore):
         conn = self._pool.acquire()
         discard = False
         try:
-            row = conn.execute(INLINE_CALL, call.args).fetchone()
+            row = conn.execute(DECISION_CALL, call.args).fetchone()
         except psycopg.Error as exc:
             if exc.sqlstate == FALLBACK_SQLSTATE or isinstance(exc, _CONFLICTS):
                 return None
