@@ -7,9 +7,12 @@ from __future__ import annotations
 import functools
 from datetime import timedelta
 
+import pytest
+
 from durable_rpc import Client, Worker, activity, workflow
 from durable_rpc.testing import Replayer, WorkflowEnvironment
 from durable_rpc.v1 import history_pb2, service_pb2, workflow_task_pb2
+from durable_rpc.worker import _worker as worker_module
 from durable_rpc.worker._inline import StickyRun, task_history_bytes
 from durable_rpc.worker._live_runs import LiveRun, LiveRuns
 from durable_rpc.worker._workflow_task import TaskDecision, decide_task
@@ -60,6 +63,23 @@ class LiveTally:
             log.append(f"{doubled}@{workflow.now().isoformat()}")
 
 
+@workflow.defn(name="LiveSum")
+class LiveSum(LiveTally):
+    """LiveTally without reading the clock after an activity: decidable inline."""
+
+    @workflow.run
+    async def run(self) -> list[str]:
+        seen = 0
+        log: list[str] = []
+        while True:
+            await workflow.wait_condition(functools.partial(self.more_than, seen))
+            if len(self.got) == seen:
+                return log
+            batch, seen = sum(self.got[seen:]), len(self.got)
+            doubled = await workflow.execute_activity(double, batch, start_to_close_timeout=TIMEOUT)
+            log.append(str(doubled))
+
+
 def settled(events: list[history_pb2.HistoryEvent], activities: int) -> bool:
     """``activities`` activities completed and every input event was decided on."""
     kinds = [e.WhichOneof("attributes") for e in events]
@@ -97,7 +117,7 @@ def tally_worker(client: Client, sticky: int) -> Worker:
     return Worker(
         client,
         task_queue="live",
-        workflows=[LiveTally],
+        workflows=[LiveTally, LiveSum],
         activities=[double],
         sticky_cache_size=sticky,
     )
@@ -240,3 +260,29 @@ async def test_a_kept_history_is_extended_with_only_the_new_events() -> None:
     longer = kept(len(events))
     longer.history_length += 1
     assert task_history_bytes(task, longer) == whole
+
+
+async def test_past_the_inline_limit_a_kept_run_decides_on_its_live_instance(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Inline decisions replay from event 1; past the limit the ordinary task (claimed
+    # with the activity completion) continues the kept instance instead.
+    monkeypatch.setattr(worker_module, "INLINE_MAX_EVENTS", 8)
+    async with await WorkflowEnvironment.start_local() as env:
+        async with tally_worker(env.client, 1000) as worker:
+            handle = await env.client.start_workflow(
+                LiveSum.run, id="past-limit", task_queue="live"
+            )
+            await drive(env.client, "past-limit", range(6))
+            await handle.signal(LiveTally.finish)
+            result = await handle.result(timeout=30)
+            assert worker.live_runs is not None
+            hits = worker.live_runs.hits
+        events = await handle.history()
+    assert worker.report is not None
+    # Only the first activity's task (history still short) was decided inline; every
+    # other task after the first continued the kept instance.
+    assert worker.report.inline_workflow_tasks <= 1
+    assert hits >= 11
+    assert len(result) == 6
+    Replayer([LiveSum]).replay(history_pb2.History(events=events))

@@ -52,6 +52,9 @@ class LiveRuns:
     def __len__(self) -> int:
         return len(self._runs)
 
+    def __contains__(self, run_id: object) -> bool:
+        return run_id in self._runs
+
     def take(self, run_id: str) -> LiveRun | None:
         """Removes and returns ``run_id``'s instance: one task uses it at a time, and a
         task that fails, times out or loses its lease never puts it back."""

@@ -68,6 +68,11 @@ _T = TypeVar("_T")
 
 _DEFAULT_WORKER_HEARTBEAT_S = 10.0
 
+# Longest kept history decided inline when the run's live instance is kept too. An inline
+# decision replays from event 1 (~3 us an event: 1.5 ms at 500) to save one round trip
+# and commit (~2 ms); a kept instance decides the ordinary task in ~0.1 ms.
+INLINE_MAX_EVENTS = 500
+
 
 @functools.cache
 def default_worker_id() -> str:
@@ -697,6 +702,9 @@ class Worker:
         sticky = self._sticky.get(task.run_id) if self._sticky is not None else None
         inline = None
         last_seen = 0
+        if sticky is not None and self._warm_is_cheaper(task.run_id, sticky):
+            # Kept for the ordinary task, which extends its bytes (see task_history_bytes).
+            sticky = None
         if sticky is not None and self.claiming:
             last_seen = sticky.history_length
             inline = await self._decide_inline(sticky, task, result)
@@ -764,6 +772,17 @@ class Worker:
             if self.outcomes is not None:
                 self.outcomes.count_eager("workflow", decided)
         return reported
+
+    def _warm_is_cheaper(self, run_id: str, sticky: StickyRun) -> bool:
+        """Whether the run's next task is better decided as an ordinary task on its kept
+        live instance (O(new events)) than inline (a replay from event 1 on a fresh
+        instance): past ``INLINE_MAX_EVENTS`` the replay costs more than the round trip
+        and commit inline decisions save."""
+        return (
+            sticky.history_length > INLINE_MAX_EVENTS
+            and self._live is not None
+            and (run_id in self._live)
+        )
 
     async def _decide_inline(
         self, run: StickyRun, task: service_pb2.PollActivityTaskResponse, result: bytes
