@@ -150,7 +150,19 @@ impl ReplayMachine {
         }
         let decided_time = self.task_time;
         let sent: Vec<Recorded> = sent.iter().filter_map(Recorded::from_command).collect();
-        let task_index = self.tasks.len();
+        // Everything indexed so far was delivered: a kept machine holds only what is
+        // still to come (a cache of long runs would otherwise keep every event's job).
+        // A tail that starts with command events, continuing a group already replayed,
+        // is then malformed here and the caller replays from event 1, where it is judged.
+        self.tasks.clear();
+        self.recorded.clear();
+        self.markers.clear();
+        self.inputs.clear();
+        self.updates.clear();
+        self.next_task = 0;
+        self.next_input = 0;
+        self.in_command_group = false;
+        let task_index = 0;
         self.ingest(tail.events).map_err(Continuation::Malformed)?;
         let Some(task) = self.tasks.get(task_index) else {
             return Err(Continuation::Diverged(
@@ -186,6 +198,16 @@ impl ReplayMachine {
         self.new_commands.clear();
         self.state = State::Idle;
         Ok(())
+    }
+
+    /// How many indexed items (tasks, commands, markers, inputs, updates) it holds.
+    #[cfg(test)]
+    pub(crate) fn retained(&self) -> usize {
+        self.tasks.len()
+            + self.recorded.len()
+            + self.markers.len()
+            + self.inputs.len()
+            + self.updates.len()
     }
 
     /// Indexes `events` (the next ones of the history) into tasks, recorded commands,
