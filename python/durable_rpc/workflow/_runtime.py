@@ -136,6 +136,7 @@ class WorkflowInstance(
             if cancel_reason is not None:
                 self._cancel(cancel_reason)
             self._run()
+            self._sync_signals = None  # ran: a kept instance need not hold its signals
             if self.is_replaying:
                 self._replay_local_activities()
         self._finish_if_done()
