@@ -286,3 +286,32 @@ async def test_past_the_inline_limit_a_kept_run_decides_on_its_live_instance(
     assert hits >= 11
     assert len(result) == 6
     Replayer([LiveSum]).replay(history_pb2.History(events=events))
+
+
+@workflow.defn(name="LiveHello")
+class LiveHello:
+    @workflow.run
+    async def run(self, name: str) -> str:
+        first = await workflow.execute_activity(double, len(name), start_to_close_timeout=TIMEOUT)
+        second = await workflow.execute_activity(double, first, start_to_close_timeout=TIMEOUT)
+        return f"{name}:{second}"
+
+
+async def test_runs_closed_by_inline_decisions_leave_no_live_instance() -> None:
+    # A hello workflow's last decision is made inline; its kept instance must go with it
+    # (1,000 stale instances of short runs would be ~15 MB of a worker).
+    async with (
+        await WorkflowEnvironment.start_local() as env,
+        Worker(
+            env.client, task_queue="hello", workflows=[LiveHello], activities=[double]
+        ) as worker,
+    ):
+        for n in range(5):
+            handle = await env.client.start_workflow(
+                LiveHello.run, f"run{n}", id=f"hello-{n}", task_queue="hello"
+            )
+            assert await handle.result(timeout=30) == f"run{n}:16"
+        assert worker.live_runs is not None
+        kept = len(worker.live_runs)
+    assert worker.report is not None and worker.report.inline_workflow_tasks == 10
+    assert kept == 0

@@ -13,8 +13,9 @@ events it saw, its workflow time, its commands); anything else -- another worker
 the task over meanwhile, the decision was not recorded, events are missing -- is a
 divergence and the task is replayed cold from event 1. A run leaves the cache when a
 task of it starts (it is put back only after the server accepted the decision), when
-a task fails or its lease is lost, when it closes, when it is the least recently used
-past the capacity, and when the worker stops.
+a task fails or its lease is lost, when it closes (through an ordinary or an inline
+decision), when it is the least recently used past the capacity, and when the worker
+stops. A run closed by anything else (terminated, timed out) leaves by LRU.
 """
 
 from __future__ import annotations
@@ -59,6 +60,11 @@ class LiveRuns:
         """Removes and returns ``run_id``'s instance: one task uses it at a time, and a
         task that fails, times out or loses its lease never puts it back."""
         return self._runs.pop(run_id, None)
+
+    def forget(self, run_id: str) -> None:
+        run = self._runs.pop(run_id, None)
+        if run is not None:
+            run.instance.loop.abandon()
 
     def keep(self, run_id: str, run: LiveRun) -> None:
         self._runs[run_id] = run

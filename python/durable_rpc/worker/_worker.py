@@ -733,6 +733,9 @@ class Worker:
             if response.inline_workflow_task_completed and inline is not None:
                 decided_inline = True
                 eager.extend(response.eager_activities)
+                if self._live is not None and closes_run(inline.commands):
+                    # The run closed: its kept instance has no next task to decide.
+                    self._live.forget(task.run_id)
                 if sticky is not None and self._sticky is not None:
                     self._sticky.extend(
                         sticky,
