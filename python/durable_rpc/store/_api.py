@@ -620,6 +620,12 @@ class Store(abc.ABC):
         e.g. when the worker it was claimed for left before it could be handed over.
         Fenced like every write after a claim; False when the lease no longer holds."""
 
+    @abc.abstractmethod
+    async def has_claimable_task(self, namespace: str, task_queue: str, kind: TaskKind) -> bool:
+        """Whether a ``kind`` task of the queue is claimable now by someone (any activity
+        type, any definition), as last committed. A woken poll asks it before passing its
+        wake-up on: when nothing is left, the wake-up has nobody to reach."""
+
     # activity tasks
     @abc.abstractmethod
     async def claim_activity_task(

@@ -14,12 +14,13 @@ from durable_rpc.store._api import (
     ClaimedActivityTask,
     ClaimedWorkflowTask,
     PendingUpdateRequest,
+    TaskKind,
 )
 from durable_rpc.store._history_pages import read_page
 from durable_rpc.store._logic import activity_timeouts, earliest, parse_options
 from durable_rpc.store._ops_base import _SqlOpsBase
 from durable_rpc.store._ops_updates import pending_update_requests
-from durable_rpc.store._shared import blob
+from durable_rpc.store._shared import ACTIVE, blob
 from durable_rpc.store._tx import Row, Tx
 
 
@@ -86,6 +87,30 @@ def definition_unavailable_reason(run: Row) -> str:
 
 class _LeaseOps(_SqlOpsBase):
     """Leases a picked task to a worker."""
+
+    async def has_claimable_task(self, namespace: str, task_queue: str, kind: TaskKind) -> bool:
+        if kind == "query":
+            return True  # queries are few and short-lived: every woken poll may try
+        # The claims' own conditions (claim_workflow_task, claim_activity_task) without
+        # the claimer's filter; one indexed probe of tasks_claim, no transaction.
+        states = "('queued', 'waiting')" if kind == "activity" else ACTIVE
+
+        def op(tx: Tx) -> bool:
+            now = tx.now_sql()
+            deadline = (
+                f" AND (queue_deadline_ms IS NULL OR queue_deadline_ms > {now})"
+                if kind == "activity"
+                else ""
+            )
+            row = tx.one(
+                "SELECT 1 AS present FROM tasks WHERE namespace = ? AND kind = ? "
+                f"AND task_queue = ? AND due_ms IS NOT NULL AND due_ms <= {now} "
+                f"AND state IN {states}{deadline} LIMIT 1",
+                (namespace, kind, task_queue),
+            )
+            return row is not None
+
+        return await self._read_latest(op)
 
     def _lease_workflow_task(
         self,

@@ -126,12 +126,12 @@ BEGIN
       AND worker_id = p_worker AND fencing_token = p_token AND expires_at_ms > v_now
     RETURNING run_id, seq, attempt, claimed_at_ms INTO v_run, v_seq, v_attempt, v_claimed;
   IF NOT FOUND OR v_run <> coalesce(p_run, v_run) THEN
-    RAISE EXCEPTION 'general path' USING ERRCODE = 'DRFB1';
+    RAISE EXCEPTION 'lease not live, or another run' USING ERRCODE = 'DRFB1';
   END IF;
   SELECT * INTO r FROM runs WHERE namespace = p_ns AND run_id = v_run FOR UPDATE;
   IF NOT FOUND OR r.status <> 'running' OR r.history_length <> p_last_seen
       OR r.pending_updates <> 0 OR r.task_queue <> coalesce(p_run_queue, r.task_queue) THEN
-    RAISE EXCEPTION 'general path' USING ERRCODE = 'DRFB1';
+    RAISE EXCEPTION 'run not open as the decision saw it' USING ERRCODE = 'DRFB1';
   END IF;
   IF EXISTS (SELECT 1 FROM tasks WHERE namespace = p_ns AND run_id = v_run
       AND kind = 'workflow' AND state IN ('queued', 'leased', 'waiting'))
@@ -140,7 +140,7 @@ BEGIN
     OR (p_close_attrs IS NOT NULL AND (r.parent_run_id IS NOT NULL OR EXISTS (
       SELECT 1 FROM runs AS child WHERE child.namespace = p_ns
         AND child.parent_run_id = v_run AND child.status = 'running'))) THEN
-    RAISE EXCEPTION 'general path' USING ERRCODE = 'DRFB1';
+    RAISE EXCEPTION 'a workflow task or used seq, or children' USING ERRCODE = 'DRFB1';
   END IF;
 
   IF p_kind = 'activity' THEN
@@ -174,7 +174,7 @@ BEGIN
   SELECT coalesce(sum(length(e)), 0) INTO v_size FROM unnest(v_events) AS e;
   IF p_close_attrs IS NULL AND (p_last_seen + array_length(v_events, 1) > p_max_events
       OR r.history_size_bytes + v_size > p_max_bytes) THEN
-    RAISE EXCEPTION 'general path' USING ERRCODE = 'DRFB1';
+    RAISE EXCEPTION 'past the history limit' USING ERRCODE = 'DRFB1';
   END IF;
   INSERT INTO history (namespace, run_id, event_id, kind, event_time_ms, data)
     SELECT p_ns, v_run, p_last_seen + k, v_kinds[k], v_now, v_events[k]

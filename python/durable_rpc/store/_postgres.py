@@ -161,6 +161,9 @@ class _PgTx(Tx):
             [length, size, namespace, run_id, *(value for row in rows for value in row)],
         )
 
+    def now_sql(self) -> str:
+        return PG_NOW_MS if self._now is None else str(self._now)
+
     def now_ms(self) -> int:
         if self._now is None:  # no transaction (``_read_latest``): read the clock now
             row = self._cursor.execute(f"SELECT {PG_NOW_MS} AS now_ms").fetchone()

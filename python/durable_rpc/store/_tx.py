@@ -110,6 +110,12 @@ class Tx(abc.ABC):
     def now_ms(self) -> int:
         """The database clock, read inside this transaction."""
 
+    def now_sql(self) -> str:
+        """The database clock as SQL for one statement: the transaction's ``now_ms``, or,
+        where reading it would cost a round trip of its own (PostgreSQL without a
+        transaction), the clock expression evaluated by the statement itself."""
+        return str(int(self.now_ms()))
+
     def value(self, sql: str, params: Sequence[Any] = ()) -> Any:
         row = self.one(sql, params)
         if row is None:
