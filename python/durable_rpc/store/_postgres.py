@@ -162,7 +162,9 @@ class _PgTx(Tx):
         )
 
     def now_sql(self) -> str:
-        return PG_NOW_MS if self._now is None else str(self._now)
+        # A subquery: evaluated once per statement, so an index can range on it (the bare
+        # clock_timestamp() is volatile: a condition on it is checked row by row).
+        return f"(SELECT {PG_NOW_MS})" if self._now is None else str(self._now)
 
     def now_ms(self) -> int:
         if self._now is None:  # no transaction (``_read_latest``): read the clock now
