@@ -80,6 +80,9 @@ pub struct ReplayMachine {
     /// `history_bytes[n]`: the serialized size of events 1..=n (index 0 is 0), so an
     /// activation can say how big the history was when its task ran.
     history_bytes: Vec<i64>,
+    /// The event id of `history_bytes[0]`: 0, or the last delivered event once the
+    /// delivered ones' sizes were released (`release_delivered`).
+    bytes_from: i64,
     /// True right after a marker and while its command events continue (indexing state,
     /// kept so a continuation indexes its events exactly as one history would be).
     in_command_group: bool,
@@ -111,6 +114,7 @@ impl ReplayMachine {
             last_replaying: false,
             new_commands: Vec::new(),
             history_bytes,
+            bytes_from: 0,
             in_command_group: false,
         };
         machine.ingest(history.events)?;
@@ -141,7 +145,7 @@ impl ReplayMachine {
                 "the machine still has activations to deliver".into(),
             ));
         }
-        let through = self.history_bytes.len() as i64 - 1;
+        let through = self.known_events();
         let first = tail.events.first().map_or(0, |e| e.event_id);
         if first != through + 1 {
             return Err(Continuation::Diverged(format!(
@@ -150,18 +154,7 @@ impl ReplayMachine {
         }
         let decided_time = self.task_time;
         let sent: Vec<Recorded> = sent.iter().filter_map(Recorded::from_command).collect();
-        // Everything indexed so far was delivered: a kept machine holds only what is
-        // still to come (a cache of long runs would otherwise keep every event's job).
-        // A tail that starts with command events, continuing a group already replayed,
-        // is then malformed here and the caller replays from event 1, where it is judged.
-        self.tasks.clear();
-        self.recorded.clear();
-        self.markers.clear();
-        self.inputs.clear();
-        self.updates.clear();
-        self.next_task = 0;
-        self.next_input = 0;
-        self.in_command_group = false;
+        // Done released everything delivered (see `release_delivered`).
         let task_index = 0;
         self.ingest(tail.events).map_err(Continuation::Malformed)?;
         let Some(task) = self.tasks.get(task_index) else {
@@ -200,10 +193,16 @@ impl ReplayMachine {
         Ok(())
     }
 
+    /// How many events the machine indexed (the last event id it knows).
+    fn known_events(&self) -> i64 {
+        self.bytes_from + self.history_bytes.len() as i64 - 1
+    }
+
     /// How many indexed items (tasks, commands, markers, inputs, updates) it holds.
     #[cfg(test)]
     pub(crate) fn retained(&self) -> usize {
-        self.tasks.len()
+        self.history_bytes.len() - 1
+            + self.tasks.len()
             + self.recorded.len()
             + self.markers.len()
             + self.inputs.len()
@@ -221,15 +220,16 @@ impl ReplayMachine {
             inputs,
             updates,
             history_bytes,
+            bytes_from,
             in_command_group,
             ..
         } = self;
         history_bytes.reserve(events.len());
         for event in events {
-            let index = history_bytes.len() - 1;
-            let size = history_bytes[index] + event.encoded_len() as i64;
+            let known = *bytes_from + history_bytes.len() as i64 - 1;
+            let size = history_bytes.last().copied().unwrap_or(0) + event.encoded_len() as i64;
             history_bytes.push(size);
-            let expected_id = index as i64 + 1;
+            let expected_id = known + 1;
             let id = event.event_id;
             if id != expected_id {
                 return Err(MalformedHistory::new(format!(
@@ -506,7 +506,7 @@ impl ReplayMachine {
             jobs.append(&mut self.pending_updates);
             self.state = State::Final;
             self.last_replaying = false;
-            let through = self.history_bytes.len() as i64 - 1;
+            let through = self.known_events();
             return Ok(Some(self.activation(
                 Some(self.task_time),
                 false,
@@ -516,7 +516,27 @@ impl ReplayMachine {
         }
 
         self.state = State::Done;
+        self.release_delivered();
         Ok(None)
+    }
+
+    /// Frees what was indexed once everything is delivered: a machine kept for a
+    /// continuation (a worker keeps up to `sticky_cache_size` of them) then holds only
+    /// what is still to come, not a job per event of the run. A tail that starts with
+    /// command events, continuing a group already replayed, is malformed after this and
+    /// the caller replays from event 1, where it is judged.
+    fn release_delivered(&mut self) {
+        let (known, size) = (self.known_events(), self.history_bytes.last().copied());
+        self.history_bytes = vec![size.unwrap_or(0)];
+        self.bytes_from = known;
+        self.tasks = Vec::new();
+        self.recorded = Vec::new();
+        self.markers = Vec::new();
+        self.inputs = Vec::new();
+        self.updates = Vec::new();
+        self.next_task = 0;
+        self.next_input = 0;
+        self.in_command_group = false;
     }
 
     /// Hands back the commands produced for the outstanding activation. For a replayed
@@ -585,14 +605,14 @@ impl ReplayMachine {
         through_event_id: i64,
     ) -> Activation {
         // A marker's last_seen_event_id is checked to lie within the history in `new`.
-        let through = through_event_id.clamp(0, self.history_bytes.len() as i64 - 1);
+        let through = through_event_id.clamp(self.bytes_from, self.known_events());
         Activation {
             run_id: self.run_id.clone(),
             timestamp,
             is_replaying,
             jobs,
             history_length: through,
-            history_size_bytes: self.history_bytes[through as usize],
+            history_size_bytes: self.history_bytes[(through - self.bytes_from) as usize],
             ..Activation::default()
         }
     }
