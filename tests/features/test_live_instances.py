@@ -20,6 +20,16 @@ from durable_rpc.workflow import definition_of
 from tests.e2e.conftest import eventually
 
 TIMEOUT = timedelta(seconds=10)
+
+
+@pytest.fixture(autouse=True)
+def keep_short_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These runs have tens of events, below the worker's LIVE_MIN_EVENTS: keep them
+    anyway, to exercise the mechanism (test_short_runs_keep_no_instance checks the
+    threshold itself)."""
+    monkeypatch.setattr(worker_module, "LIVE_MIN_EVENTS", 0)
+
+
 INPUTS = ("signal_received", "activity_completed")
 
 
@@ -317,3 +327,17 @@ async def test_runs_closed_by_inline_decisions_leave_no_live_instance() -> None:
         # worker; once it has, nothing of the closed runs is kept.
         await eventually(lambda: len(live) == 0, timeout=5, what="closed runs dropped")
     assert worker.report is not None and worker.report.inline_workflow_tasks == 10
+
+
+async def test_short_runs_keep_no_instance(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The default threshold: a run of tens of events is replayed cold (cheaper than the
+    # memory an instance holds); the mechanism above is the same past it.
+    monkeypatch.setattr(worker_module, "LIVE_MIN_EVENTS", 100)
+    async with (
+        await WorkflowEnvironment.start_local() as env,
+        tally_worker(env.client, 1000) as worker,
+    ):
+        await env.client.start_workflow(LiveTally.run, id="short", task_queue="live")
+        await drive(env.client, "short", range(3))
+        assert worker.live_runs is not None
+        assert len(worker.live_runs) == 0 and worker.live_runs.hits == 0

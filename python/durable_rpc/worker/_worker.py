@@ -72,6 +72,12 @@ _DEFAULT_WORKER_HEARTBEAT_S = 10.0
 # decision replays from event 1 (~3 us an event: 1.5 ms at 500) to save one round trip
 # and commit (~2 ms); a kept instance decides the ordinary task in ~0.1 ms.
 INLINE_MAX_EVENTS = 500
+#: A run's live instance is kept only once its history has this many events: below, a
+#: cold replay costs ~3 us an event (~0.3 ms here, bench/replay_bench.py) while a kept
+#: instance holds ~15 KB until the run's next task -- the hello benchmark's 500 runs in
+#: flight raised the worker's peak RSS by 1.8 MiB for instances never used (their next
+#: decisions are inline ones, which replay the kept history).
+LIVE_MIN_EVENTS = 100
 
 
 @functools.cache
@@ -527,7 +533,7 @@ class Worker:
     ) -> None:
         """Keep ``run``'s instance for the run's next task: the server recorded
         ``commands`` (what the next history must show after the events it knows)."""
-        if self._live is not None:
+        if self._live is not None and run.known >= LIVE_MIN_EVENTS:
             run.sent = workflow_task_pb2.ActivationCompletion(commands=commands).SerializeToString()
             self._live.keep(run_id, run)
 
