@@ -16,11 +16,15 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
+from durable_rpc.errors import WorkflowAlreadyStartedError
 from durable_rpc.store import (
     ActivityCompletion,
     ClaimedActivityTask,
+    ClaimedWorkflowTask,
+    DirectClaim,
     EagerActivities,
     InlineWorkflowTask,
+    StartResult,
     Store,
     open_store,
 )
@@ -88,9 +92,11 @@ def _traced(seq: int, activity_type: str, queue: str = "") -> workflow_task_pb2.
 
 
 async def _scenario(store: Store) -> tuple[str, list[ActivityCompletion]]:
-    """start → first decision (activity 1, eager) → activity 1 completes with an inline
+    """(a warm-up start: a store learns its namespaces from the general path) start →
+    first decision (activity 1, eager) → activity 1 completes with an inline
     decision scheduling activity 2 (eager) and 3 (another queue) → activity 2 completes
     with an inline decision closing the run (activity 3 is cancelled)."""
+    await start(store, "warm-up", queue="warm")
     run_id = await start(store)
     task = await claim(store)
     first = await store.complete_workflow_task_tracked(
@@ -169,8 +175,8 @@ async def test_the_function_leaves_what_the_general_path_leaves(pair: Pair) -> N
     (hot_run, hot), (general_run, general) = await asyncio.gather(
         _scenario(pair.hot), _scenario(pair.general)
     )
-    # The first decision and both inline ones.
-    assert pair.hot.stats.hot_calls == 3
+    # The start, the first decision and both inline ones.
+    assert pair.hot.stats.hot_calls == 4
     assert pair.general.stats.hot_calls == 0
 
     hot_history, general_history = await history(pair.hot), await history(pair.general)
@@ -201,9 +207,8 @@ async def test_the_function_leaves_what_the_general_path_leaves(pair: Pair) -> N
     assert _rows(pair.hot_url, f"SELECT {_TASK_COLUMNS} FROM tasks{order}") == _rows(
         pair.general_url, f"SELECT {_TASK_COLUMNS} FROM tasks{order}"
     )
-    assert _rows(pair.hot_url, f"SELECT {_RUN_COLUMNS} FROM runs") == _rows(
-        pair.general_url, f"SELECT {_RUN_COLUMNS} FROM runs"
-    )
+    runs = f"SELECT workflow_id, {_RUN_COLUMNS} FROM runs ORDER BY workflow_id"
+    assert _rows(pair.hot_url, runs) == _rows(pair.general_url, runs)
     for store, run_id in ((pair.hot, hot_run), (pair.general, general_run)):
         outcome = await store.get_outcome(NS, "wf-1", run_id)
         assert (outcome.status, outcome.result) == ("completed", payload(b"bye"))
@@ -256,3 +261,85 @@ async def test_uncovered_cases_run_the_general_path_with_nothing_kept(pair: Pair
     again = await store.complete_activity_task_inline(NS, one.lease, payload(b"r1"), inline=stale)
     assert again.inline is None and again.workflow_task is None
     assert len(await history(store)) == len(kinds)
+
+
+async def _direct_start(store: Store, worker: str) -> StartResult:
+    await start(store, "warm-up", queue="warm")
+    return await store.start_workflow(
+        NS,
+        "wf-direct",
+        "Order",
+        "1",
+        QUEUE,
+        payload(b"in"),
+        "req-direct",
+        {"traceparent": "00-cc-dd-01"},
+        claim_for=DirectClaim(worker, 30_000),
+    )
+
+
+def _task_view(task: ClaimedWorkflowTask | None) -> tuple[Any, ...] | None:
+    if task is None:
+        return None
+    return (
+        task.worker_id,
+        task.fencing_token,
+        task.lease_expires_at_ms - task.workflow_time_ms,
+        task.attempt,
+        task.workflow_id,
+        task.workflow_type,
+        task.workflow_version,
+        task.task_queue,
+        [_timeless(e) for e in task.events],
+        task.pending_updates,
+        task.history_length,
+        task.history_size_bytes,
+    )
+
+
+async def test_a_start_with_its_claim_is_what_the_general_path_does(pair: Pair) -> None:
+    for store in (pair.hot, pair.general):  # its fingerprint goes into WorkflowStarted
+        await store.register_worker(NS, "w1", QUEUE, [("Order", "1", "fp-1")], [], "", False)
+    hot, general = await asyncio.gather(
+        _direct_start(pair.hot, "w1"), _direct_start(pair.general, "w1")
+    )
+    assert pair.hot.stats.hot_calls == 2 and pair.general.stats.hot_calls == 0  # + warm-up
+    assert hot.started and general.started and hot.workflow_task is not None
+    assert _task_view(hot.workflow_task) == _task_view(general.workflow_task)
+    [raw] = hot.workflow_task.events
+    event = history_pb2.HistoryEvent.FromString(raw)
+    assert raw == make_event(
+        1, event.event_time.ToMilliseconds(), "workflow_started", event.workflow_started
+    )
+    assert event.workflow_started.run_id == hot.run_id
+    assert event.workflow_started.definition_fingerprint == "fp-1"
+    assert await history(pair.hot, "wf-direct") == [raw]
+    runs = f"SELECT workflow_id, {_RUN_COLUMNS} FROM runs ORDER BY workflow_id"
+    assert _rows(pair.hot_url, runs) == _rows(pair.general_url, runs)
+    order = " ORDER BY kind, seq NULLS FIRST, task_id"
+    tasks = f"SELECT {_TASK_COLUMNS}, workflow_type, workflow_version FROM tasks{order}"
+    assert _rows(pair.hot_url, tasks) == _rows(pair.general_url, tasks)
+
+
+async def test_a_worker_that_does_not_serve_the_run_gets_no_claim(pair: Pair) -> None:
+    store = pair.hot
+    await store.register_worker(NS, "w-other", QUEUE, [("Other", "1", "fp")], [], "", False)
+    done = await _direct_start(store, "w-other")
+    assert done.started and done.workflow_task is None
+    assert store.stats.hot_calls == 2  # the warm-up start and this one
+    # The task stays queued for a worker that serves it.
+    task = await claim(store, "w1")
+    assert task.run_id == done.run_id
+
+
+async def test_repeated_and_conflicting_starts_take_the_general_path(pair: Pair) -> None:
+    store = pair.hot
+    first = await start(store, "warm-up", queue="warm")
+    again = await store.start_workflow(
+        NS, "warm-up", "Order", "1", QUEUE, payload(b"args"), "req-warm-up"
+    )
+    assert (again.run_id, again.started) == (first, False)  # the earlier run, nothing new
+    with pytest.raises(WorkflowAlreadyStartedError):
+        await store.start_workflow(NS, "warm-up", "Order", "1", QUEUE, payload(b"x"), "req-2")
+    assert store.stats.hot_calls == 0
+    assert len(await history(store, "warm-up")) == 1

@@ -1,6 +1,7 @@
 """The PostgreSQL hot path: a decision recorded by one call of ``drpc_record_decision``
 (``_pg_hot_sql``), one round trip instead of ~9 — a workflow-task completion, or an
-activity completion carrying an inline decision.
+activity completion carrying an inline decision — and a start (with its folded claim)
+by one call of ``drpc_start_workflow``.
 
 ``DecisionCall.build`` says whether a completion has the shape the function covers and
 prepares its arguments (everything that does not depend on the commit's database time,
@@ -18,6 +19,7 @@ from typing import Any
 
 from durable_rpc.store._api import (
     ClaimedActivityTask,
+    ClaimedWorkflowTask,
     EagerActivities,
     HistoryLimits,
     LeaseRef,
@@ -25,6 +27,7 @@ from durable_rpc.store._api import (
     WorkflowTaskCompletion,
 )
 from durable_rpc.store._logic import activity_timeouts
+from durable_rpc.store._ops_leases import lease_check_at
 from durable_rpc.store._tx import Notes
 from durable_rpc.v1 import history_pb2, payload_pb2, workflow_task_pb2
 
@@ -112,9 +115,10 @@ class DecisionCall:
             queues.discard(run_queue)
         namespace, lease = decision.namespace, decision.lease
         notify_tasks = tuple((namespace, queue, "activity") for queue in sorted(queues))
-        notify: dict[str, Any] = {"o": origin}
+        # The NOTIFY payload's start (the function adds the closed run and the due time).
+        notify = '{"o":' + json.dumps(origin)
         if notify_tasks:
-            notify["t"] = [list(t) for t in notify_tasks]
+            notify += ',"t":' + json.dumps([list(t) for t in notify_tasks])
         close_result = commands[0].complete_workflow.result if closing else None
         result = decision.result
         args = (
@@ -157,7 +161,7 @@ class DecisionCall:
             limits.max_events,
             limits.max_bytes,
             channel,
-            json.dumps(notify),
+            notify,
         )
         return cls(lease.worker_id, tuple(scheduled), close_result, notify_tasks, namespace, args)
 
@@ -225,3 +229,110 @@ def _scheduled_attributes(s: _Scheduled, run_queue: str) -> bytes:
         task_queue=spec.task_queue or run_queue,
         options=spec.options,
     ).SerializeToString()
+
+
+START_CALL = "SELECT * FROM drpc_start_workflow(" + ", ".join(["%s"] * 15) + ")"
+
+
+@dataclass(frozen=True, slots=True)
+class StartCall:
+    """A start as one call of ``drpc_start_workflow``: one without memo, search
+    attributes, timeouts or parent (those take the general path), with a request id."""
+
+    namespace: str
+    workflow_id: str
+    workflow_type: str
+    version: str
+    task_queue: str
+    run_id: str
+    claim_worker: str | None
+    lease_ms: int
+    args: tuple[Any, ...]
+
+    @classmethod
+    def build(
+        cls,
+        namespace: str,
+        workflow_id: str,
+        workflow_type: str,
+        version: str,
+        task_queue: str,
+        payload: payload_pb2.Payload,
+        request_id: str,
+        trace_context: dict[str, str],
+        run_id: str,
+        claim: tuple[str, int] | None,
+        limits: HistoryLimits,
+        channel: str,
+        origin: str,
+    ) -> StartCall:
+        # WorkflowStarted as create_run serializes it, split around the fingerprint (7),
+        # which the run's INSERT looks up.
+        head = history_pb2.WorkflowStarted(
+            workflow_type=workflow_type,
+            workflow_version=version,
+            workflow_id=workflow_id,
+            run_id=run_id,
+            task_queue=task_queue,
+            input=payload,
+        ).SerializeToString()
+        tail = history_pb2.WorkflowStarted(
+            request_id=request_id, trace_context=trace_context
+        ).SerializeToString()
+        worker, lease_ms = claim if claim is not None else (None, 0)
+        args = (
+            namespace,
+            workflow_id,
+            workflow_type,
+            version,
+            task_queue,
+            request_id,
+            run_id,
+            head,
+            tail,
+            limits.max_events,
+            limits.max_bytes,
+            worker,
+            lease_ms,
+            channel,
+            origin,
+        )
+        return cls(
+            namespace,
+            workflow_id,
+            workflow_type,
+            version,
+            task_queue,
+            run_id,
+            worker,
+            lease_ms,
+            args,
+        )
+
+    def answer(self, row: dict[str, Any]) -> tuple[ClaimedWorkflowTask | None, Notes]:
+        """The claimed first task (None: not claimed) and the notes to deliver locally."""
+        notes = Notes()
+        now = int(row["o_now"])
+        if not row["o_claimed"] or self.claim_worker is None:
+            notes.tasks.add((self.namespace, self.task_queue, "workflow"))
+            return None, notes
+        expires = now + self.lease_ms
+        notes.due.add(lease_check_at(expires))
+        event = bytes(row["o_event"])
+        task = ClaimedWorkflowTask(
+            task_id=row["o_task_id"],
+            worker_id=self.claim_worker,
+            fencing_token=row["o_token"],
+            lease_expires_at_ms=expires,
+            workflow_time_ms=now,
+            attempt=row["o_attempt"],
+            workflow_id=self.workflow_id,
+            run_id=self.run_id,
+            workflow_type=self.workflow_type,
+            workflow_version=self.version,
+            task_queue=self.task_queue,
+            events=[event],
+            history_length=1,
+            history_size_bytes=len(event),
+        )
+        return task, notes

@@ -33,7 +33,7 @@ import threading
 import time
 import urllib.parse
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import psycopg
@@ -51,10 +51,13 @@ from durable_rpc.errors import (
 from durable_rpc.store._api import (
     ActivityCompletion,
     ApiKeyLookup,
+    DirectClaim,
     EagerActivities,
     EagerWorkflowTask,
     InlineWorkflowTask,
     LeaseRef,
+    StartOptions,
+    StartResult,
     StoreOptions,
     WorkflowTaskCompletion,
 )
@@ -63,11 +66,12 @@ from durable_rpc.store._logic import parse_payload, validate_commands
 from durable_rpc.store._migrations import check_ordered
 from durable_rpc.store._ops import SqlStore
 from durable_rpc.store._pg_hot import CALL as DECISION_CALL
-from durable_rpc.store._pg_hot import Decision, DecisionCall
+from durable_rpc.store._pg_hot import START_CALL, Decision, DecisionCall, StartCall
 from durable_rpc.store._pg_hot_sql import FALLBACK_SQLSTATE
 from durable_rpc.store._pg_listen import Listener, encode, notify_statements
 from durable_rpc.store._pg_migrations import MIGRATION_LOCK_KEY, PG_MIGRATIONS, PG_NOW_MS
 from durable_rpc.store._pg_pool import PgPool
+from durable_rpc.store._runs import check_start
 from durable_rpc.store._tx import Notes, Row, Tx
 from durable_rpc.v1 import workflow_task_pb2
 
@@ -528,18 +532,119 @@ class PostgresStore(SqlStore):
         )
         if call is None:
             return None
-        return await self._submit(self._run_call, call)
+        row = await self._submit(self._call_once, (DECISION_CALL, call.args))
+        if row is None:
+            return None
+        completion, notes = call.answer(row)
+        self._settle_call(notes)
+        return completion
 
-    def _run_call(self, call: DecisionCall) -> WorkflowTaskCompletion | None:
-        """One autocommitted call; None: run the general path. That is the function's
-        own answer for every case it does not cover, and also the way out of a conflict
-        or a lost connection: the call either committed whole (the general path then
-        finds the outcome recorded by this lease and answers as for a repeat) or not at
-        all (the general path does the work, with its retries)."""
+    async def start_workflow(
+        self,
+        namespace: str,
+        workflow_id: str,
+        workflow_type: str,
+        workflow_version: str,
+        task_queue: str,
+        input: bytes,
+        request_id: str,
+        trace_context: Mapping[str, str] | None = None,
+        options: StartOptions | None = None,
+        claim_for: DirectClaim | None = None,
+    ) -> StartResult:
+        call = self._start_call(
+            namespace,
+            workflow_id,
+            workflow_type,
+            workflow_version,
+            task_queue,
+            input,
+            request_id,
+            trace_context,
+            options,
+            claim_for,
+        )
+        if call is not None:
+            row = await self._submit(self._call_once, (START_CALL, call.args))
+            if row is not None:
+                task, notes = call.answer(row)
+                self._settle_call(notes)
+                return StartResult(call.run_id, started=True, workflow_task=task)
+        return await super().start_workflow(
+            namespace,
+            workflow_id,
+            workflow_type,
+            workflow_version,
+            task_queue,
+            input,
+            request_id,
+            trace_context,
+            options,
+            claim_for,
+        )
+
+    def _start_call(
+        self,
+        namespace: str,
+        workflow_id: str,
+        workflow_type: str,
+        workflow_version: str,
+        task_queue: str,
+        input: bytes,
+        request_id: str,
+        trace_context: Mapping[str, str] | None,
+        options: StartOptions | None,
+        claim_for: DirectClaim | None,
+    ) -> StartCall | None:
+        if not self._hot_path or not request_id or namespace not in self.known_namespaces:
+            return None
+        try:  # what the general path refuses, it refuses with its own answer
+            version, payload, checked = check_start(
+                workflow_id, workflow_type, workflow_version, task_queue, input, options
+            )
+        except InvalidArgumentError:
+            return None
+        if (
+            checked.memo
+            or checked.search_rows
+            or checked.search_attributes
+            or checked.execution_timeout_ms
+            or checked.run_timeout_ms
+        ):
+            return None
+        claim = None
+        if claim_for is not None:
+            if not claim_for.worker_id or claim_for.lease_ms <= 0:
+                return None
+            claim = (claim_for.worker_id, claim_for.lease_ms)
+        return StartCall.build(
+            namespace,
+            workflow_id,
+            workflow_type,
+            version,
+            task_queue,
+            payload,
+            request_id,
+            dict(trace_context or {}),
+            str(uuid.uuid4()),
+            claim,
+            self._options.history,
+            self._channel,
+            self.origin,
+        )
+
+    def _call_once(self, call: tuple[str, tuple[Any, ...]]) -> dict[str, Any] | None:
+        """One autocommitted call of a hot-path function: its row, or None to run the
+        general path. That is the function's own answer for every case it does not cover,
+        and also the way out of a conflict or a lost connection: the call either
+        committed whole (the general path then finds what it did -- this lease's outcome
+        recorded, this request id's run -- and answers as for a repeat) or not at all
+        (the general path does the work, with its retries)."""
+        statement, args = call
         conn = self._pool.acquire()
         discard = False
         try:
-            row = conn.execute(DECISION_CALL, call.args).fetchone()
+            row: dict[str, Any] | None = conn.execute(statement, args).fetchone()
         except psycopg.Error as exc:
             if exc.sqlstate == FALLBACK_SQLSTATE or isinstance(exc, _CONFLICTS):
                 return None
@@ -552,14 +657,15 @@ class PostgresStore(SqlStore):
         finally:
             self._pool.release(conn, discard=discard)
         assert row is not None
-        completion, notes = call.answer(row)
+        return row
+
+    def _settle_call(self, notes: Notes) -> None:
+        """Counts a hot-path call that committed and delivers its notes (on the loop)."""
         self._count(failed=False)
         with self._stats_lock:
             self._stats.hot_calls += 1
-        if notes and self._loop is not None:
-            with contextlib.suppress(RuntimeError):  # the loop is closed
-                self._loop.call_soon_threadsafe(self._deliver, notes)
-        return completion
+        if notes:
+            self._deliver(notes)
 
     # -- API keys: cached while LISTEN is live ---------------------------------------------
 
