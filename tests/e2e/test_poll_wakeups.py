@@ -87,7 +87,8 @@ async def poll_activity(
             task_queue=QUEUE,
             worker_id=worker_id,
             activity_types=[activity_type],
-        )
+        ),
+        timeout=30,  # far past any poll deadline here: a poll that never answers fails
     )
     return response, time.monotonic()
 

@@ -38,6 +38,8 @@ from durable_rpc.v1 import payload_pb2, service_pb2, service_pb2_grpc, workflow_
 T = TypeVar("T")
 
 WORKER_HEARTBEAT_INTERVAL_S = 10
+#: How long a woken poll waits for the has-claimable probe before passing its wake-up on.
+PASS_ON_PROBE_TIMEOUT_S = 1.0
 MAX_BATCH_OUTCOMES = 1000
 log = logging.getLogger(__name__)
 # Most activity attempts handed out eagerly with one workflow-task completion.
@@ -131,8 +133,11 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
         store cannot tell, it is passed on: an extra claim is harmless, a lost wake-up is
         not."""
         try:
-            left = await self._store.has_claimable_task(*key)
-        except Exception:
+            # Bounded: a poll must keep to its deadline even if the store is slow to say.
+            left = await asyncio.wait_for(
+                self._store.has_claimable_task(*key), PASS_ON_PROBE_TIMEOUT_S
+            )
+        except Exception:  # TimeoutError included
             left = True
         if left:
             self._notifier.tasks.notify(key, wakeup)
