@@ -251,11 +251,13 @@ def postmaster_pid(url: str) -> int | None:
 
     with psycopg.connect(url, autocommit=True) as conn:
         row = conn.execute("SELECT pg_backend_pid()").fetchone()
-    assert row is not None
-    try:
-        stat = Path(f"/proc/{row[0]}/stat").read_text()
-    except OSError:
-        return None  # another machine
+        assert row is not None
+        # Read while the connection is open: once it closes, its backend exits (reading
+        # after the close failed now and then, as if the cluster ran elsewhere).
+        try:
+            stat = Path(f"/proc/{row[0]}/stat").read_text()
+        except OSError:
+            return None  # another machine
     return int(stat.rsplit(")", 1)[1].split()[1])
 
 
