@@ -69,7 +69,8 @@ class DecisionCall:
     worker_id: str
     scheduled: tuple[_Scheduled, ...]
     close_result: payload_pb2.Payload | None
-    notify_tasks: tuple[tuple[str, str, str], ...]
+    #: Queues whose activity polls the commit wakes (its NOTIFY and the local notes).
+    notify_queues: tuple[str, ...]
     namespace: str
     args: tuple[Any, ...]
 
@@ -114,11 +115,11 @@ class DecisionCall:
             # Every activity on the run's queue goes to this worker: nobody to wake there.
             queues.discard(run_queue)
         namespace, lease = decision.namespace, decision.lease
-        notify_tasks = tuple((namespace, queue, "activity") for queue in sorted(queues))
+        notify_queues = tuple(sorted(queues))
         # The NOTIFY payload's start (the function adds the closed run and the due time).
         notify = '{"o":' + json.dumps(origin)
-        if notify_tasks:
-            notify += ',"t":' + json.dumps([list(t) for t in notify_tasks])
+        if notify_queues:
+            notify += ',"t":' + json.dumps([[namespace, q, "activity"] for q in notify_queues])
         close_result = commands[0].complete_workflow.result if closing else None
         result = decision.result
         args = (
@@ -163,7 +164,7 @@ class DecisionCall:
             channel,
             notify,
         )
-        return cls(lease.worker_id, tuple(scheduled), close_result, notify_tasks, namespace, args)
+        return cls(lease.worker_id, tuple(scheduled), close_result, notify_queues, namespace, args)
 
     def answer(self, row: dict[str, Any]) -> tuple[WorkflowTaskCompletion, Notes]:
         """The recorded decision and the notes to deliver locally, from the function's row."""
@@ -193,7 +194,7 @@ class DecisionCall:
         ]
         claimed.sort(key=lambda task: task.seq)
         notes = Notes()
-        notes.tasks.update(self.notify_tasks)  # type: ignore[arg-type]
+        notes.tasks.update((namespace, queue, "activity") for queue in self.notify_queues)
         notes.due.update(row["o_dues"])
         if self.close_result is not None:
             notes.closed.append((namespace, run_id))
