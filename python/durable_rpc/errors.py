@@ -144,6 +144,24 @@ class NamespaceAlreadyExistsError(DurableRpcError):
     reason = "NAMESPACE_ALREADY_EXISTS"
 
 
+class DefinitionInUseError(DurableRpcError):
+    """RemoveDefinition: a live worker or an open run still references the definition."""
+
+    reason = "DEFINITION_IN_USE"
+
+
+class DefinitionRemovedError(DurableRpcError):
+    """Registration of a definition an operator removed (until it is restored)."""
+
+    reason = "DEFINITION_REMOVED"
+
+
+class WorkflowNotFailedError(DurableRpcError):
+    """Redrive of a run that did not fail."""
+
+    reason = "WORKFLOW_NOT_FAILED"
+
+
 STATUS_BY_REASON: dict[str, grpc.StatusCode] = {
     LeaseLostError.reason: grpc.StatusCode.FAILED_PRECONDITION,
     WorkflowAlreadyStartedError.reason: grpc.StatusCode.ALREADY_EXISTS,
@@ -165,6 +183,9 @@ STATUS_BY_REASON: dict[str, grpc.StatusCode] = {
     UnauthenticatedError.reason: grpc.StatusCode.UNAUTHENTICATED,
     PermissionDeniedError.reason: grpc.StatusCode.PERMISSION_DENIED,
     NamespaceAlreadyExistsError.reason: grpc.StatusCode.ALREADY_EXISTS,
+    DefinitionInUseError.reason: grpc.StatusCode.FAILED_PRECONDITION,
+    DefinitionRemovedError.reason: grpc.StatusCode.FAILED_PRECONDITION,
+    WorkflowNotFailedError.reason: grpc.StatusCode.FAILED_PRECONDITION,
 }
 
 ERROR_BY_REASON: dict[str, type[DurableRpcError]] = {
@@ -190,5 +211,8 @@ ERROR_BY_REASON: dict[str, type[DurableRpcError]] = {
         UnauthenticatedError,
         PermissionDeniedError,
         NamespaceAlreadyExistsError,
+        DefinitionInUseError,
+        DefinitionRemovedError,
+        WorkflowNotFailedError,
     )
 }

@@ -14,6 +14,8 @@ from google.protobuf import duration_pb2
 from durable_rpc.auth import Principal, new_key
 from durable_rpc.errors import InvalidArgumentError
 from durable_rpc.server import _convert, _validate
+from durable_rpc.server._admin_definitions import AdminDefinitionsMixin
+from durable_rpc.server._admin_fleet import AdminFleetMixin
 from durable_rpc.server._auth import current_principal
 from durable_rpc.store import ApiKeyRecord, NamespaceRecord, Store
 from durable_rpc.v1 import admin_service_pb2 as pb
@@ -70,7 +72,9 @@ def _visible(principal: Principal | None, name: str) -> bool:
     return principal is None or principal.namespace is None or principal.namespace == name
 
 
-class AdminService(admin_service_pb2_grpc.AdminServiceServicer):
+class AdminService(
+    AdminFleetMixin, AdminDefinitionsMixin, admin_service_pb2_grpc.AdminServiceServicer
+):
     def __init__(self, store: Store) -> None:
         self._store = store
 

@@ -61,6 +61,11 @@ _ADMIN_RULES: dict[str, Rule] = {
     "CreateApiKey": _key_scope,
     "ListApiKeys": _key_scope,
     "RevokeApiKey": _key_scope,
+    "ListWorkers": _in_namespace(Access.NAMESPACE_ADMIN),
+    "DescribeTaskQueue": _in_namespace(Access.NAMESPACE_ADMIN),
+    "ListDefinitions": _in_namespace(Access.NAMESPACE_ADMIN),
+    "RemoveDefinition": _in_namespace(Access.NAMESPACE_ADMIN),
+    "RestoreDefinition": _in_namespace(Access.NAMESPACE_ADMIN),
 }
 
 

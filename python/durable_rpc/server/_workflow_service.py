@@ -24,6 +24,8 @@ from durable_rpc.server._handoff import Handoffs
 from durable_rpc.server._notify import Notifier
 from durable_rpc.server._notify import wait as wait_for_wakeup
 from durable_rpc.server._queries import QueryRelay
+from durable_rpc.server._workflow_batch import WorkflowBatchMixin
+from durable_rpc.server._workflow_redrive import WorkflowRedriveMixin
 from durable_rpc.store import (
     DirectClaim,
     RunInfo,
@@ -127,7 +129,9 @@ def _list_cursor(token: bytes) -> str | None:
     return None if cursor is None else str(cursor)
 
 
-class WorkflowService(service_pb2_grpc.WorkflowServiceServicer):
+class WorkflowService(
+    WorkflowRedriveMixin, WorkflowBatchMixin, service_pb2_grpc.WorkflowServiceServicer
+):
     def __init__(
         self,
         store: Store,

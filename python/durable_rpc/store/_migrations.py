@@ -298,8 +298,11 @@ def _v8(activity_names: str) -> tuple[str, ...]:
     )
 
 
-#: A namespace keeps closed runs this long unless told otherwise (Temporal's default).
-DEFAULT_RETENTION_MS = 3 * 24 * 3600 * 1000
+#: What migration 9 gave every namespace (never enforced before migration 11).
+_V9_DEFAULT_RETENTION_MS = 3 * 24 * 3600 * 1000
+
+#: A namespace keeps closed runs this long unless told otherwise.
+DEFAULT_RETENTION_MS = 7 * 24 * 3600 * 1000
 
 
 def _v9(bigint: str) -> tuple[str, ...]:
@@ -308,7 +311,7 @@ def _v9(bigint: str) -> tuple[str, ...]:
     return (
         "ALTER TABLE namespaces ADD COLUMN description TEXT NOT NULL DEFAULT ''",
         f"ALTER TABLE namespaces ADD COLUMN retention_ms {bigint} NOT NULL "
-        f"DEFAULT {DEFAULT_RETENTION_MS}",
+        f"DEFAULT {_V9_DEFAULT_RETENTION_MS}",
         f"""CREATE TABLE api_keys (
             key_id TEXT PRIMARY KEY,
             secret_hash TEXT NOT NULL,
@@ -320,6 +323,46 @@ def _v9(bigint: str) -> tuple[str, ...]:
             revoked_at_ms {bigint}
         )""",
         "CREATE INDEX api_keys_by_namespace ON api_keys (namespace, created_at_ms)",
+    )
+
+
+def _v11(bigint: str) -> tuple[str, ...]:
+    """Operating the fleet (same shape on both backends).
+
+    - ``workers``: the counters a worker reports with each heartbeat (ListWorkers).
+    - ``definitions.removed_at_ms``: set by RemoveDefinition; registration of a removed
+      definition is refused until RestoreDefinition clears it.
+    - ``runs.build_id``: the build a run is pinned to (NULL: unversioned), copied onto its
+      workflow task rows (``tasks.build_id``) so a claim filters on the task row alone.
+    - ``runs.redriven_from_run_id``: the failed run a redriven run continues.
+    - ``runs_closed``: retention finds a namespace's oldest closed runs.
+    - ``maintenance_leases``: one row per cluster-wide background job (retention), held
+      by one replica at a time until ``expires_at_ms`` (database time).
+    - Retention was stored but never enforced before this version: namespaces still on
+      migration 9's default get the new default.
+    """
+    return (
+        f"ALTER TABLE workers ADD COLUMN claims {bigint} NOT NULL DEFAULT 0",
+        f"ALTER TABLE workers ADD COLUMN completions {bigint} NOT NULL DEFAULT 0",
+        f"ALTER TABLE workers ADD COLUMN failures {bigint} NOT NULL DEFAULT 0",
+        f"ALTER TABLE workers ADD COLUMN lease_losses {bigint} NOT NULL DEFAULT 0",
+        "ALTER TABLE workers ADD COLUMN slots_in_use INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE workers ADD COLUMN slots_total INTEGER NOT NULL DEFAULT 0",
+        f"ALTER TABLE definitions ADD COLUMN removed_at_ms {bigint}",
+        "ALTER TABLE runs ADD COLUMN build_id TEXT",
+        "ALTER TABLE tasks ADD COLUMN build_id TEXT",
+        "ALTER TABLE runs ADD COLUMN redriven_from_run_id TEXT",
+        "CREATE INDEX runs_redriven_from ON runs (namespace, redriven_from_run_id) "
+        "WHERE redriven_from_run_id IS NOT NULL",
+        "CREATE INDEX runs_closed ON runs (namespace, close_time_ms) "
+        "WHERE close_time_ms IS NOT NULL",
+        f"""CREATE TABLE maintenance_leases (
+            job TEXT PRIMARY KEY,
+            owner TEXT NOT NULL,
+            expires_at_ms {bigint} NOT NULL
+        )""",
+        f"UPDATE namespaces SET retention_ms = {DEFAULT_RETENTION_MS} "
+        f"WHERE retention_ms = {_V9_DEFAULT_RETENTION_MS}",
     )
 
 
@@ -336,6 +379,9 @@ SQLITE_MIGRATIONS: tuple[Migration, ...] = (
     # PostgreSQL's server-side functions of its hot path (``_pg_hot_sql``); SQLite runs
     # every operation in-process and needs none.
     Migration(10, "hot-path functions (PostgreSQL only)", ()),
+    Migration(
+        11, "fleet counters, definition removal, build pins, redrive, retention", _v11("INTEGER")
+    ),
 )
 
 

@@ -8,7 +8,7 @@ whole migration (see ``_postgres``), so each migration is applied exactly once.
 
 from __future__ import annotations
 
-from durable_rpc.store._migrations import Migration, _v2, _v3, _v4, _v5, _v6, _v7, _v8, _v9
+from durable_rpc.store._migrations import Migration, _v2, _v3, _v4, _v5, _v6, _v7, _v8, _v9, _v11
 from durable_rpc.store._pg_hot_sql import HOT_PATH_FUNCTIONS
 
 #: The database clock in integer milliseconds since the epoch (PostgreSQL). The real
@@ -161,4 +161,7 @@ PG_MIGRATIONS: tuple[Migration, ...] = (
     Migration(8, "what claims filter on", _v8("json_array_elements_text(w.activities::json)")),
     Migration(9, "namespace settings and API keys", _v9("BIGINT")),
     Migration(10, "hot-path functions", HOT_PATH_FUNCTIONS),
+    Migration(
+        11, "fleet counters, definition removal, build pins, redrive, retention", _v11("BIGINT")
+    ),
 )

@@ -24,47 +24,78 @@ _sym_db = _symbol_database.Default()
 
 from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
+from durable_rpc.v1 import service_pb2 as durable__rpc_dot_v1_dot_service__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"durable_rpc/v1/admin_service.proto\x12\x0e\x64urable_rpc.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8d\x01\n\tNamespace\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12,\n\tretention\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12/\n\x0b\x63reate_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"n\n\x16\x43reateNamespaceRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12,\n\tretention\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\"G\n\x17\x43reateNamespaceResponse\x12,\n\tnamespace\x18\x01 \x01(\x0b\x32\x19.durable_rpc.v1.Namespace\"-\n\x18\x44\x65scribeNamespaceRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\"I\n\x19\x44\x65scribeNamespaceResponse\x12,\n\tnamespace\x18\x01 \x01(\x0b\x32\x19.durable_rpc.v1.Namespace\"\x17\n\x15ListNamespacesRequest\"G\n\x16ListNamespacesResponse\x12-\n\nnamespaces\x18\x01 \x03(\x0b\x32\x19.durable_rpc.v1.Namespace\"\x83\x01\n\x16UpdateNamespaceRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x18\n\x0b\x64\x65scription\x18\x02 \x01(\tH\x00\x88\x01\x01\x12,\n\tretention\x18\x03 \x01(\x0b\x32\x19.google.protobuf.DurationB\x0e\n\x0c_description\"G\n\x17UpdateNamespaceResponse\x12,\n\tnamespace\x18\x01 \x01(\x0b\x32\x19.durable_rpc.v1.Namespace\"\xda\x01\n\x06\x41piKey\x12\x0e\n\x06key_id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0c\n\x04role\x18\x03 \x01(\t\x12\x11\n\tnamespace\x18\x04 \x01(\t\x12/\n\x0b\x63reate_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x65xpire_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0brevoke_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x8c\x01\n\x13\x43reateApiKeyRequest\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12-\n\nexpires_in\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x17\n\x0f\x65very_namespace\x18\x05 \x01(\x08\"K\n\x14\x43reateApiKeyResponse\x12#\n\x03key\x18\x01 \x01(\x0b\x32\x16.durable_rpc.v1.ApiKey\x12\x0e\n\x06secret\x18\x02 \x01(\t\"@\n\x12ListApiKeysRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x17\n\x0f\x65very_namespace\x18\x02 \x01(\x08\";\n\x13ListApiKeysResponse\x12$\n\x04keys\x18\x01 \x03(\x0b\x32\x16.durable_rpc.v1.ApiKey\"Q\n\x13RevokeApiKeyRequest\x12\x0e\n\x06key_id\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x17\n\x0f\x65very_namespace\x18\x03 \x01(\x08\";\n\x14RevokeApiKeyResponse\x12#\n\x03key\x18\x01 \x01(\x0b\x32\x16.durable_rpc.v1.ApiKey2\xaf\x05\n\x0c\x41\x64minService\x12\x62\n\x0f\x43reateNamespace\x12&.durable_rpc.v1.CreateNamespaceRequest\x1a\'.durable_rpc.v1.CreateNamespaceResponse\x12h\n\x11\x44\x65scribeNamespace\x12(.durable_rpc.v1.DescribeNamespaceRequest\x1a).durable_rpc.v1.DescribeNamespaceResponse\x12_\n\x0eListNamespaces\x12%.durable_rpc.v1.ListNamespacesRequest\x1a&.durable_rpc.v1.ListNamespacesResponse\x12\x62\n\x0fUpdateNamespace\x12&.durable_rpc.v1.UpdateNamespaceRequest\x1a\'.durable_rpc.v1.UpdateNamespaceResponse\x12Y\n\x0c\x43reateApiKey\x12#.durable_rpc.v1.CreateApiKeyRequest\x1a$.durable_rpc.v1.CreateApiKeyResponse\x12V\n\x0bListApiKeys\x12\".durable_rpc.v1.ListApiKeysRequest\x1a#.durable_rpc.v1.ListApiKeysResponse\x12Y\n\x0cRevokeApiKey\x12#.durable_rpc.v1.RevokeApiKeyRequest\x1a$.durable_rpc.v1.RevokeApiKeyResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"durable_rpc/v1/admin_service.proto\x12\x0e\x64urable_rpc.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1c\x64urable_rpc/v1/service.proto\"\x8d\x01\n\tNamespace\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12,\n\tretention\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12/\n\x0b\x63reate_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"n\n\x16\x43reateNamespaceRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12,\n\tretention\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\"G\n\x17\x43reateNamespaceResponse\x12,\n\tnamespace\x18\x01 \x01(\x0b\x32\x19.durable_rpc.v1.Namespace\"-\n\x18\x44\x65scribeNamespaceRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\"I\n\x19\x44\x65scribeNamespaceResponse\x12,\n\tnamespace\x18\x01 \x01(\x0b\x32\x19.durable_rpc.v1.Namespace\"\x17\n\x15ListNamespacesRequest\"G\n\x16ListNamespacesResponse\x12-\n\nnamespaces\x18\x01 \x03(\x0b\x32\x19.durable_rpc.v1.Namespace\"\x83\x01\n\x16UpdateNamespaceRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x18\n\x0b\x64\x65scription\x18\x02 \x01(\tH\x00\x88\x01\x01\x12,\n\tretention\x18\x03 \x01(\x0b\x32\x19.google.protobuf.DurationB\x0e\n\x0c_description\"G\n\x17UpdateNamespaceResponse\x12,\n\tnamespace\x18\x01 \x01(\x0b\x32\x19.durable_rpc.v1.Namespace\"\xda\x01\n\x06\x41piKey\x12\x0e\n\x06key_id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0c\n\x04role\x18\x03 \x01(\t\x12\x11\n\tnamespace\x18\x04 \x01(\t\x12/\n\x0b\x63reate_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x65xpire_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0brevoke_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x8c\x01\n\x13\x43reateApiKeyRequest\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12-\n\nexpires_in\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x17\n\x0f\x65very_namespace\x18\x05 \x01(\x08\"K\n\x14\x43reateApiKeyResponse\x12#\n\x03key\x18\x01 \x01(\x0b\x32\x16.durable_rpc.v1.ApiKey\x12\x0e\n\x06secret\x18\x02 \x01(\t\"@\n\x12ListApiKeysRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x17\n\x0f\x65very_namespace\x18\x02 \x01(\x08\";\n\x13ListApiKeysResponse\x12$\n\x04keys\x18\x01 \x03(\x0b\x32\x16.durable_rpc.v1.ApiKey\"Q\n\x13RevokeApiKeyRequest\x12\x0e\n\x06key_id\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x17\n\x0f\x65very_namespace\x18\x03 \x01(\x08\";\n\x14RevokeApiKeyResponse\x12#\n\x03key\x18\x01 \x01(\x0b\x32\x16.durable_rpc.v1.ApiKey\"Q\n\x12ListWorkersRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x12\n\ntask_queue\x18\x02 \x01(\t\x12\x14\n\x0cinclude_dead\x18\x03 \x01(\x08\"\xbe\x02\n\nWorkerInfo\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x12\n\ntask_queue\x18\x02 \x01(\t\x12\x10\n\x08\x62uild_id\x18\x03 \x01(\t\x12\x37\n\x0b\x64\x65\x66initions\x18\x04 \x03(\x0b\x32\".durable_rpc.v1.WorkflowDefinition\x12\x12\n\nactivities\x18\x05 \x03(\t\x12\x31\n\rregister_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x37\n\x13last_heartbeat_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0c\n\x04live\x18\x08 \x01(\x08\x12\x30\n\x08\x63ounters\x18\t \x01(\x0b\x32\x1e.durable_rpc.v1.WorkerCounters\"B\n\x13ListWorkersResponse\x12+\n\x07workers\x18\x01 \x03(\x0b\x32\x1a.durable_rpc.v1.WorkerInfo\"A\n\x18\x44\x65scribeTaskQueueRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x12\n\ntask_queue\x18\x02 \x01(\t\"\xd4\x01\n\x10TaskQueueBacklog\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x0e\n\x06queued\x18\x02 \x01(\x03\x12\x0e\n\x06leased\x18\x03 \x01(\x03\x12\x0f\n\x07waiting\x18\x04 \x01(\x03\x12\x13\n\x0brecoverable\x18\x05 \x01(\x03\x12\x36\n\x12oldest_queued_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x34\n\x11oldest_queued_age\x18\x07 \x01(\x0b\x32\x19.google.protobuf.Duration\"\x9a\x01\n\x0fTaskQueuePoller\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x10\n\x08\x62uild_id\x18\x02 \x01(\t\x12\x37\n\x13last_heartbeat_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x14\n\x0cslots_in_use\x18\x04 \x01(\x05\x12\x13\n\x0bslots_total\x18\x05 \x01(\x05\"o\n\x10\x44\x65\x66initionServed\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\x13\n\x0b\x66ingerprint\x18\x03 \x01(\t\x12\x11\n\tbuild_ids\x18\x04 \x03(\t\x12\x14\n\x0clive_workers\x18\x05 \x01(\x05\"\xcb\x01\n\x19\x44\x65scribeTaskQueueResponse\x12\x12\n\ntask_queue\x18\x01 \x01(\t\x12\x31\n\x07\x62\x61\x63klog\x18\x02 \x03(\x0b\x32 .durable_rpc.v1.TaskQueueBacklog\x12\x30\n\x07pollers\x18\x03 \x03(\x0b\x32\x1f.durable_rpc.v1.TaskQueuePoller\x12\x35\n\x0b\x64\x65\x66initions\x18\x04 \x03(\x0b\x32 .durable_rpc.v1.DefinitionServed\"+\n\x16ListDefinitionsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\"\xb0\x02\n\x0e\x44\x65\x66initionInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\x13\n\x0b\x66ingerprint\x18\x03 \x01(\t\x12\x31\n\rregister_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bremove_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x17\n\x0flive_worker_ids\x18\x06 \x03(\t\x12\x13\n\x0bqueued_runs\x18\x07 \x01(\x03\x12\x13\n\x0bleased_runs\x18\x08 \x01(\x03\x12\x14\n\x0cwaiting_runs\x18\t \x01(\x03\x12\x18\n\x10recoverable_runs\x18\n \x01(\x03\x12\x13\n\x0b\x66\x61iled_runs\x18\x0b \x01(\x03\"N\n\x17ListDefinitionsResponse\x12\x33\n\x0b\x64\x65\x66initions\x18\x01 \x03(\x0b\x32\x1e.durable_rpc.v1.DefinitionInfo\"K\n\x17RemoveDefinitionRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\t\"N\n\x18RemoveDefinitionResponse\x12\x32\n\ndefinition\x18\x01 \x01(\x0b\x32\x1e.durable_rpc.v1.DefinitionInfo\"L\n\x18RestoreDefinitionRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\t\"O\n\x19RestoreDefinitionResponse\x12\x32\n\ndefinition\x18\x01 \x01(\x0b\x32\x1e.durable_rpc.v1.DefinitionInfo2\xa6\t\n\x0c\x41\x64minService\x12\x62\n\x0f\x43reateNamespace\x12&.durable_rpc.v1.CreateNamespaceRequest\x1a\'.durable_rpc.v1.CreateNamespaceResponse\x12h\n\x11\x44\x65scribeNamespace\x12(.durable_rpc.v1.DescribeNamespaceRequest\x1a).durable_rpc.v1.DescribeNamespaceResponse\x12_\n\x0eListNamespaces\x12%.durable_rpc.v1.ListNamespacesRequest\x1a&.durable_rpc.v1.ListNamespacesResponse\x12\x62\n\x0fUpdateNamespace\x12&.durable_rpc.v1.UpdateNamespaceRequest\x1a\'.durable_rpc.v1.UpdateNamespaceResponse\x12Y\n\x0c\x43reateApiKey\x12#.durable_rpc.v1.CreateApiKeyRequest\x1a$.durable_rpc.v1.CreateApiKeyResponse\x12V\n\x0bListApiKeys\x12\".durable_rpc.v1.ListApiKeysRequest\x1a#.durable_rpc.v1.ListApiKeysResponse\x12Y\n\x0cRevokeApiKey\x12#.durable_rpc.v1.RevokeApiKeyRequest\x1a$.durable_rpc.v1.RevokeApiKeyResponse\x12V\n\x0bListWorkers\x12\".durable_rpc.v1.ListWorkersRequest\x1a#.durable_rpc.v1.ListWorkersResponse\x12h\n\x11\x44\x65scribeTaskQueue\x12(.durable_rpc.v1.DescribeTaskQueueRequest\x1a).durable_rpc.v1.DescribeTaskQueueResponse\x12\x62\n\x0fListDefinitions\x12&.durable_rpc.v1.ListDefinitionsRequest\x1a\'.durable_rpc.v1.ListDefinitionsResponse\x12\x65\n\x10RemoveDefinition\x12\'.durable_rpc.v1.RemoveDefinitionRequest\x1a(.durable_rpc.v1.RemoveDefinitionResponse\x12h\n\x11RestoreDefinition\x12(.durable_rpc.v1.RestoreDefinitionRequest\x1a).durable_rpc.v1.RestoreDefinitionResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'durable_rpc.v1.admin_service_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_NAMESPACE']._serialized_start=120
-  _globals['_NAMESPACE']._serialized_end=261
-  _globals['_CREATENAMESPACEREQUEST']._serialized_start=263
-  _globals['_CREATENAMESPACEREQUEST']._serialized_end=373
-  _globals['_CREATENAMESPACERESPONSE']._serialized_start=375
-  _globals['_CREATENAMESPACERESPONSE']._serialized_end=446
-  _globals['_DESCRIBENAMESPACEREQUEST']._serialized_start=448
-  _globals['_DESCRIBENAMESPACEREQUEST']._serialized_end=493
-  _globals['_DESCRIBENAMESPACERESPONSE']._serialized_start=495
-  _globals['_DESCRIBENAMESPACERESPONSE']._serialized_end=568
-  _globals['_LISTNAMESPACESREQUEST']._serialized_start=570
-  _globals['_LISTNAMESPACESREQUEST']._serialized_end=593
-  _globals['_LISTNAMESPACESRESPONSE']._serialized_start=595
-  _globals['_LISTNAMESPACESRESPONSE']._serialized_end=666
-  _globals['_UPDATENAMESPACEREQUEST']._serialized_start=669
-  _globals['_UPDATENAMESPACEREQUEST']._serialized_end=800
-  _globals['_UPDATENAMESPACERESPONSE']._serialized_start=802
-  _globals['_UPDATENAMESPACERESPONSE']._serialized_end=873
-  _globals['_APIKEY']._serialized_start=876
-  _globals['_APIKEY']._serialized_end=1094
-  _globals['_CREATEAPIKEYREQUEST']._serialized_start=1097
-  _globals['_CREATEAPIKEYREQUEST']._serialized_end=1237
-  _globals['_CREATEAPIKEYRESPONSE']._serialized_start=1239
-  _globals['_CREATEAPIKEYRESPONSE']._serialized_end=1314
-  _globals['_LISTAPIKEYSREQUEST']._serialized_start=1316
-  _globals['_LISTAPIKEYSREQUEST']._serialized_end=1380
-  _globals['_LISTAPIKEYSRESPONSE']._serialized_start=1382
-  _globals['_LISTAPIKEYSRESPONSE']._serialized_end=1441
-  _globals['_REVOKEAPIKEYREQUEST']._serialized_start=1443
-  _globals['_REVOKEAPIKEYREQUEST']._serialized_end=1524
-  _globals['_REVOKEAPIKEYRESPONSE']._serialized_start=1526
-  _globals['_REVOKEAPIKEYRESPONSE']._serialized_end=1585
-  _globals['_ADMINSERVICE']._serialized_start=1588
-  _globals['_ADMINSERVICE']._serialized_end=2275
+  _globals['_NAMESPACE']._serialized_start=150
+  _globals['_NAMESPACE']._serialized_end=291
+  _globals['_CREATENAMESPACEREQUEST']._serialized_start=293
+  _globals['_CREATENAMESPACEREQUEST']._serialized_end=403
+  _globals['_CREATENAMESPACERESPONSE']._serialized_start=405
+  _globals['_CREATENAMESPACERESPONSE']._serialized_end=476
+  _globals['_DESCRIBENAMESPACEREQUEST']._serialized_start=478
+  _globals['_DESCRIBENAMESPACEREQUEST']._serialized_end=523
+  _globals['_DESCRIBENAMESPACERESPONSE']._serialized_start=525
+  _globals['_DESCRIBENAMESPACERESPONSE']._serialized_end=598
+  _globals['_LISTNAMESPACESREQUEST']._serialized_start=600
+  _globals['_LISTNAMESPACESREQUEST']._serialized_end=623
+  _globals['_LISTNAMESPACESRESPONSE']._serialized_start=625
+  _globals['_LISTNAMESPACESRESPONSE']._serialized_end=696
+  _globals['_UPDATENAMESPACEREQUEST']._serialized_start=699
+  _globals['_UPDATENAMESPACEREQUEST']._serialized_end=830
+  _globals['_UPDATENAMESPACERESPONSE']._serialized_start=832
+  _globals['_UPDATENAMESPACERESPONSE']._serialized_end=903
+  _globals['_APIKEY']._serialized_start=906
+  _globals['_APIKEY']._serialized_end=1124
+  _globals['_CREATEAPIKEYREQUEST']._serialized_start=1127
+  _globals['_CREATEAPIKEYREQUEST']._serialized_end=1267
+  _globals['_CREATEAPIKEYRESPONSE']._serialized_start=1269
+  _globals['_CREATEAPIKEYRESPONSE']._serialized_end=1344
+  _globals['_LISTAPIKEYSREQUEST']._serialized_start=1346
+  _globals['_LISTAPIKEYSREQUEST']._serialized_end=1410
+  _globals['_LISTAPIKEYSRESPONSE']._serialized_start=1412
+  _globals['_LISTAPIKEYSRESPONSE']._serialized_end=1471
+  _globals['_REVOKEAPIKEYREQUEST']._serialized_start=1473
+  _globals['_REVOKEAPIKEYREQUEST']._serialized_end=1554
+  _globals['_REVOKEAPIKEYRESPONSE']._serialized_start=1556
+  _globals['_REVOKEAPIKEYRESPONSE']._serialized_end=1615
+  _globals['_LISTWORKERSREQUEST']._serialized_start=1617
+  _globals['_LISTWORKERSREQUEST']._serialized_end=1698
+  _globals['_WORKERINFO']._serialized_start=1701
+  _globals['_WORKERINFO']._serialized_end=2019
+  _globals['_LISTWORKERSRESPONSE']._serialized_start=2021
+  _globals['_LISTWORKERSRESPONSE']._serialized_end=2087
+  _globals['_DESCRIBETASKQUEUEREQUEST']._serialized_start=2089
+  _globals['_DESCRIBETASKQUEUEREQUEST']._serialized_end=2154
+  _globals['_TASKQUEUEBACKLOG']._serialized_start=2157
+  _globals['_TASKQUEUEBACKLOG']._serialized_end=2369
+  _globals['_TASKQUEUEPOLLER']._serialized_start=2372
+  _globals['_TASKQUEUEPOLLER']._serialized_end=2526
+  _globals['_DEFINITIONSERVED']._serialized_start=2528
+  _globals['_DEFINITIONSERVED']._serialized_end=2639
+  _globals['_DESCRIBETASKQUEUERESPONSE']._serialized_start=2642
+  _globals['_DESCRIBETASKQUEUERESPONSE']._serialized_end=2845
+  _globals['_LISTDEFINITIONSREQUEST']._serialized_start=2847
+  _globals['_LISTDEFINITIONSREQUEST']._serialized_end=2890
+  _globals['_DEFINITIONINFO']._serialized_start=2893
+  _globals['_DEFINITIONINFO']._serialized_end=3197
+  _globals['_LISTDEFINITIONSRESPONSE']._serialized_start=3199
+  _globals['_LISTDEFINITIONSRESPONSE']._serialized_end=3277
+  _globals['_REMOVEDEFINITIONREQUEST']._serialized_start=3279
+  _globals['_REMOVEDEFINITIONREQUEST']._serialized_end=3354
+  _globals['_REMOVEDEFINITIONRESPONSE']._serialized_start=3356
+  _globals['_REMOVEDEFINITIONRESPONSE']._serialized_end=3434
+  _globals['_RESTOREDEFINITIONREQUEST']._serialized_start=3436
+  _globals['_RESTOREDEFINITIONREQUEST']._serialized_end=3512
+  _globals['_RESTOREDEFINITIONRESPONSE']._serialized_start=3514
+  _globals['_RESTOREDEFINITIONRESPONSE']._serialized_end=3593
+  _globals['_ADMINSERVICE']._serialized_start=3596
+  _globals['_ADMINSERVICE']._serialized_end=4786
 # @@protoc_insertion_point(module_scope)

@@ -4,6 +4,7 @@ isort:skip_file
 """
 
 from collections import abc as _abc
+from durable_rpc.v1 import service_pb2 as _service_pb2
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import message as _message
@@ -32,7 +33,7 @@ class Namespace(_message.Message):
     description: _builtins.str
     @_builtins.property
     def retention(self) -> _duration_pb2.Duration:
-        """How long closed runs are kept."""
+        """How long closed runs are kept; older ones are deleted with their history."""
 
     @_builtins.property
     def create_time(self) -> _timestamp_pb2.Timestamp: ...
@@ -63,7 +64,7 @@ class CreateNamespaceRequest(_message.Message):
     description: _builtins.str
     @_builtins.property
     def retention(self) -> _duration_pb2.Duration:
-        """Unset: 72 hours."""
+        """Unset: 7 days."""
 
     def __init__(
         self,
@@ -421,3 +422,466 @@ class RevokeApiKeyResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RevokeApiKeyResponse: _TypeAlias = RevokeApiKeyResponse  # noqa: Y015
+
+@_typing.final
+class ListWorkersRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    TASK_QUEUE_FIELD_NUMBER: _builtins.int
+    INCLUDE_DEAD_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    task_queue: _builtins.str
+    """Empty: every task queue."""
+    include_dead: _builtins.bool
+    """Also workers whose heartbeat stopped (kept until they deregister or age out)."""
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        task_queue: _builtins.str = ...,
+        include_dead: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["include_dead", b"include_dead", "namespace", b"namespace", "task_queue", b"task_queue"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListWorkersRequest: _TypeAlias = ListWorkersRequest  # noqa: Y015
+
+@_typing.final
+class WorkerInfo(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKER_ID_FIELD_NUMBER: _builtins.int
+    TASK_QUEUE_FIELD_NUMBER: _builtins.int
+    BUILD_ID_FIELD_NUMBER: _builtins.int
+    DEFINITIONS_FIELD_NUMBER: _builtins.int
+    ACTIVITIES_FIELD_NUMBER: _builtins.int
+    REGISTER_TIME_FIELD_NUMBER: _builtins.int
+    LAST_HEARTBEAT_TIME_FIELD_NUMBER: _builtins.int
+    LIVE_FIELD_NUMBER: _builtins.int
+    COUNTERS_FIELD_NUMBER: _builtins.int
+    worker_id: _builtins.str
+    task_queue: _builtins.str
+    build_id: _builtins.str
+    """Empty: unversioned."""
+    live: _builtins.bool
+    """The last heartbeat is within the server's liveness window."""
+    @_builtins.property
+    def definitions(self) -> _containers.RepeatedCompositeFieldContainer[_service_pb2.WorkflowDefinition]: ...
+    @_builtins.property
+    def activities(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def register_time(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def last_heartbeat_time(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def counters(self) -> _service_pb2.WorkerCounters:
+        """What the worker counted, as of its last heartbeat."""
+
+    def __init__(
+        self,
+        *,
+        worker_id: _builtins.str = ...,
+        task_queue: _builtins.str = ...,
+        build_id: _builtins.str = ...,
+        definitions: _abc.Iterable[_service_pb2.WorkflowDefinition] | None = ...,
+        activities: _abc.Iterable[_builtins.str] | None = ...,
+        register_time: _timestamp_pb2.Timestamp | None = ...,
+        last_heartbeat_time: _timestamp_pb2.Timestamp | None = ...,
+        live: _builtins.bool = ...,
+        counters: _service_pb2.WorkerCounters | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["counters", b"counters", "last_heartbeat_time", b"last_heartbeat_time", "register_time", b"register_time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["activities", b"activities", "build_id", b"build_id", "counters", b"counters", "definitions", b"definitions", "last_heartbeat_time", b"last_heartbeat_time", "live", b"live", "register_time", b"register_time", "task_queue", b"task_queue", "worker_id", b"worker_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WorkerInfo: _TypeAlias = WorkerInfo  # noqa: Y015
+
+@_typing.final
+class ListWorkersResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKERS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def workers(self) -> _containers.RepeatedCompositeFieldContainer[Global___WorkerInfo]:
+        """By task queue, then worker id."""
+
+    def __init__(
+        self,
+        *,
+        workers: _abc.Iterable[Global___WorkerInfo] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["workers", b"workers"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListWorkersResponse: _TypeAlias = ListWorkersResponse  # noqa: Y015
+
+@_typing.final
+class DescribeTaskQueueRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    TASK_QUEUE_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    task_queue: _builtins.str
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        task_queue: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespace", b"namespace", "task_queue", b"task_queue"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeTaskQueueRequest: _TypeAlias = DescribeTaskQueueRequest  # noqa: Y015
+
+@_typing.final
+class TaskQueueBacklog(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KIND_FIELD_NUMBER: _builtins.int
+    QUEUED_FIELD_NUMBER: _builtins.int
+    LEASED_FIELD_NUMBER: _builtins.int
+    WAITING_FIELD_NUMBER: _builtins.int
+    RECOVERABLE_FIELD_NUMBER: _builtins.int
+    OLDEST_QUEUED_TIME_FIELD_NUMBER: _builtins.int
+    OLDEST_QUEUED_AGE_FIELD_NUMBER: _builtins.int
+    kind: _builtins.str
+    """"workflow" or "activity"."""
+    queued: _builtins.int
+    """Visible now and not claimed."""
+    leased: _builtins.int
+    waiting: _builtins.int
+    """Not yet visible (a retry's backoff, a delayed start)."""
+    recoverable: _builtins.int
+    """Leased tasks whose lease expired: the next claim recovers them."""
+    @_builtins.property
+    def oldest_queued_time(self) -> _timestamp_pb2.Timestamp:
+        """When the oldest queued task became visible (unset: nothing queued)."""
+
+    @_builtins.property
+    def oldest_queued_age(self) -> _duration_pb2.Duration:
+        """Database time minus that, when read."""
+
+    def __init__(
+        self,
+        *,
+        kind: _builtins.str = ...,
+        queued: _builtins.int = ...,
+        leased: _builtins.int = ...,
+        waiting: _builtins.int = ...,
+        recoverable: _builtins.int = ...,
+        oldest_queued_time: _timestamp_pb2.Timestamp | None = ...,
+        oldest_queued_age: _duration_pb2.Duration | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["oldest_queued_age", b"oldest_queued_age", "oldest_queued_time", b"oldest_queued_time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["kind", b"kind", "leased", b"leased", "oldest_queued_age", b"oldest_queued_age", "oldest_queued_time", b"oldest_queued_time", "queued", b"queued", "recoverable", b"recoverable", "waiting", b"waiting"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TaskQueueBacklog: _TypeAlias = TaskQueueBacklog  # noqa: Y015
+
+@_typing.final
+class TaskQueuePoller(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKER_ID_FIELD_NUMBER: _builtins.int
+    BUILD_ID_FIELD_NUMBER: _builtins.int
+    LAST_HEARTBEAT_TIME_FIELD_NUMBER: _builtins.int
+    SLOTS_IN_USE_FIELD_NUMBER: _builtins.int
+    SLOTS_TOTAL_FIELD_NUMBER: _builtins.int
+    worker_id: _builtins.str
+    build_id: _builtins.str
+    slots_in_use: _builtins.int
+    """Slots in use / total, as of its last heartbeat."""
+    slots_total: _builtins.int
+    @_builtins.property
+    def last_heartbeat_time(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        worker_id: _builtins.str = ...,
+        build_id: _builtins.str = ...,
+        last_heartbeat_time: _timestamp_pb2.Timestamp | None = ...,
+        slots_in_use: _builtins.int = ...,
+        slots_total: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["last_heartbeat_time", b"last_heartbeat_time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["build_id", b"build_id", "last_heartbeat_time", b"last_heartbeat_time", "slots_in_use", b"slots_in_use", "slots_total", b"slots_total", "worker_id", b"worker_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TaskQueuePoller: _TypeAlias = TaskQueuePoller  # noqa: Y015
+
+@_typing.final
+class DefinitionServed(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    VERSION_FIELD_NUMBER: _builtins.int
+    FINGERPRINT_FIELD_NUMBER: _builtins.int
+    BUILD_IDS_FIELD_NUMBER: _builtins.int
+    LIVE_WORKERS_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    version: _builtins.str
+    fingerprint: _builtins.str
+    live_workers: _builtins.int
+    @_builtins.property
+    def build_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The build ids of the live workers registering it (empty string: unversioned)."""
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        version: _builtins.str = ...,
+        fingerprint: _builtins.str = ...,
+        build_ids: _abc.Iterable[_builtins.str] | None = ...,
+        live_workers: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["build_ids", b"build_ids", "fingerprint", b"fingerprint", "live_workers", b"live_workers", "name", b"name", "version", b"version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DefinitionServed: _TypeAlias = DefinitionServed  # noqa: Y015
+
+@_typing.final
+class DescribeTaskQueueResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TASK_QUEUE_FIELD_NUMBER: _builtins.int
+    BACKLOG_FIELD_NUMBER: _builtins.int
+    POLLERS_FIELD_NUMBER: _builtins.int
+    DEFINITIONS_FIELD_NUMBER: _builtins.int
+    task_queue: _builtins.str
+    @_builtins.property
+    def backlog(self) -> _containers.RepeatedCompositeFieldContainer[Global___TaskQueueBacklog]: ...
+    @_builtins.property
+    def pollers(self) -> _containers.RepeatedCompositeFieldContainer[Global___TaskQueuePoller]:
+        """The queue's live workers."""
+
+    @_builtins.property
+    def definitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___DefinitionServed]: ...
+    def __init__(
+        self,
+        *,
+        task_queue: _builtins.str = ...,
+        backlog: _abc.Iterable[Global___TaskQueueBacklog] | None = ...,
+        pollers: _abc.Iterable[Global___TaskQueuePoller] | None = ...,
+        definitions: _abc.Iterable[Global___DefinitionServed] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["backlog", b"backlog", "definitions", b"definitions", "pollers", b"pollers", "task_queue", b"task_queue"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeTaskQueueResponse: _TypeAlias = DescribeTaskQueueResponse  # noqa: Y015
+
+@_typing.final
+class ListDefinitionsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespace", b"namespace"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListDefinitionsRequest: _TypeAlias = ListDefinitionsRequest  # noqa: Y015
+
+@_typing.final
+class DefinitionInfo(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    VERSION_FIELD_NUMBER: _builtins.int
+    FINGERPRINT_FIELD_NUMBER: _builtins.int
+    REGISTER_TIME_FIELD_NUMBER: _builtins.int
+    REMOVE_TIME_FIELD_NUMBER: _builtins.int
+    LIVE_WORKER_IDS_FIELD_NUMBER: _builtins.int
+    QUEUED_RUNS_FIELD_NUMBER: _builtins.int
+    LEASED_RUNS_FIELD_NUMBER: _builtins.int
+    WAITING_RUNS_FIELD_NUMBER: _builtins.int
+    RECOVERABLE_RUNS_FIELD_NUMBER: _builtins.int
+    FAILED_RUNS_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    version: _builtins.str
+    fingerprint: _builtins.str
+    queued_runs: _builtins.int
+    """Open runs of it, by the state of their workflow task: queued, leased, recoverable
+    (leased, lease expired) or waiting (no workflow task due: timers, activities,
+    signals, a workflow task in backoff).
+    """
+    leased_runs: _builtins.int
+    waiting_runs: _builtins.int
+    recoverable_runs: _builtins.int
+    failed_runs: _builtins.int
+    """Failed runs still kept (redrive needs the definition); informational."""
+    @_builtins.property
+    def register_time(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def remove_time(self) -> _timestamp_pb2.Timestamp:
+        """Set once RemoveDefinition removed it (registration refused until restored)."""
+
+    @_builtins.property
+    def live_worker_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The live workers registering it."""
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        version: _builtins.str = ...,
+        fingerprint: _builtins.str = ...,
+        register_time: _timestamp_pb2.Timestamp | None = ...,
+        remove_time: _timestamp_pb2.Timestamp | None = ...,
+        live_worker_ids: _abc.Iterable[_builtins.str] | None = ...,
+        queued_runs: _builtins.int = ...,
+        leased_runs: _builtins.int = ...,
+        waiting_runs: _builtins.int = ...,
+        recoverable_runs: _builtins.int = ...,
+        failed_runs: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["register_time", b"register_time", "remove_time", b"remove_time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["failed_runs", b"failed_runs", "fingerprint", b"fingerprint", "leased_runs", b"leased_runs", "live_worker_ids", b"live_worker_ids", "name", b"name", "queued_runs", b"queued_runs", "recoverable_runs", b"recoverable_runs", "register_time", b"register_time", "remove_time", b"remove_time", "version", b"version", "waiting_runs", b"waiting_runs"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DefinitionInfo: _TypeAlias = DefinitionInfo  # noqa: Y015
+
+@_typing.final
+class ListDefinitionsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DEFINITIONS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def definitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___DefinitionInfo]:
+        """By name, then version."""
+
+    def __init__(
+        self,
+        *,
+        definitions: _abc.Iterable[Global___DefinitionInfo] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["definitions", b"definitions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListDefinitionsResponse: _TypeAlias = ListDefinitionsResponse  # noqa: Y015
+
+@_typing.final
+class RemoveDefinitionRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    VERSION_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    name: _builtins.str
+    version: _builtins.str
+    """Empty: the default version."""
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        name: _builtins.str = ...,
+        version: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "namespace", b"namespace", "version", b"version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RemoveDefinitionRequest: _TypeAlias = RemoveDefinitionRequest  # noqa: Y015
+
+@_typing.final
+class RemoveDefinitionResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DEFINITION_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def definition(self) -> Global___DefinitionInfo: ...
+    def __init__(
+        self,
+        *,
+        definition: Global___DefinitionInfo | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["definition", b"definition"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["definition", b"definition"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RemoveDefinitionResponse: _TypeAlias = RemoveDefinitionResponse  # noqa: Y015
+
+@_typing.final
+class RestoreDefinitionRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    VERSION_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    name: _builtins.str
+    version: _builtins.str
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        name: _builtins.str = ...,
+        version: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "namespace", b"namespace", "version", b"version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RestoreDefinitionRequest: _TypeAlias = RestoreDefinitionRequest  # noqa: Y015
+
+@_typing.final
+class RestoreDefinitionResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DEFINITION_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def definition(self) -> Global___DefinitionInfo: ...
+    def __init__(
+        self,
+        *,
+        definition: Global___DefinitionInfo | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["definition", b"definition"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["definition", b"definition"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RestoreDefinitionResponse: _TypeAlias = RestoreDefinitionResponse  # noqa: Y015

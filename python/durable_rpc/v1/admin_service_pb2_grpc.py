@@ -77,6 +77,31 @@ class AdminServiceStub(object):
                 request_serializer=durable__rpc_dot_v1_dot_admin__service__pb2.RevokeApiKeyRequest.SerializeToString,
                 response_deserializer=durable__rpc_dot_v1_dot_admin__service__pb2.RevokeApiKeyResponse.FromString,
                 _registered_method=True)
+        self.ListWorkers = channel.unary_unary(
+                '/durable_rpc.v1.AdminService/ListWorkers',
+                request_serializer=durable__rpc_dot_v1_dot_admin__service__pb2.ListWorkersRequest.SerializeToString,
+                response_deserializer=durable__rpc_dot_v1_dot_admin__service__pb2.ListWorkersResponse.FromString,
+                _registered_method=True)
+        self.DescribeTaskQueue = channel.unary_unary(
+                '/durable_rpc.v1.AdminService/DescribeTaskQueue',
+                request_serializer=durable__rpc_dot_v1_dot_admin__service__pb2.DescribeTaskQueueRequest.SerializeToString,
+                response_deserializer=durable__rpc_dot_v1_dot_admin__service__pb2.DescribeTaskQueueResponse.FromString,
+                _registered_method=True)
+        self.ListDefinitions = channel.unary_unary(
+                '/durable_rpc.v1.AdminService/ListDefinitions',
+                request_serializer=durable__rpc_dot_v1_dot_admin__service__pb2.ListDefinitionsRequest.SerializeToString,
+                response_deserializer=durable__rpc_dot_v1_dot_admin__service__pb2.ListDefinitionsResponse.FromString,
+                _registered_method=True)
+        self.RemoveDefinition = channel.unary_unary(
+                '/durable_rpc.v1.AdminService/RemoveDefinition',
+                request_serializer=durable__rpc_dot_v1_dot_admin__service__pb2.RemoveDefinitionRequest.SerializeToString,
+                response_deserializer=durable__rpc_dot_v1_dot_admin__service__pb2.RemoveDefinitionResponse.FromString,
+                _registered_method=True)
+        self.RestoreDefinition = channel.unary_unary(
+                '/durable_rpc.v1.AdminService/RestoreDefinition',
+                request_serializer=durable__rpc_dot_v1_dot_admin__service__pb2.RestoreDefinitionRequest.SerializeToString,
+                response_deserializer=durable__rpc_dot_v1_dot_admin__service__pb2.RestoreDefinitionResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer(object):
@@ -135,6 +160,45 @@ class AdminServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListWorkers(self, request, context):
+        """The fleet (docs/operations.md). Namespace admin calls.
+        Registered workers of a namespace, live or recently gone, with what they report.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeTaskQueue(self, request, context):
+        """One task queue: its backlog by kind, its pollers and the definitions they serve.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListDefinitions(self, request, context):
+        """Definitions (name, version, fingerprint) and what references them.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RemoveDefinition(self, request, context):
+        """Refused with FAILED_PRECONDITION / DEFINITION_IN_USE while a live worker registers
+        the definition or an open run of it has a queued, leased, waiting or recoverable
+        task. A removed definition is refused at registration (DEFINITION_REMOVED) until
+        RestoreDefinition. Idempotent.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RestoreDefinition(self, request, context):
+        """Undoes RemoveDefinition: workers may register the definition again. Idempotent.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -172,6 +236,31 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.RevokeApiKey,
                     request_deserializer=durable__rpc_dot_v1_dot_admin__service__pb2.RevokeApiKeyRequest.FromString,
                     response_serializer=durable__rpc_dot_v1_dot_admin__service__pb2.RevokeApiKeyResponse.SerializeToString,
+            ),
+            'ListWorkers': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListWorkers,
+                    request_deserializer=durable__rpc_dot_v1_dot_admin__service__pb2.ListWorkersRequest.FromString,
+                    response_serializer=durable__rpc_dot_v1_dot_admin__service__pb2.ListWorkersResponse.SerializeToString,
+            ),
+            'DescribeTaskQueue': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeTaskQueue,
+                    request_deserializer=durable__rpc_dot_v1_dot_admin__service__pb2.DescribeTaskQueueRequest.FromString,
+                    response_serializer=durable__rpc_dot_v1_dot_admin__service__pb2.DescribeTaskQueueResponse.SerializeToString,
+            ),
+            'ListDefinitions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListDefinitions,
+                    request_deserializer=durable__rpc_dot_v1_dot_admin__service__pb2.ListDefinitionsRequest.FromString,
+                    response_serializer=durable__rpc_dot_v1_dot_admin__service__pb2.ListDefinitionsResponse.SerializeToString,
+            ),
+            'RemoveDefinition': grpc.unary_unary_rpc_method_handler(
+                    servicer.RemoveDefinition,
+                    request_deserializer=durable__rpc_dot_v1_dot_admin__service__pb2.RemoveDefinitionRequest.FromString,
+                    response_serializer=durable__rpc_dot_v1_dot_admin__service__pb2.RemoveDefinitionResponse.SerializeToString,
+            ),
+            'RestoreDefinition': grpc.unary_unary_rpc_method_handler(
+                    servicer.RestoreDefinition,
+                    request_deserializer=durable__rpc_dot_v1_dot_admin__service__pb2.RestoreDefinitionRequest.FromString,
+                    response_serializer=durable__rpc_dot_v1_dot_admin__service__pb2.RestoreDefinitionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -371,6 +460,141 @@ class AdminService(object):
             '/durable_rpc.v1.AdminService/RevokeApiKey',
             durable__rpc_dot_v1_dot_admin__service__pb2.RevokeApiKeyRequest.SerializeToString,
             durable__rpc_dot_v1_dot_admin__service__pb2.RevokeApiKeyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListWorkers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/durable_rpc.v1.AdminService/ListWorkers',
+            durable__rpc_dot_v1_dot_admin__service__pb2.ListWorkersRequest.SerializeToString,
+            durable__rpc_dot_v1_dot_admin__service__pb2.ListWorkersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeTaskQueue(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/durable_rpc.v1.AdminService/DescribeTaskQueue',
+            durable__rpc_dot_v1_dot_admin__service__pb2.DescribeTaskQueueRequest.SerializeToString,
+            durable__rpc_dot_v1_dot_admin__service__pb2.DescribeTaskQueueResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListDefinitions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/durable_rpc.v1.AdminService/ListDefinitions',
+            durable__rpc_dot_v1_dot_admin__service__pb2.ListDefinitionsRequest.SerializeToString,
+            durable__rpc_dot_v1_dot_admin__service__pb2.ListDefinitionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RemoveDefinition(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/durable_rpc.v1.AdminService/RemoveDefinition',
+            durable__rpc_dot_v1_dot_admin__service__pb2.RemoveDefinitionRequest.SerializeToString,
+            durable__rpc_dot_v1_dot_admin__service__pb2.RemoveDefinitionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RestoreDefinition(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/durable_rpc.v1.AdminService/RestoreDefinition',
+            durable__rpc_dot_v1_dot_admin__service__pb2.RestoreDefinitionRequest.SerializeToString,
+            durable__rpc_dot_v1_dot_admin__service__pb2.RestoreDefinitionResponse.FromString,
             options,
             channel_credentials,
             insecure,

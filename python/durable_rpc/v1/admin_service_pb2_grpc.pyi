@@ -51,6 +51,22 @@ class AdminServiceStub:
     """Keys without their secrets (the server keeps only a hash)."""
     RevokeApiKey: _grpc.UnaryUnaryMultiCallable[_admin_service_pb2.RevokeApiKeyRequest, _admin_service_pb2.RevokeApiKeyResponse]
     """Revocation holds from the next call on every replica. Idempotent."""
+    ListWorkers: _grpc.UnaryUnaryMultiCallable[_admin_service_pb2.ListWorkersRequest, _admin_service_pb2.ListWorkersResponse]
+    """The fleet (docs/operations.md). Namespace admin calls.
+    Registered workers of a namespace, live or recently gone, with what they report.
+    """
+    DescribeTaskQueue: _grpc.UnaryUnaryMultiCallable[_admin_service_pb2.DescribeTaskQueueRequest, _admin_service_pb2.DescribeTaskQueueResponse]
+    """One task queue: its backlog by kind, its pollers and the definitions they serve."""
+    ListDefinitions: _grpc.UnaryUnaryMultiCallable[_admin_service_pb2.ListDefinitionsRequest, _admin_service_pb2.ListDefinitionsResponse]
+    """Definitions (name, version, fingerprint) and what references them."""
+    RemoveDefinition: _grpc.UnaryUnaryMultiCallable[_admin_service_pb2.RemoveDefinitionRequest, _admin_service_pb2.RemoveDefinitionResponse]
+    """Refused with FAILED_PRECONDITION / DEFINITION_IN_USE while a live worker registers
+    the definition or an open run of it has a queued, leased, waiting or recoverable
+    task. A removed definition is refused at registration (DEFINITION_REMOVED) until
+    RestoreDefinition. Idempotent.
+    """
+    RestoreDefinition: _grpc.UnaryUnaryMultiCallable[_admin_service_pb2.RestoreDefinitionRequest, _admin_service_pb2.RestoreDefinitionResponse]
+    """Undoes RemoveDefinition: workers may register the definition again. Idempotent."""
 
 @_typing.type_check_only
 class AdminServiceAsyncStub(AdminServiceStub):
@@ -75,6 +91,22 @@ class AdminServiceAsyncStub(AdminServiceStub):
     """Keys without their secrets (the server keeps only a hash)."""
     RevokeApiKey: _aio.UnaryUnaryMultiCallable[_admin_service_pb2.RevokeApiKeyRequest, _admin_service_pb2.RevokeApiKeyResponse]  # type: ignore[assignment]
     """Revocation holds from the next call on every replica. Idempotent."""
+    ListWorkers: _aio.UnaryUnaryMultiCallable[_admin_service_pb2.ListWorkersRequest, _admin_service_pb2.ListWorkersResponse]  # type: ignore[assignment]
+    """The fleet (docs/operations.md). Namespace admin calls.
+    Registered workers of a namespace, live or recently gone, with what they report.
+    """
+    DescribeTaskQueue: _aio.UnaryUnaryMultiCallable[_admin_service_pb2.DescribeTaskQueueRequest, _admin_service_pb2.DescribeTaskQueueResponse]  # type: ignore[assignment]
+    """One task queue: its backlog by kind, its pollers and the definitions they serve."""
+    ListDefinitions: _aio.UnaryUnaryMultiCallable[_admin_service_pb2.ListDefinitionsRequest, _admin_service_pb2.ListDefinitionsResponse]  # type: ignore[assignment]
+    """Definitions (name, version, fingerprint) and what references them."""
+    RemoveDefinition: _aio.UnaryUnaryMultiCallable[_admin_service_pb2.RemoveDefinitionRequest, _admin_service_pb2.RemoveDefinitionResponse]  # type: ignore[assignment]
+    """Refused with FAILED_PRECONDITION / DEFINITION_IN_USE while a live worker registers
+    the definition or an open run of it has a queued, leased, waiting or recoverable
+    task. A removed definition is refused at registration (DEFINITION_REMOVED) until
+    RestoreDefinition. Idempotent.
+    """
+    RestoreDefinition: _aio.UnaryUnaryMultiCallable[_admin_service_pb2.RestoreDefinitionRequest, _admin_service_pb2.RestoreDefinitionResponse]  # type: ignore[assignment]
+    """Undoes RemoveDefinition: workers may register the definition again. Idempotent."""
 
 class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
     """Used by operators: namespaces (the tenants) and API keys.
@@ -138,5 +170,51 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_admin_service_pb2.RevokeApiKeyResponse, _abc.Awaitable[_admin_service_pb2.RevokeApiKeyResponse]]:
         """Revocation holds from the next call on every replica. Idempotent."""
+
+    @_abc_1.abstractmethod
+    def ListWorkers(
+        self,
+        request: _admin_service_pb2.ListWorkersRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_service_pb2.ListWorkersResponse, _abc.Awaitable[_admin_service_pb2.ListWorkersResponse]]:
+        """The fleet (docs/operations.md). Namespace admin calls.
+        Registered workers of a namespace, live or recently gone, with what they report.
+        """
+
+    @_abc_1.abstractmethod
+    def DescribeTaskQueue(
+        self,
+        request: _admin_service_pb2.DescribeTaskQueueRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_service_pb2.DescribeTaskQueueResponse, _abc.Awaitable[_admin_service_pb2.DescribeTaskQueueResponse]]:
+        """One task queue: its backlog by kind, its pollers and the definitions they serve."""
+
+    @_abc_1.abstractmethod
+    def ListDefinitions(
+        self,
+        request: _admin_service_pb2.ListDefinitionsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_service_pb2.ListDefinitionsResponse, _abc.Awaitable[_admin_service_pb2.ListDefinitionsResponse]]:
+        """Definitions (name, version, fingerprint) and what references them."""
+
+    @_abc_1.abstractmethod
+    def RemoveDefinition(
+        self,
+        request: _admin_service_pb2.RemoveDefinitionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_service_pb2.RemoveDefinitionResponse, _abc.Awaitable[_admin_service_pb2.RemoveDefinitionResponse]]:
+        """Refused with FAILED_PRECONDITION / DEFINITION_IN_USE while a live worker registers
+        the definition or an open run of it has a queued, leased, waiting or recoverable
+        task. A removed definition is refused at registration (DEFINITION_REMOVED) until
+        RestoreDefinition. Idempotent.
+        """
+
+    @_abc_1.abstractmethod
+    def RestoreDefinition(
+        self,
+        request: _admin_service_pb2.RestoreDefinitionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_service_pb2.RestoreDefinitionResponse, _abc.Awaitable[_admin_service_pb2.RestoreDefinitionResponse]]:
+        """Undoes RemoveDefinition: workers may register the definition again. Idempotent."""
 
 def add_AdminServiceServicer_to_server(servicer: AdminServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

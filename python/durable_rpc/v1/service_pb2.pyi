@@ -572,6 +572,10 @@ class DescribeWorkflowResponse(_message.Message):
     DEFINITION_AVAILABLE_FIELD_NUMBER: _builtins.int
     DEFINITION_UNAVAILABLE_REASON_FIELD_NUMBER: _builtins.int
     HISTORY_WARNING_FIELD_NUMBER: _builtins.int
+    STUCK_REASON_FIELD_NUMBER: _builtins.int
+    BUILD_ID_FIELD_NUMBER: _builtins.int
+    REDRIVEN_FROM_RUN_ID_FIELD_NUMBER: _builtins.int
+    REDRIVEN_BY_RUN_ID_FIELD_NUMBER: _builtins.int
     workflow_task_attempt: _builtins.int
     definition_available: _builtins.bool
     """False when no live worker polling the run's task queue registers the run's
@@ -588,6 +592,19 @@ class DescribeWorkflowResponse(_message.Message):
     refused (HISTORY_LIMIT_EXCEEDED) and the run's next workflow task fails the run.
     The workflow should continue-as-new.
     """
+    stuck_reason: _builtins.str
+    """For an open run that makes no progress: one plain sentence saying what it waits
+    for (a timer until T; a signal or condition; activity X in backoff until T after N
+    attempts; no live worker registers its definition; its workflow task failing; a
+    lease held by worker W until T). Empty for a closed run.
+    """
+    build_id: _builtins.str
+    """The build the run is pinned to (empty: unversioned): only workers of that build
+    take its workflow tasks.
+    """
+    redriven_from_run_id: _builtins.str
+    """Redrive links: the failed run this one continues, and the run that continues it."""
+    redriven_by_run_id: _builtins.str
     @_builtins.property
     def info(self) -> Global___WorkflowInfo: ...
     @_builtins.property
@@ -608,14 +625,189 @@ class DescribeWorkflowResponse(_message.Message):
         definition_available: _builtins.bool = ...,
         definition_unavailable_reason: _builtins.str = ...,
         history_warning: _builtins.str = ...,
+        stuck_reason: _builtins.str = ...,
+        build_id: _builtins.str = ...,
+        redriven_from_run_id: _builtins.str = ...,
+        redriven_by_run_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["info", b"info", "last_workflow_task_failure", b"last_workflow_task_failure"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["definition_available", b"definition_available", "definition_unavailable_reason", b"definition_unavailable_reason", "history_warning", b"history_warning", "info", b"info", "last_workflow_task_failure", b"last_workflow_task_failure", "pending_activities", b"pending_activities", "workflow_task_attempt", b"workflow_task_attempt"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["build_id", b"build_id", "definition_available", b"definition_available", "definition_unavailable_reason", b"definition_unavailable_reason", "history_warning", b"history_warning", "info", b"info", "last_workflow_task_failure", b"last_workflow_task_failure", "pending_activities", b"pending_activities", "redriven_by_run_id", b"redriven_by_run_id", "redriven_from_run_id", b"redriven_from_run_id", "stuck_reason", b"stuck_reason", "workflow_task_attempt", b"workflow_task_attempt"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DescribeWorkflowResponse: _TypeAlias = DescribeWorkflowResponse  # noqa: Y015
+
+@_typing.final
+class RedriveWorkflowRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    WORKFLOW_ID_FIELD_NUMBER: _builtins.int
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    workflow_id: _builtins.str
+    run_id: _builtins.str
+    """Empty: the latest run of workflow_id (which must have failed)."""
+    request_id: _builtins.str
+    """Deduplication key: a repeated request returns the same new run."""
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        workflow_id: _builtins.str = ...,
+        run_id: _builtins.str = ...,
+        request_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespace", b"namespace", "request_id", b"request_id", "run_id", b"run_id", "workflow_id", b"workflow_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RedriveWorkflowRequest: _TypeAlias = RedriveWorkflowRequest  # noqa: Y015
+
+@_typing.final
+class RedriveWorkflowResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    RESUMED_AFTER_EVENT_ID_FIELD_NUMBER: _builtins.int
+    KEPT_ACTIVITIES_FIELD_NUMBER: _builtins.int
+    STARTED_FIELD_NUMBER: _builtins.int
+    run_id: _builtins.str
+    """The new run."""
+    resumed_after_event_id: _builtins.int
+    """The failed run's events the new run starts from (1..resumed_after_event_id)."""
+    kept_activities: _builtins.int
+    """Completed activities the new run keeps (they are not run again)."""
+    started: _builtins.bool
+    """False when the request id had already redriven this run."""
+    def __init__(
+        self,
+        *,
+        run_id: _builtins.str = ...,
+        resumed_after_event_id: _builtins.int = ...,
+        kept_activities: _builtins.int = ...,
+        started: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["kept_activities", b"kept_activities", "resumed_after_event_id", b"resumed_after_event_id", "run_id", b"run_id", "started", b"started"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RedriveWorkflowResponse: _TypeAlias = RedriveWorkflowResponse  # noqa: Y015
+
+@_typing.final
+class BatchSignal(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SIGNAL_NAME_FIELD_NUMBER: _builtins.int
+    INPUT_FIELD_NUMBER: _builtins.int
+    signal_name: _builtins.str
+    @_builtins.property
+    def input(self) -> _payload_pb2.Payload:
+        """Signal arguments as one array-valued payload."""
+
+    def __init__(
+        self,
+        *,
+        signal_name: _builtins.str = ...,
+        input: _payload_pb2.Payload | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["input", b"input"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["input", b"input", "signal_name", b"signal_name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BatchSignal: _TypeAlias = BatchSignal  # noqa: Y015
+
+@_typing.final
+class BatchWorkflowsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    QUERY_FIELD_NUMBER: _builtins.int
+    CANCEL_REASON_FIELD_NUMBER: _builtins.int
+    TERMINATE_REASON_FIELD_NUMBER: _builtins.int
+    SIGNAL_FIELD_NUMBER: _builtins.int
+    MAX_PER_SECOND_FIELD_NUMBER: _builtins.int
+    BATCH_ID_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    query: _builtins.str
+    """A filter in the list query language (docs/engine.md); required (no "every run"
+    by accident). Only open runs are acted on.
+    """
+    cancel_reason: _builtins.str
+    """The reason is recorded with each cancellation or termination."""
+    terminate_reason: _builtins.str
+    max_per_second: _builtins.int
+    """Runs acted on per second: default 50, at most 1000."""
+    batch_id: _builtins.str
+    """Names the batch: signals are deduplicated per (batch id, run). Required."""
+    @_builtins.property
+    def signal(self) -> Global___BatchSignal: ...
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        query: _builtins.str = ...,
+        cancel_reason: _builtins.str = ...,
+        terminate_reason: _builtins.str = ...,
+        signal: Global___BatchSignal | None = ...,
+        max_per_second: _builtins.int = ...,
+        batch_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "cancel_reason", b"cancel_reason", "signal", b"signal", "terminate_reason", b"terminate_reason"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "batch_id", b"batch_id", "cancel_reason", b"cancel_reason", "max_per_second", b"max_per_second", "namespace", b"namespace", "query", b"query", "signal", b"signal", "terminate_reason", b"terminate_reason"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_action: _TypeAlias = _typing.Literal["cancel_reason", "terminate_reason", "signal"]  # noqa: Y015
+    _WhichOneofArgType_action: _TypeAlias = _typing.Literal["action", b"action"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_action) -> _WhichOneofReturnType_action | None: ...
+
+Global___BatchWorkflowsRequest: _TypeAlias = BatchWorkflowsRequest  # noqa: Y015
+
+@_typing.final
+class BatchWorkflowsProgress(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MATCHED_FIELD_NUMBER: _builtins.int
+    APPLIED_FIELD_NUMBER: _builtins.int
+    SKIPPED_FIELD_NUMBER: _builtins.int
+    FAILED_FIELD_NUMBER: _builtins.int
+    LAST_ERROR_FIELD_NUMBER: _builtins.int
+    DONE_FIELD_NUMBER: _builtins.int
+    matched: _builtins.int
+    """Runs the query matched so far, acted on, skipped (already closed, or the signal
+    already delivered by this batch) and failed (with the last error).
+    """
+    applied: _builtins.int
+    skipped: _builtins.int
+    failed: _builtins.int
+    last_error: _builtins.str
+    done: _builtins.bool
+    """Set on the last message."""
+    def __init__(
+        self,
+        *,
+        matched: _builtins.int = ...,
+        applied: _builtins.int = ...,
+        skipped: _builtins.int = ...,
+        failed: _builtins.int = ...,
+        last_error: _builtins.str = ...,
+        done: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied", b"applied", "done", b"done", "failed", b"failed", "last_error", b"last_error", "matched", b"matched", "skipped", b"skipped"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BatchWorkflowsProgress: _TypeAlias = BatchWorkflowsProgress  # noqa: Y015
 
 @_typing.final
 class GetWorkflowHistoryRequest(_message.Message):
@@ -914,21 +1106,65 @@ class WorkerHeartbeatRequest(_message.Message):
 
     NAMESPACE_FIELD_NUMBER: _builtins.int
     WORKER_ID_FIELD_NUMBER: _builtins.int
+    COUNTERS_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     worker_id: _builtins.str
+    @_builtins.property
+    def counters(self) -> Global___WorkerCounters:
+        """What the worker counted since it started (ListWorkers shows the last report)."""
+
     def __init__(
         self,
         *,
         namespace: _builtins.str = ...,
         worker_id: _builtins.str = ...,
+        counters: Global___WorkerCounters | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["counters", b"counters"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespace", b"namespace", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["counters", b"counters", "namespace", b"namespace", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___WorkerHeartbeatRequest: _TypeAlias = WorkerHeartbeatRequest  # noqa: Y015
+
+@_typing.final
+class WorkerCounters(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CLAIMS_FIELD_NUMBER: _builtins.int
+    COMPLETIONS_FIELD_NUMBER: _builtins.int
+    FAILURES_FIELD_NUMBER: _builtins.int
+    LEASE_LOSSES_FIELD_NUMBER: _builtins.int
+    SLOTS_IN_USE_FIELD_NUMBER: _builtins.int
+    SLOTS_TOTAL_FIELD_NUMBER: _builtins.int
+    claims: _builtins.int
+    """Tasks claimed (workflow and activity), completed, failed (an attempt or a workflow
+    task that failed), and leases lost (fenced out or expired before the report).
+    """
+    completions: _builtins.int
+    failures: _builtins.int
+    lease_losses: _builtins.int
+    slots_in_use: _builtins.int
+    """Execution slots (workflow and activity) in use, and in all."""
+    slots_total: _builtins.int
+    def __init__(
+        self,
+        *,
+        claims: _builtins.int = ...,
+        completions: _builtins.int = ...,
+        failures: _builtins.int = ...,
+        lease_losses: _builtins.int = ...,
+        slots_in_use: _builtins.int = ...,
+        slots_total: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["claims", b"claims", "completions", b"completions", "failures", b"failures", "lease_losses", b"lease_losses", "slots_in_use", b"slots_in_use", "slots_total", b"slots_total"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WorkerCounters: _TypeAlias = WorkerCounters  # noqa: Y015
 
 @_typing.final
 class WorkerHeartbeatResponse(_message.Message):

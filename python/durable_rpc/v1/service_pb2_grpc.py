@@ -30,7 +30,8 @@ class WorkflowServiceStub(object):
     google.rpc.ErrorInfo with domain "durable-rpc" and a stable `reason`:
     LEASE_LOST, WORKFLOW_ALREADY_STARTED, NOT_FOUND, INVALID_ARGUMENT, INVALID_PAYLOAD,
     DEFINITION_CHANGED, NAMESPACE_NOT_FOUND, WORKFLOW_NOT_RUNNING, UNAVAILABLE,
-    RESOURCE_EXHAUSTED, INTERNAL, QUERY_FAILED, QUERY_TIMEOUT.
+    RESOURCE_EXHAUSTED, INTERNAL, QUERY_FAILED, QUERY_TIMEOUT, DEFINITION_IN_USE,
+    DEFINITION_REMOVED, WORKFLOW_NOT_FAILED.
 
     Used by clients: start, drive and inspect workflow runs.
     """
@@ -101,6 +102,16 @@ class WorkflowServiceStub(object):
                 request_serializer=durable__rpc_dot_v1_dot_service__pb2.UpdateWithStartWorkflowRequest.SerializeToString,
                 response_deserializer=durable__rpc_dot_v1_dot_service__pb2.UpdateWithStartWorkflowResponse.FromString,
                 _registered_method=True)
+        self.RedriveWorkflow = channel.unary_unary(
+                '/durable_rpc.v1.WorkflowService/RedriveWorkflow',
+                request_serializer=durable__rpc_dot_v1_dot_service__pb2.RedriveWorkflowRequest.SerializeToString,
+                response_deserializer=durable__rpc_dot_v1_dot_service__pb2.RedriveWorkflowResponse.FromString,
+                _registered_method=True)
+        self.BatchWorkflows = channel.unary_stream(
+                '/durable_rpc.v1.WorkflowService/BatchWorkflows',
+                request_serializer=durable__rpc_dot_v1_dot_service__pb2.BatchWorkflowsRequest.SerializeToString,
+                response_deserializer=durable__rpc_dot_v1_dot_service__pb2.BatchWorkflowsProgress.FromString,
+                _registered_method=True)
 
 
 class WorkflowServiceServicer(object):
@@ -108,7 +119,8 @@ class WorkflowServiceServicer(object):
     google.rpc.ErrorInfo with domain "durable-rpc" and a stable `reason`:
     LEASE_LOST, WORKFLOW_ALREADY_STARTED, NOT_FOUND, INVALID_ARGUMENT, INVALID_PAYLOAD,
     DEFINITION_CHANGED, NAMESPACE_NOT_FOUND, WORKFLOW_NOT_RUNNING, UNAVAILABLE,
-    RESOURCE_EXHAUSTED, INTERNAL, QUERY_FAILED, QUERY_TIMEOUT.
+    RESOURCE_EXHAUSTED, INTERNAL, QUERY_FAILED, QUERY_TIMEOUT, DEFINITION_IN_USE,
+    DEFINITION_REMOVED, WORKFLOW_NOT_FAILED.
 
     Used by clients: start, drive and inspect workflow runs.
     """
@@ -199,6 +211,27 @@ class WorkflowServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RedriveWorkflow(self, request, context):
+        """Starts a new run of a failed run's workflow id that continues from the failed run's
+        last completed activity: the new run's history is the failed run's up to that
+        boundary, so recorded results replay and no completed activity runs again. The two
+        runs are linked (DescribeWorkflow). WORKFLOW_NOT_FAILED (FAILED_PRECONDITION) when
+        the run did not fail; deduplicated by request_id.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def BatchWorkflows(self, request, context):
+        """Cancels, terminates or signals every open run matching a list query, at a bounded
+        rate, streaming progress; the last message has `done` set and the final counts.
+        Safe to re-run: closed runs are skipped, and a signal carries a request id made of
+        the batch id and the run id, so no run gets a batch's signal twice.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WorkflowServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -262,6 +295,16 @@ def add_WorkflowServiceServicer_to_server(servicer, server):
                     request_deserializer=durable__rpc_dot_v1_dot_service__pb2.UpdateWithStartWorkflowRequest.FromString,
                     response_serializer=durable__rpc_dot_v1_dot_service__pb2.UpdateWithStartWorkflowResponse.SerializeToString,
             ),
+            'RedriveWorkflow': grpc.unary_unary_rpc_method_handler(
+                    servicer.RedriveWorkflow,
+                    request_deserializer=durable__rpc_dot_v1_dot_service__pb2.RedriveWorkflowRequest.FromString,
+                    response_serializer=durable__rpc_dot_v1_dot_service__pb2.RedriveWorkflowResponse.SerializeToString,
+            ),
+            'BatchWorkflows': grpc.unary_stream_rpc_method_handler(
+                    servicer.BatchWorkflows,
+                    request_deserializer=durable__rpc_dot_v1_dot_service__pb2.BatchWorkflowsRequest.FromString,
+                    response_serializer=durable__rpc_dot_v1_dot_service__pb2.BatchWorkflowsProgress.SerializeToString,
+            ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
             'durable_rpc.v1.WorkflowService', rpc_method_handlers)
@@ -275,7 +318,8 @@ class WorkflowService(object):
     google.rpc.ErrorInfo with domain "durable-rpc" and a stable `reason`:
     LEASE_LOST, WORKFLOW_ALREADY_STARTED, NOT_FOUND, INVALID_ARGUMENT, INVALID_PAYLOAD,
     DEFINITION_CHANGED, NAMESPACE_NOT_FOUND, WORKFLOW_NOT_RUNNING, UNAVAILABLE,
-    RESOURCE_EXHAUSTED, INTERNAL, QUERY_FAILED, QUERY_TIMEOUT.
+    RESOURCE_EXHAUSTED, INTERNAL, QUERY_FAILED, QUERY_TIMEOUT, DEFINITION_IN_USE,
+    DEFINITION_REMOVED, WORKFLOW_NOT_FAILED.
 
     Used by clients: start, drive and inspect workflow runs.
     """
@@ -594,6 +638,60 @@ class WorkflowService(object):
             '/durable_rpc.v1.WorkflowService/UpdateWithStartWorkflow',
             durable__rpc_dot_v1_dot_service__pb2.UpdateWithStartWorkflowRequest.SerializeToString,
             durable__rpc_dot_v1_dot_service__pb2.UpdateWithStartWorkflowResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RedriveWorkflow(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/durable_rpc.v1.WorkflowService/RedriveWorkflow',
+            durable__rpc_dot_v1_dot_service__pb2.RedriveWorkflowRequest.SerializeToString,
+            durable__rpc_dot_v1_dot_service__pb2.RedriveWorkflowResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BatchWorkflows(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/durable_rpc.v1.WorkflowService/BatchWorkflows',
+            durable__rpc_dot_v1_dot_service__pb2.BatchWorkflowsRequest.SerializeToString,
+            durable__rpc_dot_v1_dot_service__pb2.BatchWorkflowsProgress.FromString,
             options,
             channel_credentials,
             insecure,

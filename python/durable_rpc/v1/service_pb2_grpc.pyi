@@ -31,7 +31,8 @@ class WorkflowServiceStub:
     google.rpc.ErrorInfo with domain "durable-rpc" and a stable `reason`:
     LEASE_LOST, WORKFLOW_ALREADY_STARTED, NOT_FOUND, INVALID_ARGUMENT, INVALID_PAYLOAD,
     DEFINITION_CHANGED, NAMESPACE_NOT_FOUND, WORKFLOW_NOT_RUNNING, UNAVAILABLE,
-    RESOURCE_EXHAUSTED, INTERNAL, QUERY_FAILED, QUERY_TIMEOUT.
+    RESOURCE_EXHAUSTED, INTERNAL, QUERY_FAILED, QUERY_TIMEOUT, DEFINITION_IN_USE,
+    DEFINITION_REMOVED, WORKFLOW_NOT_FAILED.
 
     Used by clients: start, drive and inspect workflow runs.
     """
@@ -70,6 +71,19 @@ class WorkflowServiceStub:
     start and the update request are recorded in one store transaction, so "create the
     order if new, then change it and answer" never races. Waits like UpdateWorkflow.
     """
+    RedriveWorkflow: _grpc.UnaryUnaryMultiCallable[_service_pb2.RedriveWorkflowRequest, _service_pb2.RedriveWorkflowResponse]
+    """Starts a new run of a failed run's workflow id that continues from the failed run's
+    last completed activity: the new run's history is the failed run's up to that
+    boundary, so recorded results replay and no completed activity runs again. The two
+    runs are linked (DescribeWorkflow). WORKFLOW_NOT_FAILED (FAILED_PRECONDITION) when
+    the run did not fail; deduplicated by request_id.
+    """
+    BatchWorkflows: _grpc.UnaryStreamMultiCallable[_service_pb2.BatchWorkflowsRequest, _service_pb2.BatchWorkflowsProgress]
+    """Cancels, terminates or signals every open run matching a list query, at a bounded
+    rate, streaming progress; the last message has `done` set and the final counts.
+    Safe to re-run: closed runs are skipped, and a signal carries a request id made of
+    the batch id and the run id, so no run gets a batch's signal twice.
+    """
 
 @_typing.type_check_only
 class WorkflowServiceAsyncStub(WorkflowServiceStub):
@@ -77,7 +91,8 @@ class WorkflowServiceAsyncStub(WorkflowServiceStub):
     google.rpc.ErrorInfo with domain "durable-rpc" and a stable `reason`:
     LEASE_LOST, WORKFLOW_ALREADY_STARTED, NOT_FOUND, INVALID_ARGUMENT, INVALID_PAYLOAD,
     DEFINITION_CHANGED, NAMESPACE_NOT_FOUND, WORKFLOW_NOT_RUNNING, UNAVAILABLE,
-    RESOURCE_EXHAUSTED, INTERNAL, QUERY_FAILED, QUERY_TIMEOUT.
+    RESOURCE_EXHAUSTED, INTERNAL, QUERY_FAILED, QUERY_TIMEOUT, DEFINITION_IN_USE,
+    DEFINITION_REMOVED, WORKFLOW_NOT_FAILED.
 
     Used by clients: start, drive and inspect workflow runs.
     """
@@ -113,13 +128,27 @@ class WorkflowServiceAsyncStub(WorkflowServiceStub):
     start and the update request are recorded in one store transaction, so "create the
     order if new, then change it and answer" never races. Waits like UpdateWorkflow.
     """
+    RedriveWorkflow: _aio.UnaryUnaryMultiCallable[_service_pb2.RedriveWorkflowRequest, _service_pb2.RedriveWorkflowResponse]  # type: ignore[assignment]
+    """Starts a new run of a failed run's workflow id that continues from the failed run's
+    last completed activity: the new run's history is the failed run's up to that
+    boundary, so recorded results replay and no completed activity runs again. The two
+    runs are linked (DescribeWorkflow). WORKFLOW_NOT_FAILED (FAILED_PRECONDITION) when
+    the run did not fail; deduplicated by request_id.
+    """
+    BatchWorkflows: _aio.UnaryStreamMultiCallable[_service_pb2.BatchWorkflowsRequest, _service_pb2.BatchWorkflowsProgress]  # type: ignore[assignment]
+    """Cancels, terminates or signals every open run matching a list query, at a bounded
+    rate, streaming progress; the last message has `done` set and the final counts.
+    Safe to re-run: closed runs are skipped, and a signal carries a request id made of
+    the batch id and the run id, so no run gets a batch's signal twice.
+    """
 
 class WorkflowServiceServicer(metaclass=_abc_1.ABCMeta):
     """Errors: every failed call carries a google.rpc.Status whose details hold a
     google.rpc.ErrorInfo with domain "durable-rpc" and a stable `reason`:
     LEASE_LOST, WORKFLOW_ALREADY_STARTED, NOT_FOUND, INVALID_ARGUMENT, INVALID_PAYLOAD,
     DEFINITION_CHANGED, NAMESPACE_NOT_FOUND, WORKFLOW_NOT_RUNNING, UNAVAILABLE,
-    RESOURCE_EXHAUSTED, INTERNAL, QUERY_FAILED, QUERY_TIMEOUT.
+    RESOURCE_EXHAUSTED, INTERNAL, QUERY_FAILED, QUERY_TIMEOUT, DEFINITION_IN_USE,
+    DEFINITION_REMOVED, WORKFLOW_NOT_FAILED.
 
     Used by clients: start, drive and inspect workflow runs.
     """
@@ -224,6 +253,31 @@ class WorkflowServiceServicer(metaclass=_abc_1.ABCMeta):
         """UpdateWorkflow on the open run of workflow_id, or on a run this call starts: the
         start and the update request are recorded in one store transaction, so "create the
         order if new, then change it and answer" never races. Waits like UpdateWorkflow.
+        """
+
+    @_abc_1.abstractmethod
+    def RedriveWorkflow(
+        self,
+        request: _service_pb2.RedriveWorkflowRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_service_pb2.RedriveWorkflowResponse, _abc.Awaitable[_service_pb2.RedriveWorkflowResponse]]:
+        """Starts a new run of a failed run's workflow id that continues from the failed run's
+        last completed activity: the new run's history is the failed run's up to that
+        boundary, so recorded results replay and no completed activity runs again. The two
+        runs are linked (DescribeWorkflow). WORKFLOW_NOT_FAILED (FAILED_PRECONDITION) when
+        the run did not fail; deduplicated by request_id.
+        """
+
+    @_abc_1.abstractmethod
+    def BatchWorkflows(
+        self,
+        request: _service_pb2.BatchWorkflowsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_service_pb2.BatchWorkflowsProgress], _abc.AsyncIterator[_service_pb2.BatchWorkflowsProgress]]:
+        """Cancels, terminates or signals every open run matching a list query, at a bounded
+        rate, streaming progress; the last message has `done` set and the final counts.
+        Safe to re-run: closed runs are skipped, and a signal carries a request id made of
+        the batch id and the run id, so no run gets a batch's signal twice.
         """
 
 def add_WorkflowServiceServicer_to_server(servicer: WorkflowServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
