@@ -15,6 +15,7 @@ from google.protobuf import json_format
 from rich.console import Console
 from rich.table import Table
 
+from durable_rpc.cli._batch import batch
 from durable_rpc.cli._render import failure_dict, failure_line, message_dict
 from durable_rpc.cli._render import plain as _plain
 from durable_rpc.client import (
@@ -108,6 +109,9 @@ with_start_options = _with(start_options)
 @click.group()
 def workflow() -> None:
     """Start, inspect and drive workflow runs."""
+
+
+workflow.add_command(batch)
 
 
 @workflow.command()

@@ -13,6 +13,7 @@ import grpc
 
 from durable_rpc import converter
 from durable_rpc._rpc_status import from_rpc_error
+from durable_rpc.client._batch import Progress, run_batch
 from durable_rpc.client._channel import ENV_API_KEY, TLSConfig, open_channel
 from durable_rpc.client._handle import (
     UPDATE_POLL_S,
@@ -342,6 +343,62 @@ class Client:
             token = response.next_page_token
             if not token:
                 return
+
+    async def batch_cancel(
+        self,
+        query: str,
+        *,
+        reason: str = "",
+        batch_id: str | None = None,
+        max_per_second: int = 0,
+        on_progress: Callable[[Progress], None] | None = None,
+    ) -> Progress:
+        """Ask every open run matching ``query`` (the list query language) to cancel, at
+        most ``max_per_second`` runs a second (0: the server's default, 50). Returns the
+        final counts; ``on_progress`` sees each progress message."""
+        request = self._batch_request(query, batch_id, max_per_second)
+        request.cancel_reason = reason
+        return await run_batch(self, request, on_progress)
+
+    async def batch_terminate(
+        self,
+        query: str,
+        *,
+        reason: str = "",
+        batch_id: str | None = None,
+        max_per_second: int = 0,
+        on_progress: Callable[[Progress], None] | None = None,
+    ) -> Progress:
+        """Terminate every open run matching ``query`` (see :meth:`batch_cancel`)."""
+        request = self._batch_request(query, batch_id, max_per_second)
+        request.terminate_reason = reason
+        return await run_batch(self, request, on_progress)
+
+    async def batch_signal(
+        self,
+        query: str,
+        signal: Callable[..., Any] | str,
+        *args: Any,
+        batch_id: str | None = None,
+        max_per_second: int = 0,
+        on_progress: Callable[[Progress], None] | None = None,
+    ) -> Progress:
+        """Signal every open run matching ``query`` (see :meth:`batch_cancel`). Re-running
+        with the same ``batch_id`` delivers nothing twice."""
+        request = self._batch_request(query, batch_id, max_per_second)
+        request.signal.signal_name = signal_name(signal)
+        request.signal.input.data = converter.encode_args(args)
+        return await run_batch(self, request, on_progress)
+
+    def _batch_request(
+        self, query: str, batch_id: str | None, max_per_second: int
+    ) -> service_pb2.BatchWorkflowsRequest:
+        return service_pb2.BatchWorkflowsRequest(
+            namespace=self.namespace,
+            query=query,
+            batch_id=batch_id or uuid.uuid4().hex,
+            max_per_second=max_per_second,
+        )
 
 
 def _start_options(

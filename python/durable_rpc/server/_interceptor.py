@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -84,56 +84,103 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             wrapped = guard_stream(handler, self._authenticator)
             self._wrapped[details.method] = wrapped
             return wrapped
-        if handler is None or handler.unary_unary is None or handler.request_deserializer is None:
+        if handler is None or handler.request_deserializer is None:
             return handler
-        wrapped = grpc.unary_unary_rpc_method_handler(
-            self._wrap(handler.unary_unary, handler.request_deserializer, details.method),
-            request_deserializer=None,  # raw bytes: parsed below, with a clear error
-            response_serializer=handler.response_serializer,
-        )
+        if handler.unary_unary is not None:
+            wrapped = grpc.unary_unary_rpc_method_handler(
+                self._wrap(handler.unary_unary, handler.request_deserializer, details.method),
+                request_deserializer=None,  # raw bytes: parsed below, with a clear error
+                response_serializer=handler.response_serializer,
+            )
+        elif handler.unary_stream is not None:
+            # A server stream (BatchWorkflows) is admitted exactly like a unary call: left
+            # unwrapped it would skip authentication, validation and the error table.
+            wrapped = grpc.unary_stream_rpc_method_handler(
+                self._wrap_stream(
+                    handler.unary_stream, handler.request_deserializer, details.method
+                ),
+                request_deserializer=None,
+                response_serializer=handler.response_serializer,
+            )
+        else:
+            return handler
         self._wrapped[details.method] = wrapped
         return wrapped
 
-    def _wrap(self, inner: Handler, parse: Callable[[bytes], Any], method: str) -> Handler:
+    async def _admit(
+        self,
+        raw: bytes,
+        context: grpc.aio.ServicerContext,
+        parse: Callable[[bytes], Any],
+        method: str,
+        authenticator: Authenticator | None,
+    ) -> Any:
+        """The parsed request, once the caller, its size, its shape and its rights passed."""
+        # Who calls is settled from metadata before the body is even parsed: an
+        # unauthenticated caller learns nothing about its request.
+        principal = (
+            None
+            if authenticator is None
+            else await authenticator.principal(context.invocation_metadata())
+        )
         limit = self._max_request_bytes
+        if len(raw) > limit:
+            raise ResourceExhaustedError(
+                f"request of {len(raw)} bytes is over the {limit}-byte limit"
+            )
+        try:
+            request = parse(raw)
+        except (DecodeError, ValueError) as exc:
+            raise InvalidArgumentError(f"malformed request message: {exc}") from exc
+        check_request(request)
+        if principal is not None:
+            authorize_request(principal, method, request)
+            current_principal.set(principal)
+        return request
+
+    async def _abort(self, exc: Exception, context: grpc.aio.ServicerContext, method: str) -> None:
+        """Ends the call with the status ``exc`` maps to (the one error table)."""
+        if isinstance(exc, DurableRpcError):
+            if isinstance(exc, StoreUnavailableError) and self._on_store_unavailable:
+                self._on_store_unavailable()
+            await context.abort_with_status(to_status(exc))
+        elif isinstance(exc, PayloadError):
+            await context.abort_with_status(to_status(InvalidPayloadError(str(exc))))
+        elif isinstance(exc, NotImplementedError):
+            # What a generated servicer base raises for an RPC this server lacks.
+            missing = UnimplementedError(f"{method} is not implemented by this server")
+            await context.abort_with_status(to_status(missing))
+        elif isinstance(exc, grpc.aio.AbortError):
+            raise exc
+        else:
+            await context.abort_with_status(to_status(internal_error(exc, method)))
+
+    def _wrap(self, inner: Handler, parse: Callable[[bytes], Any], method: str) -> Handler:
         authenticator = None if is_open(method) else self._authenticator
 
         async def handle(raw: bytes, context: grpc.aio.ServicerContext) -> Any:
             try:
-                # Who calls is settled from metadata before the body is even parsed: an
-                # unauthenticated caller learns nothing about its request.
-                principal = (
-                    None
-                    if authenticator is None
-                    else await authenticator.principal(context.invocation_metadata())
-                )
-                if len(raw) > limit:
-                    raise ResourceExhaustedError(
-                        f"request of {len(raw)} bytes is over the {limit}-byte limit"
-                    )
-                try:
-                    request = parse(raw)
-                except (DecodeError, ValueError) as exc:
-                    raise InvalidArgumentError(f"malformed request message: {exc}") from exc
-                check_request(request)
-                if principal is not None:
-                    authorize_request(principal, method, request)
-                    current_principal.set(principal)
+                request = await self._admit(raw, context, parse, method, authenticator)
                 return await inner(request, context)
-            except DurableRpcError as exc:
-                if isinstance(exc, StoreUnavailableError) and self._on_store_unavailable:
-                    self._on_store_unavailable()
-                await context.abort_with_status(to_status(exc))
-            except PayloadError as exc:
-                await context.abort_with_status(to_status(InvalidPayloadError(str(exc))))
-            except NotImplementedError:
-                # What a generated servicer base raises for an RPC this server lacks.
-                missing = UnimplementedError(f"{method} is not implemented by this server")
-                await context.abort_with_status(to_status(missing))
             except Exception as exc:
-                if isinstance(exc, grpc.aio.AbortError):
-                    raise
-                error = internal_error(exc, method)
-                await context.abort_with_status(to_status(error))
+                await self._abort(exc, context, method)
+
+        return handle
+
+    def _wrap_stream(
+        self,
+        inner: Callable[[Any, grpc.aio.ServicerContext], AsyncIterator[Any]],
+        parse: Callable[[bytes], Any],
+        method: str,
+    ) -> Callable[[bytes, grpc.aio.ServicerContext], AsyncIterator[Any]]:
+        authenticator = None if is_open(method) else self._authenticator
+
+        async def handle(raw: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            try:
+                request = await self._admit(raw, context, parse, method, authenticator)
+                async for response in inner(request, context):
+                    yield response
+            except Exception as exc:
+                await self._abort(exc, context, method)
 
         return handle

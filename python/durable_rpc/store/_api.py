@@ -508,7 +508,9 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def request_cancel(
         self, namespace: str, workflow_id: str, run_id: str | None, reason: str
-    ) -> None: ...
+    ) -> bool:
+        """Asks the open run to cancel; False when it had been asked already (nothing
+        recorded again)."""
 
     @abc.abstractmethod
     async def terminate(

@@ -228,15 +228,16 @@ class _RunOps(_LeaseOps):
 
     async def request_cancel(
         self, namespace: str, workflow_id: str, run_id: str | None, reason: str
-    ) -> None:
-        def op(tx: Tx) -> None:
+    ) -> bool:
+        def op(tx: Tx) -> bool:
             run = find_run(tx, namespace, workflow_id, run_id)
             if run["status"] != "running":
                 raise WorkflowNotRunningError(f"run {run['run_id']} is {run['status']}")
             # Running activities learn about it from their next heartbeat.
             request_cancel_run(tx, namespace, run, reason, tx.now_ms())
+            return not run["cancel_requested"]
 
-        await self._write(op)
+        return await self._write(op)
 
     async def terminate(
         self, namespace: str, workflow_id: str, run_id: str | None, reason: str
