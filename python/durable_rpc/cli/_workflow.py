@@ -175,6 +175,8 @@ def describe(
             failure_dict(failure, stack=verbose) if failure is not None else None
         ),
         "pending_activities": [message_dict(a, stack=verbose) for a in d.pending_activities],
+        "redriven_from_run_id": d.redriven_from_run_id or None,
+        "redriven_by_run_id": d.redriven_by_run_id or None,
     }
     if as_json:
         _emit_json(data)
@@ -545,6 +547,46 @@ def terminate(
     """Terminate a run now."""
     _run(address, namespace, lambda c: c.get_handle(workflow_id, run_id).terminate(reason))
     _emit_json({"terminated": True}) if as_json else console.print("terminated")
+
+
+@workflow.command()
+@click.argument("workflow_id")
+@click.option(
+    "--run-id", default=None, help="The failed run (default: the workflow id's latest run)."
+)
+@click.option("--request-id", default=None, help="Deduplication key (default: random).")
+@with_common
+def redrive(
+    workflow_id: str,
+    run_id: str | None,
+    request_id: str | None,
+    address: str,
+    namespace: str,
+    as_json: bool,
+) -> None:
+    """Start a new run continuing a failed run from its last completed activity (their
+    results replay: no completed activity runs again)."""
+    done = _run(
+        address,
+        namespace,
+        lambda c: c.get_handle(workflow_id, run_id).redrive(request_id=request_id),
+    )
+    data = {
+        "workflow_id": done.handle.workflow_id,
+        "run_id": done.handle.run_id,
+        "resumed_after_event_id": done.resumed_after_event_id,
+        "kept_activities": done.kept_activities,
+        "started": done.started,
+    }
+    if as_json:
+        _emit_json(data)
+        return
+    verb = "redrove" if done.started else "already redriven as"
+    console.print(
+        f"{verb} [bold]{done.handle.workflow_id}[/] run {done.handle.run_id}: resumed after "
+        f"event {done.resumed_after_event_id}, {done.kept_activities} completed "
+        "activities kept"
+    )
 
 
 @workflow.command(name="list")

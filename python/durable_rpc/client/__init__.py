@@ -16,6 +16,7 @@ from durable_rpc.client._handle import (
     WorkflowDescription,
     WorkflowHandle,
     WorkflowInfo,
+    WorkflowRedriveResult,
     WorkflowUpdateHandle,
 )
 
@@ -28,6 +29,7 @@ __all__ = [
     "WorkflowHandle",
     "WorkflowInfo",
     "WorkflowOutcomeError",
+    "WorkflowRedriveResult",
     "WorkflowTerminatedError",
     "WorkflowTimedOutError",
     "WorkflowUpdateFailedError",

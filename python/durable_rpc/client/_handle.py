@@ -78,6 +78,24 @@ class WorkflowDescription:
     definition_available: bool
     #: Why nothing runs an open run whose definition is unavailable ('' otherwise).
     definition_unavailable_reason: str = ""
+    #: Redrive links: the failed run this one continues, and the run that continues it.
+    redriven_from_run_id: str = ""
+    redriven_by_run_id: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkflowRedriveResult:
+    """A new run continuing a failed run from its recorded activity boundary."""
+
+    #: The new run.
+    handle: WorkflowHandle
+    #: The failed run's events the new run starts from (1..this one, less the activity
+    #: failures no kept decision saw).
+    resumed_after_event_id: int
+    #: Completed activities the new run keeps: their results replay, they never run again.
+    kept_activities: int
+    #: False when this request id had already redriven the run (the same new run).
+    started: bool
 
 
 class WorkflowHandle:
@@ -256,6 +274,28 @@ class WorkflowHandle:
             ),
         )
 
+    async def redrive(self, *, request_id: str | None = None) -> WorkflowRedriveResult:
+        """Start a new run continuing this failed run (the latest run of the workflow id
+        when the handle names none) from its last completed activity: recorded results
+        replay and nothing completed runs again. WorkflowNotFailedError when the run did
+        not fail; WorkflowAlreadyStartedError when a run of the id is open or the run was
+        already redriven. Idempotent by ``request_id`` (UNAVAILABLE is retried with it)."""
+        response = await self.client.call_deduplicated(
+            self.client.workflow_service.RedriveWorkflow,
+            service_pb2.RedriveWorkflowRequest(
+                namespace=self.client.namespace,
+                workflow_id=self.workflow_id,
+                run_id=self.run_id or "",
+                request_id=request_id or uuid.uuid4().hex,
+            ),
+        )
+        return WorkflowRedriveResult(
+            handle=WorkflowHandle(self.client, self.workflow_id, response.run_id, self.result_type),
+            resumed_after_event_id=response.resumed_after_event_id,
+            kept_activities=response.kept_activities,
+            started=response.started,
+        )
+
     async def describe(self) -> WorkflowDescription:
         response = await self.client.call(
             self.client.workflow_service.DescribeWorkflow,
@@ -277,6 +317,8 @@ class WorkflowHandle:
             workflow_task_attempt=response.workflow_task_attempt,
             definition_available=response.definition_available,
             definition_unavailable_reason=response.definition_unavailable_reason,
+            redriven_from_run_id=response.redriven_from_run_id,
+            redriven_by_run_id=response.redriven_by_run_id,
         )
 
     async def history(self, *, page_size: int = 1000) -> list[history_pb2.HistoryEvent]:

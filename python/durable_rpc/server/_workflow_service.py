@@ -255,6 +255,8 @@ class WorkflowService(
             definition_available=description.definition_available,
             definition_unavailable_reason=description.definition_unavailable_reason,
             history_warning=description.history_warning,
+            redriven_from_run_id=description.redriven_from_run_id,
+            redriven_by_run_id=description.redriven_by_run_id,
         )
         for activity in description.pending_activities:
             response.pending_activities.add(

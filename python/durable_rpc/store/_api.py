@@ -154,6 +154,20 @@ class StartResult:
 
 
 @dataclass(frozen=True, slots=True)
+class RedriveResult:
+    """A new run continuing a failed run from its last completed activity."""
+
+    run_id: str
+    #: The failed run's events the new run starts from (its events after this one are
+    #: left out, as are the activity failures no kept decision saw).
+    resumed_after_event_id: int
+    #: Completed activities the new run keeps (their results replay).
+    kept_activities: int
+    #: False when the request id had already redriven the run.
+    started: bool
+
+
+@dataclass(frozen=True, slots=True)
 class DirectClaim:
     """Claim the new run's first workflow task for ``worker_id`` in the starting
     transaction: the server hands it to that worker's waiting poll, saving a claim."""
@@ -244,6 +258,9 @@ class RunDescription:
     #: For an open run whose definition is not available: why nothing runs it, in one
     #: plain sentence (workers claim only the definitions they registered). '' otherwise.
     definition_unavailable_reason: str = ""
+    #: Redrive links: the failed run this one continues, and the run that continues it.
+    redriven_from_run_id: str = ""
+    redriven_by_run_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -521,6 +538,16 @@ class Store(abc.ABC):
     async def describe(
         self, namespace: str, workflow_id: str, run_id: str | None
     ) -> RunDescription: ...
+
+    @abc.abstractmethod
+    async def redrive_workflow(
+        self, namespace: str, workflow_id: str, run_id: str | None, request_id: str
+    ) -> RedriveResult:
+        """Starts a new run of a failed run (``run_id``, or the latest run of
+        ``workflow_id``) that keeps its history up to its last completed activity
+        (``_redrive_cut``); one transaction. WorkflowNotFailedError when the run did not
+        fail; WorkflowAlreadyStartedError when a run of the id is open or the run was
+        redriven already; a repeated ``request_id`` returns the run it created."""
 
     @abc.abstractmethod
     async def get_history(

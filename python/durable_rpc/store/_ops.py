@@ -20,6 +20,7 @@ from durable_rpc.store._ops_commands import _CommandOps
 from durable_rpc.store._ops_due import _DueOps
 from durable_rpc.store._ops_leases import _LeaseOps
 from durable_rpc.store._ops_queries import _QueryOps
+from durable_rpc.store._ops_redrive import _RedriveOps
 from durable_rpc.store._ops_runs import _RunOps
 from durable_rpc.store._ops_updates import _UpdateOps
 from durable_rpc.store._ops_workers import _WorkerOps
@@ -34,6 +35,7 @@ class SqlStore(
     _ActivityOps,
     _WorkflowTaskOps,
     _LeaseOps,
+    _RedriveOps,
     _CommandOps,
     _WorkerOps,
     _QueryOps,

@@ -14,7 +14,21 @@ from durable_rpc.store._runs import continue_as_new
 from durable_rpc.store._search import parse_search_attributes, write_search_attributes
 from durable_rpc.store._shared import append_event, close_run
 from durable_rpc.store._tx import Row, Tx
-from durable_rpc.v1 import history_pb2, workflow_task_pb2
+from durable_rpc.v1 import history_pb2, options_pb2, payload_pb2, workflow_task_pb2
+
+
+def queue_timer(
+    tx: Tx, namespace: str, run_id: str, task_queue: str, seq: int, due: int, now: int
+) -> None:
+    """The waiting task that fires timer ``seq`` at ``due`` (its TimerStarted is the
+    caller's: a decision appends it, a redrive copies it)."""
+    tx.run(
+        "INSERT INTO tasks (namespace, run_id, kind, task_queue, state, visible_at_ms, "
+        "due_ms, attempt, fencing_token, seq, created_at_ms) "
+        "VALUES (?, ?, 'timer', ?, 'waiting', ?, ?, 1, 0, ?, ?)",
+        (namespace, run_id, task_queue, due, due, seq, now),
+    )
+    tx.notes.due.add(due)
 
 
 class _CommandOps(_SqlOpsBase):
@@ -43,54 +57,18 @@ class _CommandOps(_SqlOpsBase):
                     options=spec.options,
                 ),
             )
-            timeouts = activity_timeouts(spec.options)
-            close_deadline = (
-                now + timeouts.schedule_to_close_ms
-                if timeouts.schedule_to_close_ms is not None
-                else None
+            self._queue_activity(
+                tx,
+                namespace,
+                run_id,
+                command.seq,
+                spec.activity_type,
+                spec.input,
+                queue,
+                spec.options,
+                dict(spec.trace_context),
+                now,
             )
-            start_deadline = (
-                now + timeouts.schedule_to_start_ms
-                if timeouts.schedule_to_start_ms is not None
-                else None
-            )
-            queue_deadline = earliest(close_deadline, start_deadline)
-            lease_ms = timeouts.lease_ms(self._options.default_activity_lease_ms)
-            task_id = tx.value(
-                "INSERT INTO tasks (namespace, run_id, kind, task_queue, state, visible_at_ms, "
-                "due_ms, attempt, fencing_token, seq, activity_type, input, options, lease_ms, "
-                "start_to_close_ms, schedule_to_close_deadline_ms, queue_deadline_ms, "
-                "created_at_ms, trace_context) "
-                "VALUES (?, ?, 'activity', ?, 'queued', ?, ?, 1, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-                "RETURNING task_id",
-                (
-                    namespace,
-                    run_id,
-                    queue,
-                    now,
-                    now,
-                    command.seq,
-                    spec.activity_type,
-                    spec.input.SerializeToString(),
-                    spec.options.SerializeToString(),
-                    lease_ms,
-                    timeouts.start_to_close_ms,
-                    close_deadline,
-                    queue_deadline,
-                    now,
-                    json.dumps(dict(spec.trace_context)) if spec.trace_context else None,
-                ),
-            )
-            tx.queued_activities[(namespace, run_id, command.seq)] = {
-                "task_id": task_id,
-                "task_queue": queue,
-                "lease_ms": lease_ms,
-                "start_to_close_ms": timeouts.start_to_close_ms,
-                "schedule_to_close_deadline_ms": close_deadline,
-            }
-            tx.notes.tasks.add((namespace, queue, "activity"))
-            if queue_deadline is not None:
-                tx.notes.due.add(queue_deadline)
             return False
         if kind == "start_timer":
             due = now + duration_ms(command.start_timer.duration)
@@ -102,13 +80,7 @@ class _CommandOps(_SqlOpsBase):
                 "timer_started",
                 history_pb2.TimerStarted(seq=command.seq, duration=command.start_timer.duration),
             )
-            tx.run(
-                "INSERT INTO tasks (namespace, run_id, kind, task_queue, state, visible_at_ms, "
-                "due_ms, attempt, fencing_token, seq, created_at_ms) "
-                "VALUES (?, ?, 'timer', ?, 'waiting', ?, ?, 1, 0, ?, ?)",
-                (namespace, run_id, run["task_queue"], due, due, command.seq, now),
-            )
-            tx.notes.due.add(due)
+            queue_timer(tx, namespace, run_id, run["task_queue"], command.seq, due, now)
             return False
         if kind == "cancel_timer":
             timer_seq = command.cancel_timer.timer_seq
@@ -228,6 +200,70 @@ class _CommandOps(_SqlOpsBase):
             signal_external(tx, namespace, run, command, now)
             return False
         raise InvalidArgumentError(f"unsupported command kind {kind!r}")
+
+    def _queue_activity(
+        self,
+        tx: Tx,
+        namespace: str,
+        run_id: str,
+        seq: int,
+        activity_type: str,
+        input: payload_pb2.Payload,
+        queue: str,
+        options: options_pb2.ActivityOptions,
+        trace_context: dict[str, str],
+        now: int,
+    ) -> None:
+        """Queues attempt 1 of activity ``seq`` (its ActivityScheduled is the caller's:
+        a decision appends it, a redrive copies it); its timeouts count from ``now``."""
+        timeouts = activity_timeouts(options)
+        close_deadline = (
+            now + timeouts.schedule_to_close_ms
+            if timeouts.schedule_to_close_ms is not None
+            else None
+        )
+        start_deadline = (
+            now + timeouts.schedule_to_start_ms
+            if timeouts.schedule_to_start_ms is not None
+            else None
+        )
+        queue_deadline = earliest(close_deadline, start_deadline)
+        lease_ms = timeouts.lease_ms(self._options.default_activity_lease_ms)
+        task_id = tx.value(
+            "INSERT INTO tasks (namespace, run_id, kind, task_queue, state, visible_at_ms, "
+            "due_ms, attempt, fencing_token, seq, activity_type, input, options, lease_ms, "
+            "start_to_close_ms, schedule_to_close_deadline_ms, queue_deadline_ms, "
+            "created_at_ms, trace_context) "
+            "VALUES (?, ?, 'activity', ?, 'queued', ?, ?, 1, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+            "RETURNING task_id",
+            (
+                namespace,
+                run_id,
+                queue,
+                now,
+                now,
+                seq,
+                activity_type,
+                input.SerializeToString(),
+                options.SerializeToString(),
+                lease_ms,
+                timeouts.start_to_close_ms,
+                close_deadline,
+                queue_deadline,
+                now,
+                json.dumps(trace_context) if trace_context else None,
+            ),
+        )
+        tx.queued_activities[(namespace, run_id, seq)] = {
+            "task_id": task_id,
+            "task_queue": queue,
+            "lease_ms": lease_ms,
+            "start_to_close_ms": timeouts.start_to_close_ms,
+            "schedule_to_close_deadline_ms": close_deadline,
+        }
+        tx.notes.tasks.add((namespace, queue, "activity"))
+        if queue_deadline is not None:
+            tx.notes.due.add(queue_deadline)
 
     def _request_cancel_activity(
         self, tx: Tx, namespace: str, run_id: str, seq: int, now: int

@@ -29,6 +29,7 @@ from durable_rpc.store._history_limits import refuse_input, warning
 from durable_rpc.store._history_pages import read_page
 from durable_rpc.store._logic import failure_bytes, parse_payload
 from durable_rpc.store._ops_leases import _LeaseOps, _WorkflowClaim, definition_unavailable_reason
+from durable_rpc.store._ops_redrive import redriven_by
 from durable_rpc.store._runs import (
     check_start,
     create_run,
@@ -317,6 +318,8 @@ class _RunOps(_LeaseOps):
                     if available is None and run["status"] == "running"
                     else ""
                 ),
+                redriven_from_run_id=run["redriven_from_run_id"] or "",
+                redriven_by_run_id=redriven_by(tx, namespace, run["run_id"]) or "",
             )
 
         return await self._read(op)

@@ -679,7 +679,10 @@ class RedriveWorkflowResponse(_message.Message):
     run_id: _builtins.str
     """The new run."""
     resumed_after_event_id: _builtins.int
-    """The failed run's events the new run starts from (1..resumed_after_event_id)."""
+    """The failed run's events the new run starts from: 1..resumed_after_event_id (its
+    last ActivityCompleted), less the activity failures no kept decision saw (those
+    activities run again).
+    """
     kept_activities: _builtins.int
     """Completed activities the new run keeps (they are not run again)."""
     started: _builtins.bool

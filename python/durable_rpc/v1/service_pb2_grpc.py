@@ -216,7 +216,10 @@ class WorkflowServiceServicer(object):
         last completed activity: the new run's history is the failed run's up to that
         boundary, so recorded results replay and no completed activity runs again. The two
         runs are linked (DescribeWorkflow). WORKFLOW_NOT_FAILED (FAILED_PRECONDITION) when
-        the run did not fail; deduplicated by request_id.
+        the run did not fail; WORKFLOW_ALREADY_STARTED when a run of the id is open or the
+        run was already redriven (a failed run is redriven once; a redriven run that fails
+        can be redriven itself); INVALID_ARGUMENT when a child workflow of the run had not
+        closed at the boundary; deduplicated by request_id (docs/engine.md, "Redrive").
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -76,7 +76,10 @@ class WorkflowServiceStub:
     last completed activity: the new run's history is the failed run's up to that
     boundary, so recorded results replay and no completed activity runs again. The two
     runs are linked (DescribeWorkflow). WORKFLOW_NOT_FAILED (FAILED_PRECONDITION) when
-    the run did not fail; deduplicated by request_id.
+    the run did not fail; WORKFLOW_ALREADY_STARTED when a run of the id is open or the
+    run was already redriven (a failed run is redriven once; a redriven run that fails
+    can be redriven itself); INVALID_ARGUMENT when a child workflow of the run had not
+    closed at the boundary; deduplicated by request_id (docs/engine.md, "Redrive").
     """
     BatchWorkflows: _grpc.UnaryStreamMultiCallable[_service_pb2.BatchWorkflowsRequest, _service_pb2.BatchWorkflowsProgress]
     """Cancels, terminates or signals every open run matching a list query, at a bounded
@@ -133,7 +136,10 @@ class WorkflowServiceAsyncStub(WorkflowServiceStub):
     last completed activity: the new run's history is the failed run's up to that
     boundary, so recorded results replay and no completed activity runs again. The two
     runs are linked (DescribeWorkflow). WORKFLOW_NOT_FAILED (FAILED_PRECONDITION) when
-    the run did not fail; deduplicated by request_id.
+    the run did not fail; WORKFLOW_ALREADY_STARTED when a run of the id is open or the
+    run was already redriven (a failed run is redriven once; a redriven run that fails
+    can be redriven itself); INVALID_ARGUMENT when a child workflow of the run had not
+    closed at the boundary; deduplicated by request_id (docs/engine.md, "Redrive").
     """
     BatchWorkflows: _aio.UnaryStreamMultiCallable[_service_pb2.BatchWorkflowsRequest, _service_pb2.BatchWorkflowsProgress]  # type: ignore[assignment]
     """Cancels, terminates or signals every open run matching a list query, at a bounded
@@ -265,7 +271,10 @@ class WorkflowServiceServicer(metaclass=_abc_1.ABCMeta):
         last completed activity: the new run's history is the failed run's up to that
         boundary, so recorded results replay and no completed activity runs again. The two
         runs are linked (DescribeWorkflow). WORKFLOW_NOT_FAILED (FAILED_PRECONDITION) when
-        the run did not fail; deduplicated by request_id.
+        the run did not fail; WORKFLOW_ALREADY_STARTED when a run of the id is open or the
+        run was already redriven (a failed run is redriven once; a redriven run that fails
+        can be redriven itself); INVALID_ARGUMENT when a child workflow of the run had not
+        closed at the boundary; deduplicated by request_id (docs/engine.md, "Redrive").
         """
 
     @_abc_1.abstractmethod
