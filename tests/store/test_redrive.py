@@ -3,14 +3,18 @@ the refusals (every backend)."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from durable_rpc.errors import (
+    InvalidArgumentError,
     WorkflowAlreadyStartedError,
     WorkflowNotFailedError,
 )
 from durable_rpc.store import Store
-from durable_rpc.v1 import history_pb2, workflow_task_pb2
+from durable_rpc.store._api import RedriveResult
+from durable_rpc.v1 import history_pb2, payload_pb2, workflow_task_pb2
 from tests.store.helpers import (
     NS,
     QUEUE,
@@ -218,3 +222,40 @@ async def test_refusals(store: Store) -> None:
     await start(store, "wf-3", request_id="fresh-start")
     with pytest.raises(WorkflowAlreadyStartedError, match="open run"):
         await store.redrive_workflow(NS, "wf-3", failed_run, "r6")
+
+
+async def test_a_child_open_at_the_boundary_is_refused(store: Store) -> None:
+    failed_run = await start(store)
+    child = workflow_task_pb2.StartChildWorkflow(
+        workflow_type="Kid",
+        workflow_id="kid",
+        task_queue="kids",
+        input=payload_pb2.Payload(data=b"[]"),
+        parent_close_policy="ABANDON",
+    )
+    await decide(store, [workflow_task_pb2.Command(seq=1, start_child_workflow=child), schedule(2)])
+    await run_activity(store, 2, ok=True)
+    await decide(store, [fail_workflow(3)])
+    with pytest.raises(InvalidArgumentError, match="child workflow 'kid'"):
+        await store.redrive_workflow(NS, "wf-1", failed_run, "redrive-1")
+    # Nothing was created (the refusal rolled the transaction back).
+    view = await store.describe(NS, "wf-1", None)
+    assert (view.info.run_id, view.redriven_by_run_id) == (failed_run, "")
+
+
+async def test_concurrent_redrives_of_one_run_make_one_new_run(store: Store) -> None:
+    failed_run = await fail_in_activity_3(store)
+    results = await asyncio.gather(
+        *(store.redrive_workflow(NS, "wf-1", failed_run, f"r{i}") for i in range(2)),
+        return_exceptions=True,
+    )
+    made = [r for r in results if isinstance(r, RedriveResult)]
+    refused = [r for r in results if isinstance(r, WorkflowAlreadyStartedError)]
+    assert (len(made), len(refused)) == (1, 1), results
+
+    failed_run = await fail_in_activity_3(store, "wf-2")
+    same = await asyncio.gather(
+        *(store.redrive_workflow(NS, "wf-2", failed_run, "one-request") for _ in range(2))
+    )
+    assert len({r.run_id for r in same}) == 1
+    assert sorted(r.started for r in same) == [False, True]
