@@ -82,6 +82,14 @@ _LIMITS = HistoryLimits()
     help="gRPC's limit on a response (must hold a history page and its largest event).",
 )
 @click.option(
+    "--retention-interval",
+    type=click.FloatRange(min=0, min_open=True),
+    default=ServerConfig.retention_interval_s,
+    show_default=True,
+    help="Seconds between two looks for closed runs past their namespace's retention "
+    "(one replica of a cluster deletes them).",
+)
+@click.option(
     "--auth", is_flag=True, help="Require an API key on every call but health (docs/security.md)."
 )
 @click.option(
@@ -128,6 +136,7 @@ def server(
     history_warn_bytes: int,
     history_page_bytes: int,
     max_response_bytes: int,
+    retention_interval: float,
     auth: bool,
     tls_cert: Path | None,
     tls_key: Path | None,
@@ -154,6 +163,7 @@ def server(
             history_page_bytes,
         ),
         max_response_bytes=max_response_bytes,
+        retention_interval_s=retention_interval,
         auth=auth,
         tls_cert=tls_cert,
         tls_key=tls_key,

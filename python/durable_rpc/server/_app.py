@@ -23,6 +23,7 @@ from durable_rpc.server._handoff import Handoffs
 from durable_rpc.server._health import StoreHealth
 from durable_rpc.server._interceptor import ErrorInterceptor
 from durable_rpc.server._notify import Notifier
+from durable_rpc.server._retention import DEFAULT_INTERVAL_S, RetentionLoop
 from durable_rpc.server._worker_service import WorkerService
 from durable_rpc.server._workflow_service import WorkflowService
 from durable_rpc.store import HistoryLimits, Store, StoreOptions, open_store
@@ -95,6 +96,9 @@ class ServerConfig:
     # gRPC's limit on a response: history pages (``history.page_bytes``, a larger single
     # event alone, itself bounded by max_request_bytes) stay below it.
     max_response_bytes: int = 64 * 1024 * 1024
+    # How often closed runs past their namespace's retention are looked for (and
+    # deleted, by the one replica holding the retention lease: server/_retention.py).
+    retention_interval_s: float = DEFAULT_INTERVAL_S
 
 
 def check_exposure(config: ServerConfig) -> None:
@@ -146,6 +150,7 @@ class Server:
         )
         self._grpc: grpc.aio.Server | None = None
         self._due = DueLoop(self.store)
+        self._retention = RetentionLoop(self.store, config.retention_interval_s)
         self._shutting_down = asyncio.Event()
         self._health = health_aio.HealthServicer()
         self.port: int | None = None
@@ -230,6 +235,7 @@ class Server:
         await server.start()
         self._grpc = server
         self._due.start()
+        self._retention.start()
         for name in ("", *SERVICE_NAMES):
             await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
         self._store_health.start()
@@ -257,6 +263,7 @@ class Server:
         if self._grpc is not None:
             await self._grpc.stop(self.config.shutdown_grace_s)
         await self._due.stop()
+        await self._retention.stop()
         await self.store.close()
         log.info("durable-rpc stopped")
 

@@ -426,6 +426,15 @@ class DueReport:
     db_now_ms: int
 
 
+@dataclass(frozen=True, slots=True)
+class RetentionBatch:
+    """One retention transaction: closed runs deleted, and whether it was full (more
+    runs past their retention may be left)."""
+
+    deleted: int
+    more: bool
+
+
 class Store(abc.ABC):
     """The durable state of every namespace: runs, histories, tasks, leases, workers."""
 
@@ -761,6 +770,22 @@ class Store(abc.ABC):
     # time
     @abc.abstractmethod
     async def process_due(self) -> DueReport: ...
+
+    # retention and cluster-wide maintenance jobs (see _ops_retention)
+    @abc.abstractmethod
+    async def take_maintenance_lease(self, job: str, owner: str, ttl_ms: int) -> bool:
+        """Take, renew or take over (once expired, by the database clock) the lease of a
+        cluster-wide background job for ``ttl_ms``; False while another owner holds it."""
+
+    @abc.abstractmethod
+    async def release_maintenance_lease(self, job: str, owner: str) -> None:
+        """Give the lease up (if ``owner`` holds it), so another replica need not wait."""
+
+    @abc.abstractmethod
+    async def delete_expired_runs(self, owner: str, limit: int) -> RetentionBatch:
+        """Delete up to ``limit`` closed runs whose close time is older than their
+        namespace's retention, with every row of them, in one transaction. Fenced by the
+        'retention' maintenance lease: LEASE_LOST unless ``owner`` holds it unexpired."""
 
     # namespaces and API keys (see _ops_admin)
     @abc.abstractmethod

@@ -21,6 +21,7 @@ from durable_rpc.store._ops_due import _DueOps
 from durable_rpc.store._ops_leases import _LeaseOps
 from durable_rpc.store._ops_queries import _QueryOps
 from durable_rpc.store._ops_redrive import _RedriveOps
+from durable_rpc.store._ops_retention import _RetentionOps
 from durable_rpc.store._ops_runs import _RunOps
 from durable_rpc.store._ops_updates import _UpdateOps
 from durable_rpc.store._ops_workers import _WorkerOps
@@ -41,6 +42,7 @@ class SqlStore(
     _QueryOps,
     _UpdateOps,
     _AdminOps,
+    _RetentionOps,
 ):
     """The dialect-independent half of a SQL backend."""
 

@@ -1,0 +1,112 @@
+"""Retention: closed runs past their namespace's retention are deleted with every row of
+them, and the cluster-wide lease that lets one replica at a time do it.
+
+A run is judged alone by its own close time: a continued-as-new chain loses its oldest
+runs first, and a child outlives or predates its parent as its own close time says (the
+links between runs, ``parent_run_id`` and ``redriven_from_run_id``, only refer: a run
+whose linked run is gone behaves as when that run is closed).
+
+What is deleted with a run: its row in ``runs`` and its rows in every per-run table
+(:data:`RUN_TABLES`). ``queries`` rows are not per-run state: each expires by its own
+``expires_at_ms`` (a query's timeout) and is deleted by ``process_due``.
+"""
+
+from __future__ import annotations
+
+from durable_rpc.errors import InvalidArgumentError, LeaseLostError
+from durable_rpc.store._api import RetentionBatch
+from durable_rpc.store._ops_base import _SqlOpsBase
+from durable_rpc.store._shared import require
+from durable_rpc.store._tx import Row, Tx
+
+#: The maintenance lease of the retention sweep.
+RETENTION_JOB = "retention"
+
+#: The tables holding rows of one run, keyed by (namespace, run_id) (each has an index
+#: with that prefix). ``start_requests`` is keyed by workflow id, deleted apart.
+RUN_TABLES = ("history", "tasks", "signal_requests", "search_attributes", "update_requests")
+
+
+class _RetentionOps(_SqlOpsBase):
+    async def take_maintenance_lease(self, job: str, owner: str, ttl_ms: int) -> bool:
+        require(job, "job")
+        require(owner, "owner")
+        if ttl_ms <= 0:
+            raise InvalidArgumentError("ttl_ms must be positive")
+
+        def op(tx: Tx) -> bool:
+            now = tx.now_ms()
+            # Taken when free, renewed by its holder, taken over once expired (database
+            # clock): one statement, so two replicas racing for it cannot both win.
+            changed = tx.run(
+                "INSERT INTO maintenance_leases (job, owner, expires_at_ms) VALUES (?, ?, ?) "
+                "ON CONFLICT (job) DO UPDATE SET owner = excluded.owner, "
+                "expires_at_ms = excluded.expires_at_ms "
+                "WHERE maintenance_leases.owner = excluded.owner "
+                "OR maintenance_leases.expires_at_ms <= ?",
+                (job, owner, now + ttl_ms, now),
+            )
+            return changed > 0
+
+        return await self._write(op)
+
+    async def release_maintenance_lease(self, job: str, owner: str) -> None:
+        def op(tx: Tx) -> None:
+            tx.run("DELETE FROM maintenance_leases WHERE job = ? AND owner = ?", (job, owner))
+
+        await self._write(op)
+
+    async def delete_expired_runs(self, owner: str, limit: int) -> RetentionBatch:
+        if limit <= 0:
+            raise InvalidArgumentError("limit must be positive")
+
+        def op(tx: Tx) -> RetentionBatch:
+            now = tx.now_ms()
+            # Fenced: only the holder of the unexpired lease deletes (on PostgreSQL the
+            # row stays locked to the commit, so a take-over waits for this batch).
+            held = tx.one(
+                "SELECT owner FROM maintenance_leases WHERE job = ? AND owner = ? "
+                f"AND expires_at_ms > ?{tx.row_lock_suffix}",
+                (RETENTION_JOB, owner, now),
+            )
+            if held is None:
+                raise LeaseLostError(f"the {RETENTION_JOB!r} maintenance lease is not held")
+            deleted = 0
+            for namespace in tx.all("SELECT name, retention_ms FROM namespaces ORDER BY name"):
+                if deleted >= limit:
+                    return RetentionBatch(deleted, more=True)
+                runs = _expired(tx, namespace, now, limit - deleted)
+                _delete_runs(tx, namespace["name"], runs)
+                deleted += len(runs)
+            return RetentionBatch(deleted, more=deleted >= limit)
+
+        return await self._write(op)
+
+
+def _expired(tx: Tx, namespace: Row, now: int, limit: int) -> list[Row]:
+    """The namespace's oldest closed runs past its retention (index ``runs_closed``)."""
+    return tx.all(
+        "SELECT run_id, workflow_id FROM runs WHERE namespace = ? "
+        "AND close_time_ms IS NOT NULL AND close_time_ms < ? ORDER BY close_time_ms LIMIT ?",
+        (namespace["name"], now - int(namespace["retention_ms"]), limit),
+    )
+
+
+def _delete_runs(tx: Tx, namespace: str, runs: list[Row]) -> None:
+    if not runs:
+        return
+    run_ids = [row["run_id"] for row in runs]
+    workflow_ids = sorted({row["workflow_id"] for row in runs})
+    marks = ", ".join("?" for _ in run_ids)
+    for table in RUN_TABLES:
+        tx.run(
+            f"DELETE FROM {table} WHERE namespace = ? AND run_id IN ({marks})",
+            (namespace, *run_ids),
+        )
+    # By the primary key's (namespace, workflow_id) prefix; the run id picks the rows.
+    tx.run(
+        "DELETE FROM start_requests WHERE namespace = ? "
+        f"AND workflow_id IN ({', '.join('?' for _ in workflow_ids)}) AND run_id IN ({marks})",
+        (namespace, *workflow_ids, *run_ids),
+    )
+    tx.run(f"DELETE FROM runs WHERE namespace = ? AND run_id IN ({marks})", (namespace, *run_ids))

@@ -1,0 +1,68 @@
+"""Every row a run left in any table, found from the schema the database reports (so a
+table added later is covered, or must be declared as holding no run's rows)."""
+
+from __future__ import annotations
+
+from durable_rpc.store import Store
+
+#: Tables that hold no row of a run (every other table must have a run_id column, so a
+#: table added later is either checked here or listed, never forgotten).
+NOT_PER_RUN = {
+    "namespaces",
+    "workers",
+    "definitions",
+    "worker_definitions",
+    "worker_activities",
+    "api_keys",
+    "maintenance_leases",
+    "schema_version",
+    # Transient: each row expires by its own expires_at_ms (process_due deletes it).
+    "queries",
+}
+
+
+async def run_columns(store: Store, postgres: bool) -> dict[str, list[str]]:
+    """Every table of the schema and its columns, read from the database itself."""
+
+    def op(tx: object) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        if postgres:
+            rows = tx.all(  # type: ignore[attr-defined]
+                "SELECT table_name, column_name FROM information_schema.columns "
+                "WHERE table_schema = current_schema() ORDER BY table_name, ordinal_position"
+            )
+            for row in rows:
+                out.setdefault(row["table_name"], []).append(row["column_name"])
+            return out
+        tables = tx.all(  # type: ignore[attr-defined]
+            "SELECT name FROM sqlite_master WHERE type = 'table' "
+            "AND name NOT LIKE 'sqlite_%' ORDER BY name"
+        )
+        for table in tables:
+            columns = tx.all(f"PRAGMA table_info({table['name']})")  # type: ignore[attr-defined]
+            out[table["name"]] = [c["name"] for c in columns]
+        return out
+
+    return await store._read(op)  # type: ignore[attr-defined]
+
+
+async def rows_of(store: Store, postgres: bool, run_ids: list[str]) -> dict[str, int]:
+    """How many rows of ``run_ids`` each table holds (only tables that hold any)."""
+    schema = await run_columns(store, postgres)
+    unclassified = {t for t, cols in schema.items() if "run_id" not in cols} - NOT_PER_RUN
+    assert not unclassified, f"tables neither per-run nor listed as such: {unclassified}"
+    marks = ", ".join("?" for _ in run_ids)
+
+    def op(tx: object) -> dict[str, int]:
+        found: dict[str, int] = {}
+        for table, columns in schema.items():
+            if "run_id" not in columns:
+                continue
+            count = tx.value(  # type: ignore[attr-defined]
+                f"SELECT COUNT(*) AS n FROM {table} WHERE run_id IN ({marks})", run_ids
+            )
+            if count:
+                found[table] = int(count)
+        return found
+
+    return await store._read(op)  # type: ignore[attr-defined]
