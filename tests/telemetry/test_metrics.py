@@ -44,71 +44,86 @@ def test_every_instrument_records_with_bounded_labels(
     engine_metrics: EngineMetrics, reader: InMemoryMetricReader
 ) -> None:
     m = engine_metrics
-    m.record_lease_lost("default", "workflow")
-    m.record_lease_lost("default", "workflow")
-    m.record_lease_lost("billing", "activity")
-    m.record_task_queue_delay("default", "activity", 12.5)
-    m.record_task_queue_delay("default", "activity", 7.5)
-    m.record_execution_duration("default", "workflow", "completed", 30.0)
-    m.record_execution_duration("default", "activity", "failed", 5.0)
-    m.record_task_failure("default", "activity")
-    m.record_task_failure("default", "activity", "timed_out")
+    m.record_lease_lost("default", "q", "workflow")
+    m.record_lease_lost("default", "q", "workflow")
+    m.record_lease_lost("billing", "q", "activity")
+    m.record_task_queue_delay("default", "q", "activity", 0.0125)
+    m.record_task_queue_delay("default", "q", "activity", 0.0075)
+    m.record_execution("default", "q", "workflow", "completed", 0.030)
+    m.record_execution("default", "q", "activity", "failed", 0.005)
+    m.record_execution("default", "q", "activity", "lease_lost", 0.001)
     m.record_activity_retry("default")
     m.record_activity_retry("default")
     m.record_activity_retry("default")
-    m.record_replayed_events("default", 40)
-    m.record_replayed_events("default", 2)
+    m.record_workflow_task_attempt("default", "q", 1)
+    m.record_workflow_task_attempt("default", "q", 3)
+    m.record_replayed_events("default", "q", 40)
+    m.record_replayed_events("default", "q", 2)
+    m.record_sticky_cache("default", "q", "hit")
+    m.record_sticky_cache("default", "q", "miss")
+    m.record_sticky_cache("default", "q", "miss")
 
     got = collect(reader)
     assert set(got) == {
-        "durable_rpc.lease_lost",
-        "durable_rpc.task_queue_delay_ms",
-        "durable_rpc.execution_duration_ms",
+        "durable_rpc.lease_losses",
+        "durable_rpc.task_queue_delay",
+        "durable_rpc.execution_duration",
         "durable_rpc.task_failures",
         "durable_rpc.activity_retries",
-        "durable_rpc.workflow_tasks_replayed_events",
+        "durable_rpc.workflow_task_retries",
+        "durable_rpc.replayed_events",
+        "durable_rpc.sticky_cache",
     }
-    lease = got["durable_rpc.lease_lost"]
-    assert lease[labels(namespace="default", task_kind="workflow")].value == 2
-    assert lease[labels(namespace="billing", task_kind="activity")].value == 1
+    lease = got["durable_rpc.lease_losses"]
+    # Two recorded directly, one by the execution that ended with its lease lost.
+    assert lease[labels(namespace="default", task_queue="q", task_kind="workflow")].value == 2
+    assert lease[labels(namespace="billing", task_queue="q", task_kind="activity")].value == 1
+    assert lease[labels(namespace="default", task_queue="q", task_kind="activity")].value == 1
 
-    delay = got["durable_rpc.task_queue_delay_ms"][
-        labels(namespace="default", task_kind="activity")
+    delay = got["durable_rpc.task_queue_delay"][
+        labels(namespace="default", task_queue="q", task_kind="activity")
     ]
-    assert (delay.count, delay.sum, delay.min, delay.max) == (2, 20.0, 7.5, 12.5)
+    assert (delay.count, delay.min, delay.max) == (2, 0.0075, 0.0125)
+    assert delay.sum == pytest.approx(0.02)
 
-    duration = got["durable_rpc.execution_duration_ms"]
-    done = duration[labels(namespace="default", task_kind="workflow", outcome="completed")]
-    assert (done.count, done.sum) == (1, 30.0)
-    failed = duration[labels(namespace="default", task_kind="activity", outcome="failed")]
-    assert (failed.count, failed.sum) == (1, 5.0)
+    duration = got["durable_rpc.execution_duration"]
+    done = duration[
+        labels(namespace="default", task_queue="q", task_kind="workflow", outcome="completed")
+    ]
+    assert (done.count, done.sum) == (1, 0.030)
+    failed = labels(namespace="default", task_queue="q", task_kind="activity", outcome="failed")
+    assert (duration[failed].count, duration[failed].sum) == (1, 0.005)
 
-    failures = got["durable_rpc.task_failures"]
-    assert failures[labels(namespace="default", task_kind="activity", outcome="failed")].value == 1
-    timed_out = labels(namespace="default", task_kind="activity", outcome="timed_out")
-    assert failures[timed_out].value == 1
+    # Only the failed execution is a failure (not the completed one, not the lost lease).
+    assert {k: p.value for k, p in got["durable_rpc.task_failures"].items()} == {failed: 1}
 
     assert got["durable_rpc.activity_retries"][labels(namespace="default")].value == 3
-    replayed = got["durable_rpc.workflow_tasks_replayed_events"][labels(namespace="default")]
-    assert (replayed.count, replayed.sum) == (2, 42)
+    # A first attempt is no retry; the third attempt is.
+    retries = got["durable_rpc.workflow_task_retries"]
+    assert retries[labels(namespace="default", task_queue="q")].value == 1
+    replayed = got["durable_rpc.replayed_events"][labels(namespace="default", task_queue="q")]
+    assert replayed.value == 42
+    sticky = got["durable_rpc.sticky_cache"]
+    assert sticky[labels(namespace="default", task_queue="q", result="hit")].value == 1
+    assert sticky[labels(namespace="default", task_queue="q", result="miss")].value == 2
 
 
 def test_unexpected_label_values_collapse_and_negatives_clamp(
     engine_metrics: EngineMetrics, reader: InMemoryMetricReader
 ) -> None:
-    engine_metrics.record_execution_duration("default", "wf-123", "weird", 1.0)  # type: ignore[arg-type]
-    engine_metrics.record_task_queue_delay("default", "workflow", -3.0)  # clock skew
+    engine_metrics.record_execution("default", "q", "wf-123", "weird", 1.0)  # type: ignore[arg-type]
+    engine_metrics.record_task_queue_delay("default", "q", "workflow", -3.0)  # clock skew
 
     got = collect(reader)
-    [key] = got["durable_rpc.execution_duration_ms"]
-    assert key == labels(namespace="default", task_kind="other", outcome="other")
-    delay = got["durable_rpc.task_queue_delay_ms"][
-        labels(namespace="default", task_kind="workflow")
+    [key] = got["durable_rpc.execution_duration"]
+    assert key == labels(namespace="default", task_queue="q", task_kind="other", outcome="other")
+    delay = got["durable_rpc.task_queue_delay"][
+        labels(namespace="default", task_queue="q", task_kind="workflow")
     ]
     assert (delay.count, delay.sum) == (1, 0.0)
 
 
 def test_default_meter_provider_is_a_no_op() -> None:
     metrics = EngineMetrics()  # the global provider: nothing configured in tests
-    metrics.record_lease_lost("default", "workflow")
-    metrics.record_execution_duration("default", "activity", "completed", 1.0)
+    metrics.record_lease_lost("default", "q", "workflow")
+    metrics.record_execution("default", "q", "activity", "completed", 1.0)

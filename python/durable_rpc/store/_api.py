@@ -13,9 +13,12 @@ import abc
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from durable_rpc.v1 import workflow_task_pb2
+
+if TYPE_CHECKING:
+    from opentelemetry.metrics import MeterProvider
 
 TaskKind = Literal["workflow", "activity", "query"]
 
@@ -322,6 +325,9 @@ class ClaimedWorkflowTask:
     #: The run's whole history at the claim: events and serialized bytes.
     history_length: int = 0
     history_size_bytes: int = 0
+    #: Database time from the task becoming claimable (scheduled, backoff over, lease
+    #: expired) to this claim; 0 when claimed in the transaction that made it claimable.
+    queue_delay_ms: int = 0
 
     @property
     def lease(self) -> LeaseRef:
@@ -405,6 +411,8 @@ class ClaimedActivityTask:
     options: bytes
     #: The trace context the activity was scheduled with (empty: none).
     trace_context: Mapping[str, str] = field(default_factory=dict)
+    #: As ClaimedWorkflowTask.queue_delay_ms.
+    queue_delay_ms: int = 0
 
     @property
     def lease(self) -> LeaseRef:
@@ -415,6 +423,18 @@ class ClaimedActivityTask:
 class HeartbeatResult:
     cancel_requested: bool
     lease_expires_at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class MetricCounts:
+    """What the server's metric gauges show (``Store.metric_counts``)."""
+
+    #: Waiting tasks by kind: ``timer`` (durable timers), ``activity`` (retry backoffs,
+    #: not-yet-due attempts), ``workflow`` (workflow-task backoffs).
+    waiting: Mapping[str, int]
+    #: Queued workflow tasks no live worker of their queue registers the definition of,
+    #: by (namespace, task queue): runs that are stuck until one starts.
+    definition_unavailable: Mapping[tuple[str, str], int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -477,6 +497,16 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def set_listener(self, listener: StoreListener | None) -> None: ...
+
+    @abc.abstractmethod
+    def set_meter_provider(self, meter_provider: MeterProvider) -> None:
+        """Record the duration and size of every write transaction on ``meter_provider``
+        (a server exporting metrics calls it before ``open``); until then nothing is."""
+
+    @abc.abstractmethod
+    async def metric_counts(self) -> MetricCounts:
+        """Waiting tasks by kind and definition-unavailable runs by queue: indexed counts
+        for the server's gauges, read every few seconds while metrics are exported."""
 
     # namespaces
     @abc.abstractmethod

@@ -13,12 +13,15 @@ rely on.
 
 from __future__ import annotations
 
+from opentelemetry.metrics import MeterProvider
+
 from durable_rpc.store._api import StoreListener, StoreOptions, StoreStats
 from durable_rpc.store._ops_activities import _ActivityOps
 from durable_rpc.store._ops_admin import _AdminOps
 from durable_rpc.store._ops_commands import _CommandOps
 from durable_rpc.store._ops_due import _DueOps
 from durable_rpc.store._ops_leases import _LeaseOps
+from durable_rpc.store._ops_metrics import _MetricOps
 from durable_rpc.store._ops_queries import _QueryOps
 from durable_rpc.store._ops_redrive import _RedriveOps
 from durable_rpc.store._ops_retention import _RetentionOps
@@ -28,6 +31,7 @@ from durable_rpc.store._ops_workers import _WorkerOps
 from durable_rpc.store._ops_workflow_tasks import _WorkflowTaskOps
 from durable_rpc.store._shared import require
 from durable_rpc.store._tx import Tx
+from durable_rpc.store._tx_metrics import TxMetrics
 
 
 class SqlStore(
@@ -43,8 +47,12 @@ class SqlStore(
     _UpdateOps,
     _AdminOps,
     _RetentionOps,
+    _MetricOps,
 ):
     """The dialect-independent half of a SQL backend."""
+
+    #: The ``store`` label of the transaction metrics.
+    BACKEND = "sql"
 
     def __init__(self, options: StoreOptions | None = None) -> None:
         self._options = options or StoreOptions()
@@ -52,6 +60,8 @@ class SqlStore(
         self._stats = StoreStats()
         # Shared by every transaction of this store (see Tx.known_namespaces).
         self.known_namespaces: set[str] = set()
+        # Set by a server that exports metrics; None: nothing is recorded per commit.
+        self._tx_metrics: TxMetrics | None = None
 
     @property
     def options(self) -> StoreOptions:
@@ -63,6 +73,9 @@ class SqlStore(
 
     def set_listener(self, listener: StoreListener | None) -> None:
         self._listener = listener
+
+    def set_meter_provider(self, meter_provider: MeterProvider) -> None:
+        self._tx_metrics = TxMetrics(self.BACKEND, self._stats, meter_provider)
 
     # -- clock and namespaces -------------------------------------------------------------
 

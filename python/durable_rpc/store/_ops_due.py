@@ -75,12 +75,13 @@ class _DueOps(_ActivityOps):
             # Marked `expired` under the old token: the holder's late report still wins
             # until someone claims the task (see fenced_update).
             expired_wf = tx.all(
-                "UPDATE tasks SET state = 'queued', attempt = attempt + 1, "
+                # Visible again from now: its queue delay counts from the expiry.
+                "UPDATE tasks SET state = 'queued', attempt = attempt + 1, visible_at_ms = ?, "
                 "outcome_token = fencing_token, outcome_kind = 'expired' WHERE task_id IN ("
                 "SELECT task_id FROM tasks WHERE kind = 'workflow' AND state = 'leased' "
                 "AND due_ms IS NOT NULL AND due_ms <= ? ORDER BY due_ms LIMIT ?"
                 f"{tx.claim_lock_suffix}) RETURNING namespace, run_id, task_queue, attempt",
-                (now, limit),
+                (now, now, limit),
             )
             saturated |= len(expired_wf) >= limit
             for row in expired_wf:

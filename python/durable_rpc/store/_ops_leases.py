@@ -34,6 +34,7 @@ class _WorkflowClaim:
     run: Row
     #: The history, when it was short enough to read inside the claiming transaction.
     events: list[bytes] | None = None
+    queue_delay_ms: int = 0
     pending_updates: tuple[PendingUpdateRequest, ...] = ()
 
 
@@ -135,7 +136,7 @@ class _LeaseOps(_SqlOpsBase):
             "outcome_token = NULL, outcome_kind = NULL "
             f"WHERE task_id = (SELECT task_id FROM tasks t WHERE {pick_where} "
             f"AND {SERVED_BY_WORKER}{pick_order}{tx.claim_lock_suffix}) "
-            "RETURNING task_id, run_id, fencing_token, attempt",
+            "RETURNING task_id, run_id, fencing_token, attempt, visible_at_ms",
             (worker_id, now, expires, expires, *pick_params, namespace, worker_id, worker_id),
         )
         if row is None:
@@ -154,6 +155,7 @@ class _LeaseOps(_SqlOpsBase):
             now_ms=now,
             attempt=row["attempt"],
             run=run,
+            queue_delay_ms=max(0, now - row["visible_at_ms"]),
             events=(
                 tx.whole_history(namespace, row["run_id"])
                 or _first_page(
@@ -200,6 +202,7 @@ class _LeaseOps(_SqlOpsBase):
             pending_updates=claim.pending_updates,
             history_length=run["history_length"],
             history_size_bytes=run["history_size_bytes"],
+            queue_delay_ms=claim.queue_delay_ms,
         )
 
     def _lease_activity(
@@ -253,4 +256,5 @@ class _LeaseOps(_SqlOpsBase):
             start_to_close_timeout_ms=timeouts.start_to_close_ms,
             options=options_bytes,
             trace_context=json.loads(row["trace_context"]) if row["trace_context"] else {},
+            queue_delay_ms=max(0, now - row["visible_at_ms"]),
         )

@@ -220,6 +220,8 @@ class PostgresStore(SqlStore):
     plus any libpq parameter (``sslmode``, ``options``, ...).
     """
 
+    BACKEND = "postgresql"
+
     def __init__(self, url: str, options: StoreOptions | None = None) -> None:
         super().__init__(options)
         self._url = redact(url)
@@ -400,6 +402,7 @@ class PostgresStore(SqlStore):
     ) -> tuple[T, Notes | None]:
         conflicts = 0
         lost = 0
+        began = time.perf_counter()  # retries included: what the caller waited
         while True:
             conn = self._pool.acquire()
             committing = False
@@ -415,7 +418,7 @@ class PostgresStore(SqlStore):
             except DurableRpcError:
                 discard = not _rollback(conn)
                 if write:
-                    self._count(failed=True)
+                    self._count(failed=True, began=began)
                 raise
             except psycopg.Error as exc:
                 connection_lost = conn.closed or conn.broken
@@ -437,12 +440,12 @@ class PostgresStore(SqlStore):
                     time.sleep(random.uniform(0, 0.002 * 2 ** min(conflicts, 5)))
                     continue
                 if write:
-                    self._count(failed=True)
+                    self._count(failed=True, began=began)
                 raise _map_error(exc) from exc
             finally:
                 self._pool.release(conn, discard=discard)
             if write:
-                self._count(failed=False)
+                self._count(failed=False, began=began)
                 return result, tx.notes if tx.notes else None
             return result, None
 
@@ -454,7 +457,10 @@ class PostgresStore(SqlStore):
         statements.append(sql.SQL("COMMIT"))
         conn.execute(sql.SQL("; ").join(statements))
 
-    def _count(self, *, failed: bool) -> None:
+    def _count(self, *, failed: bool, began: float | None = None) -> None:
+        metrics = self._tx_metrics
+        if metrics is not None and began is not None:
+            metrics.record("rolled_back" if failed else "committed", time.perf_counter() - began)
         with self._stats_lock:
             self._stats.operations += 1
             if failed:
@@ -641,6 +647,7 @@ class PostgresStore(SqlStore):
         recorded, this request id's run -- and answers as for a repeat) or not at all
         (the general path does the work, with its retries)."""
         statement, args = call
+        began = time.perf_counter()
         conn = self._pool.acquire()
         discard = False
         try:
@@ -652,11 +659,13 @@ class PostgresStore(SqlStore):
                 discard = True
                 self._pool.discard_idle()
                 return None
-            self._count(failed=True)
+            self._count(failed=True, began=began)
             raise _map_error(exc) from exc
         finally:
             self._pool.release(conn, discard=discard)
         assert row is not None
+        if self._tx_metrics is not None:  # counted in stats by _settle_call, on the loop
+            self._tx_metrics.record("committed", time.perf_counter() - began)
         return row
 
     def _settle_call(self, notes: Notes) -> None:

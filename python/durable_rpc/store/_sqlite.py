@@ -32,6 +32,7 @@ from durable_rpc.store._key_cache import KeyCache
 from durable_rpc.store._migrations import SQLITE_MIGRATIONS, SQLITE_NOW_MS, check_ordered
 from durable_rpc.store._ops import SqlStore
 from durable_rpc.store._tx import Notes, Row, Tx
+from durable_rpc.store._tx_metrics import TxOutcome
 
 T = TypeVar("T")
 
@@ -131,6 +132,8 @@ class SQLiteStore(SqlStore):
     ``clock_offset_ms`` is for ``durable_rpc.testing`` only: milliseconds added to the
     database clock so tests can skip time (see :meth:`skip_time`). It only ever grows.
     """
+
+    BACKEND = "sqlite"
 
     def __init__(
         self,
@@ -365,6 +368,8 @@ class SQLiteStore(SqlStore):
         outcomes: list[tuple[_Op, Any, BaseException | None]] = []
         notes: list[Notes] = []
         failed = 0
+        metrics = self._tx_metrics
+        began = time.perf_counter() if metrics is not None else 0.0
         try:
             conn.execute("BEGIN IMMEDIATE")
             self._note_outside_commits(conn)
@@ -404,11 +409,18 @@ class SQLiteStore(SqlStore):
                 except sqlite3.Error:
                     _log.exception("rollback failed")
             self._stats.aborted_batches += 1
+            if metrics is not None:
+                metrics.record("aborted", time.perf_counter() - began)
             unavailable = _unavailable(exc, "the database is unusable")
             _log.warning("write batch of %d aborted: %s", len(batch), exc)
             for op in batch:
                 self._settle(op, None, unavailable)
             return
+        if metrics is not None:
+            # A batch whose every operation failed rolled back operation by operation
+            # and committed nothing: still one transaction, counted with its outcome.
+            outcome: TxOutcome = "committed" if committed else "rolled_back"
+            metrics.record(outcome, time.perf_counter() - began)
         self._stats.transactions += committed
         self._stats.operations += len(batch)
         self._stats.failed_operations += failed

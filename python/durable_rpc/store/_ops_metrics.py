@@ -1,0 +1,49 @@
+"""The counts behind the server's metric gauges: durable waits pending and runs whose
+definition no live worker registers. Read on the server's refresh (a few seconds apart),
+never per scrape or per call."""
+
+from __future__ import annotations
+
+from durable_rpc.store._api import MetricCounts
+from durable_rpc.store._ops_base import _SqlOpsBase
+from durable_rpc.store._tx import Tx
+
+
+class _MetricOps(_SqlOpsBase):
+    async def metric_counts(self) -> MetricCounts:
+        live_since_offset = self._options.worker_liveness_ms
+
+        def op(tx: Tx) -> MetricCounts:
+            # An index-only count of tasks_due (kind, state, due_ms): every waiting task
+            # has a due time (its timer, its backoff's end). No namespace: that would read
+            # every waiting row.
+            waiting = {
+                row["kind"]: int(row["n"])
+                for row in tx.all(
+                    "SELECT kind, count(*) AS n FROM tasks "
+                    "WHERE kind IN ('timer', 'activity', 'workflow') AND state = 'waiting' "
+                    "AND due_ms IS NOT NULL GROUP BY kind"
+                )
+            }
+            # Queued workflow tasks (tasks_due again) grouped by definition first, so the
+            # liveness probe runs once per (queue, definition), not once per run.
+            unavailable = {
+                (row["namespace"], row["task_queue"]): int(row["n"])
+                for row in tx.all(
+                    "SELECT g.namespace, g.task_queue, sum(g.n) AS n FROM ("
+                    "SELECT namespace, task_queue, workflow_type, workflow_version, "
+                    "count(*) AS n FROM tasks WHERE kind = 'workflow' AND state = 'queued' "
+                    "AND due_ms IS NOT NULL "
+                    "GROUP BY namespace, task_queue, workflow_type, workflow_version) g "
+                    "WHERE NOT EXISTS (SELECT 1 FROM worker_definitions wd JOIN workers w "
+                    "ON w.namespace = wd.namespace AND w.worker_id = wd.worker_id "
+                    "WHERE wd.namespace = g.namespace AND wd.name = g.workflow_type "
+                    "AND wd.version = g.workflow_version AND w.task_queue = g.task_queue "
+                    "AND w.last_heartbeat_ms >= ?) "
+                    "GROUP BY g.namespace, g.task_queue",
+                    (tx.now_ms() - live_since_offset,),
+                )
+            }
+            return MetricCounts(waiting=waiting, definition_unavailable=unavailable)
+
+        return await self._read(op)
