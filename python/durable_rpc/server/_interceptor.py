@@ -15,6 +15,7 @@ Handlers receive parsed requests and raise domain errors; this interceptor
 
 from __future__ import annotations
 
+import inspect
 import logging
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -169,7 +170,7 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
     def _wrap_stream(
         self,
-        inner: Callable[[Any, grpc.aio.ServicerContext], AsyncIterator[Any]],
+        inner: Callable[[Any, grpc.aio.ServicerContext], AsyncIterator[Any] | Awaitable[None]],
         parse: Callable[[bytes], Any],
         method: str,
     ) -> Callable[[bytes, grpc.aio.ServicerContext], AsyncIterator[Any]]:
@@ -178,7 +179,13 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         async def handle(raw: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
             try:
                 request = await self._admit(raw, context, parse, method, authenticator)
-                async for response in inner(request, context):
+                responses = inner(request, context)
+                if inspect.isawaitable(responses):
+                    # A handler that writes its messages itself (context.write, as
+                    # grpc's health Watch does) and returns nothing.
+                    await responses
+                    return
+                async for response in responses:
                     yield response
             except Exception as exc:
                 await self._abort(exc, context, method)
