@@ -165,6 +165,8 @@ async def test_migrations_are_versioned_and_applied_once(db_path: Path) -> None:
             (8,),
             (9,),
             (10,),
+            (11,),
+            (12,),
         ]
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
         assert conn.execute("SELECT name FROM namespaces").fetchall() == [("default",)]

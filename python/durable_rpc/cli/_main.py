@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from durable_rpc.cli._admin import namespace, token
+from durable_rpc.cli._definitions import definition
 from durable_rpc.cli._errors import DEBUG_ENV, explain
 from durable_rpc.cli._replay import replay
 from durable_rpc.cli._selfcheck import selfcheck
@@ -48,6 +49,7 @@ cli.add_command(server)
 cli.add_command(workflow)
 cli.add_command(namespace)
 cli.add_command(token)
+cli.add_command(definition)
 
 
 def main() -> None:

@@ -48,9 +48,11 @@ from durable_rpc.store._api import (
     UpdateWithStartResult,
     WorkflowTaskCompletion,
 )
+from durable_rpc.store._definition_records import DefinitionRecord
 from durable_rpc.store._sqlite import SQLiteStore
 
 __all__ = [
+    "DefinitionRecord",
     "RUN_STATUSES",
     "ClaimedActivityTask",
     "ClaimedWorkflowTask",

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TYPE_CHECKING, Literal, Protocol
 
+from durable_rpc.store._definition_records import DefinitionRecord
 from durable_rpc.v1 import workflow_task_pb2
 
 if TYPE_CHECKING:
@@ -261,6 +262,8 @@ class RunDescription:
     #: For an open run whose definition is not available: why nothing runs it, in one
     #: plain sentence (workers claim only the definitions they registered). '' otherwise.
     definition_unavailable_reason: str = ""
+    #: The build the run is pinned to ('' unversioned or not decided yet: _build_pins).
+    build_id: str = ""
     #: Redrive links: the failed run this one continues, and the run that continues it.
     redriven_from_run_id: str = ""
     redriven_by_run_id: str = ""
@@ -639,6 +642,20 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def deregister_worker(self, namespace: str, worker_id: str) -> None: ...
+
+    # definitions (see _ops_definitions)
+    @abc.abstractmethod
+    async def list_definitions(self, namespace: str) -> list[DefinitionRecord]:
+        """By name, then version, with their live workers and open runs."""
+
+    @abc.abstractmethod
+    async def remove_definition(self, namespace: str, name: str, version: str) -> DefinitionRecord:
+        """DefinitionInUseError while a live worker registers it or an open run references
+        it; NotFoundError if never registered. Idempotent; one transaction."""
+
+    @abc.abstractmethod
+    async def restore_definition(self, namespace: str, name: str, version: str) -> DefinitionRecord:
+        """Undoes remove_definition (idempotent); NotFoundError if never registered."""
 
     # workflow tasks
     @abc.abstractmethod

@@ -5,8 +5,9 @@ applied in the parent's)."""
 
 from __future__ import annotations
 
-from durable_rpc.errors import InvalidArgumentError
+from durable_rpc.errors import DefinitionRemovedError, InvalidArgumentError
 from durable_rpc.store._api import StartOptions
+from durable_rpc.store._removed import definition_removed, removed_message
 from durable_rpc.store._runs import check_start_options, create_run, deliver_signal, open_run_of
 from durable_rpc.store._shared import (
     PARENT_CLOSE_POLICIES,
@@ -73,6 +74,23 @@ def start_child(
         ),
     )
     existing = open_run_of(tx, namespace, spec.workflow_id)
+    if existing is None and definition_removed(tx, namespace, spec.workflow_type, version):
+        # As a client's start is refused (create_run), the parent's awaits fail instead
+        # of the parent's whole decision.
+        decision_input(
+            tx,
+            namespace,
+            parent_run_id,
+            now,
+            "child_workflow_start_failed",
+            history_pb2.ChildWorkflowStartFailed(
+                seq=command.seq,
+                workflow_id=spec.workflow_id,
+                reason=DefinitionRemovedError.reason,
+                message=removed_message(spec.workflow_type, version, "started"),
+            ),
+        )
+        return
     if existing is not None:
         decision_input(
             tx,

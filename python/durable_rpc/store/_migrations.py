@@ -366,6 +366,12 @@ def _v11(bigint: str) -> tuple[str, ...]:
     )
 
 
+# Build-id pinning starts with this version: a run that exists already was decided
+# before builds were used and stays unversioned ('' -- ``_build_pins``), instead of being
+# pinned to whichever versioned worker decides it next.
+V12_RUNS_STAY_UNVERSIONED = "UPDATE runs SET build_id = '' WHERE build_id IS NULL"
+
+
 SQLITE_MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _SQLITE_V1),
     Migration(2, "memo, search attributes, workflow timeouts", _v2("BLOB", "INTEGER", "REAL")),
@@ -382,6 +388,7 @@ SQLITE_MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         11, "fleet counters, definition removal, build pins, redrive, retention", _v11("INTEGER")
     ),
+    Migration(12, "build pins of existing runs", (V12_RUNS_STAY_UNVERSIONED,)),
 )
 
 

@@ -19,6 +19,7 @@ from durable_rpc.store._api import StoreListener, StoreOptions, StoreStats
 from durable_rpc.store._ops_activities import _ActivityOps
 from durable_rpc.store._ops_admin import _AdminOps
 from durable_rpc.store._ops_commands import _CommandOps
+from durable_rpc.store._ops_definitions import _DefinitionOps
 from durable_rpc.store._ops_due import _DueOps
 from durable_rpc.store._ops_leases import _LeaseOps
 from durable_rpc.store._ops_metrics import _MetricOps
@@ -43,6 +44,7 @@ class SqlStore(
     _RedriveOps,
     _CommandOps,
     _WorkerOps,
+    _DefinitionOps,
     _QueryOps,
     _UpdateOps,
     _AdminOps,

@@ -16,6 +16,7 @@ from durable_rpc.store._api import (
     InlineWorkflowTask,
     LeaseRef,
 )
+from durable_rpc.store._build_pins import may_decide
 from durable_rpc.store._history_limits import DecisionPastHistoryLimit
 from durable_rpc.store._logic import (
     activity_retry_delay_ms,
@@ -197,6 +198,8 @@ class _ActivityOps(_WorkflowTaskOps):
                 # ordinary way, with them.
                 and not run["pending_updates"]
                 and not has_active_workflow_task(tx, namespace, task["run_id"])
+                # A run pinned to another build is decided by that build's worker.
+                and may_decide(tx, run, lease.worker_id)
                 and self._decision_acceptable(tx, run, inline_plan)
             ):
                 # This result is the task's only new input: record the worker's decision

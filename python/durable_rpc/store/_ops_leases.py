@@ -61,19 +61,25 @@ def _first_page(tx: Tx, namespace: str, run_id: str, length: int, page_bytes: in
 
 
 # Which workflow tasks a worker may claim (a condition on the pick's ``tasks t``; params:
-# namespace, worker_id, worker_id): those of the (name, version) definitions it registered
-# with RegisterWorker, so a worker never claims a run it cannot replay (a v1-only worker,
-# a v2 run) and a run whose definition no worker registers stays unclaimed. A worker id
-# that never registered (no ``workers`` row) is served every definition: the protocol
-# before registration, which raw clients and the store's tests still speak. Both
-# subqueries read only the worker's own rows (primary-key prefixes), never ``runs``: the
-# task row carries its run's definition (migration 8), so the plan stays the ordered
-# index scan of ``tasks_claim`` whatever the number of runs.
+# namespace, worker_id, worker_id, worker_id): those of the (name, version) definitions it
+# registered with RegisterWorker, so a worker never claims a run it cannot replay (a
+# v1-only worker, a v2 run) and a run whose definition no worker registers stays
+# unclaimed; and of a run pinned to a build (``t.build_id``, ``_build_pins``) only a
+# worker registered with that build. A worker id that never registered (no ``workers``
+# row) is served every unpinned definition: the protocol before registration, which raw
+# clients and the store's tests still speak. The subqueries read only the worker's own
+# rows (primary-key prefixes), never ``runs``: the task row carries its run's definition
+# (migration 8) and pin (migration 11), so the plan stays the ordered index scan of
+# ``tasks_claim`` whatever the number of runs; an unpinned task never reaches the build
+# probe.
 SERVED_BY_WORKER = (
-    "(NOT EXISTS (SELECT 1 FROM workers w WHERE w.namespace = ? AND w.worker_id = ?) "
-    "OR EXISTS (SELECT 1 FROM worker_definitions wd WHERE wd.namespace = t.namespace "
+    "((t.build_id IS NULL "
+    "AND NOT EXISTS (SELECT 1 FROM workers w WHERE w.namespace = ? AND w.worker_id = ?)) "
+    "OR (EXISTS (SELECT 1 FROM worker_definitions wd WHERE wd.namespace = t.namespace "
     "AND wd.worker_id = ? AND wd.name = t.workflow_type "
-    "AND wd.version = t.workflow_version))"
+    "AND wd.version = t.workflow_version) "
+    "AND (t.build_id IS NULL OR EXISTS (SELECT 1 FROM workers wb "
+    "WHERE wb.namespace = t.namespace AND wb.worker_id = ? AND wb.build_id = t.build_id))))"
 )
 
 
@@ -137,7 +143,17 @@ class _LeaseOps(_SqlOpsBase):
             f"WHERE task_id = (SELECT task_id FROM tasks t WHERE {pick_where} "
             f"AND {SERVED_BY_WORKER}{pick_order}{tx.claim_lock_suffix}) "
             "RETURNING task_id, run_id, fencing_token, attempt, visible_at_ms",
-            (worker_id, now, expires, expires, *pick_params, namespace, worker_id, worker_id),
+            (
+                worker_id,
+                now,
+                expires,
+                expires,
+                *pick_params,
+                namespace,
+                worker_id,
+                worker_id,
+                worker_id,
+            ),
         )
         if row is None:
             return None

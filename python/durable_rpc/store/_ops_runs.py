@@ -318,6 +318,7 @@ class _RunOps(_LeaseOps):
                     if available is None and run["status"] == "running"
                     else ""
                 ),
+                build_id=run["build_id"] or "",
                 redriven_from_run_id=run["redriven_from_run_id"] or "",
                 redriven_by_run_id=redriven_by(tx, namespace, run["run_id"]) or "",
             )

@@ -5,8 +5,13 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from durable_rpc.errors import DefinitionChangedError, NotFoundError
+from durable_rpc.errors import (
+    DefinitionChangedError,
+    DefinitionRemovedError,
+    NotFoundError,
+)
 from durable_rpc.store._ops_base import _SqlOpsBase
+from durable_rpc.store._removed import removed_message
 from durable_rpc.store._shared import require, require_namespace, version_or_default
 from durable_rpc.store._tx import Tx
 
@@ -36,12 +41,18 @@ class _WorkerOps(_SqlOpsBase):
         def op(tx: Tx) -> None:
             require_namespace(tx, namespace)
             now = tx.now_ms()
-            for name, version, fingerprint in defs:
-                known = tx.value(
-                    "SELECT fingerprint FROM definitions "
-                    "WHERE namespace = ? AND name = ? AND version = ?",
+            # In one order, so two registrations never wait on each other's locks.
+            for name, version, fingerprint in sorted(defs):
+                # The row lock RemoveDefinition takes too: a removal racing this
+                # registration either sees its worker or is seen here (_ops_definitions).
+                row = tx.one(
+                    "SELECT fingerprint, removed_at_ms FROM definitions "
+                    f"WHERE namespace = ? AND name = ? AND version = ?{tx.row_lock_suffix}",
                     (namespace, name, version),
                 )
+                if row is not None and row["removed_at_ms"] is not None:
+                    raise DefinitionRemovedError(removed_message(name, version, "registered"))
+                known = None if row is None else row["fingerprint"]
                 if known is None:
                     tx.run(
                         "INSERT INTO definitions (namespace, name, version, fingerprint, "

@@ -13,6 +13,7 @@ from durable_rpc.store._api import (
     LeaseRef,
     WorkflowTaskCompletion,
 )
+from durable_rpc.store._build_pins import pin_undecided_run
 from durable_rpc.store._history_limits import DecisionPastHistoryLimit, check_decision
 from durable_rpc.store._logic import (
     INPUT_EVENT_KINDS,
@@ -223,6 +224,8 @@ class _WorkflowTaskOps(_LeaseOps, _CommandOps):
         namespace: str = run["namespace"]
         run_id: str = run["run_id"]
         commands = decision.commands
+        # Before the commands apply: a continue-as-new among them carries the pin.
+        run = pin_undecided_run(tx, run, decision.worker_id)
         if marker_needed:
             marker = history_pb2.WorkflowTaskCompleted(
                 last_seen_event_id=decision.last_seen_event_id,

@@ -333,3 +333,73 @@ END $fn$"""
 
 #: Migration 10 on PostgreSQL (SQLite's migration 10 is empty).
 HOT_PATH_FUNCTIONS: tuple[str, ...] = (*_HELPERS, _RECORD_DECISION, _START_WORKFLOW)
+
+
+def _patched(sql: str, *edits: tuple[str, str]) -> str:
+    """``sql`` with each ``(old, new)`` applied; each ``old`` must occur exactly once (a
+    later migration's function is written as its change to the released one)."""
+    for old, new in edits:
+        if sql.count(old) != 1:
+            raise AssertionError(f"the released function has not exactly one {old!r}")
+        sql = sql.replace(old, new)
+    return sql
+
+
+# Build-id pinning (``_build_pins``), as the general path does it: an inline decision
+# (kind 'activity') on a run pinned to another build than the completing worker's is the
+# general path's (the completion alone, then a workflow task for the pinned build); a
+# decision on an undecided run (build_id NULL) records the deciding worker's registered
+# build, or '' (stays unversioned). Both ride on statements the function already runs:
+# an unversioned run never reads ``workers`` here, an undecided one once. No workflow
+# task of the run is active (checked above), so no task row needs the new pin.
+_RECORD_DECISION_V12 = _patched(
+    _RECORD_DECISION,
+    ("CREATE FUNCTION drpc_record_decision(", "CREATE OR REPLACE FUNCTION drpc_record_decision("),
+    (
+        """    RAISE EXCEPTION 'a workflow task or used seq, or children' USING ERRCODE = 'DRFB1';
+  END IF;
+""",
+        """    RAISE EXCEPTION 'a workflow task or used seq, or children' USING ERRCODE = 'DRFB1';
+  END IF;
+  IF p_kind = 'activity' AND coalesce(r.build_id, '') <> '' AND r.build_id IS DISTINCT FROM
+      (SELECT w.build_id FROM workers w WHERE w.namespace = p_ns AND w.worker_id = p_worker)
+  THEN
+    RAISE EXCEPTION 'the run is pinned to another build' USING ERRCODE = 'DRFB1';
+  END IF;
+""",
+    ),
+    (
+        """      history_size_bytes = history_size_bytes + v_size, wft_attempt = 1,
+      last_wft_failure = NULL
+""",
+        """      history_size_bytes = history_size_bytes + v_size, wft_attempt = 1,
+      last_wft_failure = NULL,
+      build_id = coalesce(build_id, (SELECT w.build_id FROM workers w
+        WHERE w.namespace = p_ns AND w.worker_id = p_worker), '')
+""",
+    ),
+)
+
+# A start of a removed definition (``_removed``) is the general path's, which refuses it
+# with DEFINITION_REMOVED. The insert that reads the definition's fingerprint reads its
+# removal too: no statement more.
+_START_WORKFLOW_V12 = _patched(
+    _START_WORKFLOW,
+    ("CREATE FUNCTION drpc_start_workflow(", "CREATE OR REPLACE FUNCTION drpc_start_workflow("),
+    ("  v_fingerprint text;\n", "  v_fingerprint text;\n  v_removed bigint;\n"),
+    (
+        """    RETURNING definition_fingerprint INTO v_fingerprint;
+""",
+        """    RETURNING definition_fingerprint, (SELECT d.removed_at_ms FROM definitions d
+      WHERE d.namespace = p_ns AND d.name = p_type AND d.version = p_version)
+    INTO v_fingerprint, v_removed;
+  IF v_removed IS NOT NULL THEN
+    RAISE EXCEPTION 'the definition was removed' USING ERRCODE = 'DRFB1';
+  END IF;
+""",
+    ),
+)
+
+#: Migration 12 on PostgreSQL: the hot path pins runs to builds and refuses removed
+#: definitions (as the general path does).
+BUILD_PIN_FUNCTIONS: tuple[str, ...] = (_RECORD_DECISION_V12, _START_WORKFLOW_V12)

@@ -8,8 +8,20 @@ whole migration (see ``_postgres``), so each migration is applied exactly once.
 
 from __future__ import annotations
 
-from durable_rpc.store._migrations import Migration, _v2, _v3, _v4, _v5, _v6, _v7, _v8, _v9, _v11
-from durable_rpc.store._pg_hot_sql import HOT_PATH_FUNCTIONS
+from durable_rpc.store._migrations import (
+    V12_RUNS_STAY_UNVERSIONED,
+    Migration,
+    _v2,
+    _v3,
+    _v4,
+    _v5,
+    _v6,
+    _v7,
+    _v8,
+    _v9,
+    _v11,
+)
+from durable_rpc.store._pg_hot_sql import BUILD_PIN_FUNCTIONS, HOT_PATH_FUNCTIONS
 
 #: The database clock in integer milliseconds since the epoch (PostgreSQL). The real
 #: time at evaluation (clock_timestamp), not the transaction's start (now()): a
@@ -163,5 +175,10 @@ PG_MIGRATIONS: tuple[Migration, ...] = (
     Migration(10, "hot-path functions", HOT_PATH_FUNCTIONS),
     Migration(
         11, "fleet counters, definition removal, build pins, redrive, retention", _v11("BIGINT")
+    ),
+    Migration(
+        12,
+        "build pins of existing runs and in the hot path",
+        (V12_RUNS_STAY_UNVERSIONED, *BUILD_PIN_FUNCTIONS),
     ),
 )

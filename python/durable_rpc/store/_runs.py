@@ -9,9 +9,11 @@ from dataclasses import dataclass
 
 from google.protobuf import duration_pb2
 
-from durable_rpc.errors import InternalError, InvalidArgumentError
+from durable_rpc.errors import DefinitionRemovedError, InternalError, InvalidArgumentError
 from durable_rpc.store._api import StartOptions
+from durable_rpc.store._build_pins import carried_pin
 from durable_rpc.store._logic import parse_payload
+from durable_rpc.store._removed import removed_message
 from durable_rpc.store._search import (
     SearchRow,
     parse_memo,
@@ -137,24 +139,28 @@ def create_run(
     continued_from_run_id: str = "",
     parent: tuple[str, int, str, str] | None = None,
     request_recorded: bool = False,
+    build_id: str | None = None,
 ) -> tuple[str, int]:
     """Insert a running run with its WorkflowStarted event and first workflow task;
     returns (run_id, now). The caller checked that no run of the id is open.
     ``run_id`` (default: a fresh UUID) and ``continued_from_run_id`` are given by
     continue-as-new. ``parent`` (run id, seq, workflow id, close policy) links a child
     workflow to its parent. ``request_recorded``: the caller already recorded
-    ``request_id`` (``record_start_request``)."""
+    ``request_id`` (``record_start_request``). ``build_id``: the build the run is pinned
+    to from its start (continue-as-new of a pinned run; None: undecided, ``_build_pins``)."""
     now = tx.now_ms()
     run_id = run_id or str(uuid.uuid4())
-    # The definition's fingerprint (registered by workers; '' if none is) is looked up by
-    # the insert itself.
-    fingerprint = tx.value(
+    # The definition's fingerprint (registered by workers; '' if none is) and whether an
+    # operator removed it are looked up by the insert itself.
+    inserted = tx.one(
         "INSERT INTO runs (namespace, run_id, workflow_id, workflow_type, "
         "workflow_version, task_queue, status, start_time_ms, history_length, "
-        "definition_fingerprint, cancel_requested, wft_attempt) "
+        "definition_fingerprint, cancel_requested, wft_attempt, build_id) "
         "VALUES (?, ?, ?, ?, ?, ?, 'running', ?, 0, COALESCE((SELECT fingerprint FROM "
-        "definitions WHERE namespace = ? AND name = ? AND version = ?), ''), 0, 1) "
-        "RETURNING definition_fingerprint",
+        "definitions WHERE namespace = ? AND name = ? AND version = ?), ''), 0, 1, ?) "
+        "RETURNING definition_fingerprint, (SELECT d.removed_at_ms FROM definitions d "
+        "WHERE d.namespace = runs.namespace AND d.name = runs.workflow_type "
+        "AND d.version = runs.workflow_version) AS removed_at_ms",
         (
             namespace,
             run_id,
@@ -166,8 +172,14 @@ def create_run(
             namespace,
             workflow_type,
             version,
+            build_id,
         ),
     )
+    assert inserted is not None
+    if inserted["removed_at_ms"] is not None:
+        # The transaction rolls back: nothing of the run is kept.
+        raise DefinitionRemovedError(removed_message(workflow_type, version, "started"))
+    fingerprint = inserted["definition_fingerprint"]
     tx.remember_history_length(namespace, run_id, 0, 0)
     started_extra: dict[str, object] = {}
     if parent is not None:
@@ -355,5 +367,6 @@ def continue_as_new(
             if run["parent_run_id"]
             else None
         ),
+        build_id=carried_pin(run),
     )
     return new_run_id

@@ -155,12 +155,14 @@ def has_active_workflow_task(tx: Tx, namespace: str, run_id: str) -> bool:
 
 def ensure_workflow_task(tx: Tx, namespace: str, run_id: str, task_queue: str, now: int) -> None:
     """Queues a workflow task unless the run already has one queued, leased or waiting."""
-    # The task carries the run's definition: claims filter on it (SERVED_BY_WORKER).
+    # The task carries the run's definition and build pin ('' -- decided unversioned --
+    # is no pin): claims filter on them (SERVED_BY_WORKER).
     inserted = tx.run(
         "INSERT INTO tasks (namespace, run_id, kind, task_queue, state, visible_at_ms, due_ms, "
-        "attempt, fencing_token, created_at_ms, workflow_type, workflow_version) "
+        "attempt, fencing_token, created_at_ms, workflow_type, workflow_version, build_id) "
         "SELECT ?, ?, 'workflow', ?, 'queued', ?, ?, 1, 0, ?, r.workflow_type, "
-        "r.workflow_version FROM runs r WHERE r.namespace = ? AND r.run_id = ? "
+        "r.workflow_version, NULLIF(r.build_id, '') FROM runs r "
+        "WHERE r.namespace = ? AND r.run_id = ? "
         "AND NOT EXISTS (SELECT 1 FROM tasks WHERE namespace = ? AND run_id = ? "
         f"AND kind = 'workflow' AND state IN {ACTIVE}) ON CONFLICT DO NOTHING",
         (namespace, run_id, task_queue, now, now, now, namespace, run_id, namespace, run_id),
