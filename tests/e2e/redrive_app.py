@@ -5,8 +5,9 @@
 ``FourSteps`` runs activities 1-4 in turn. Without ``--fixed``, activity 3 fails for good
 (a non-retryable error: the bug); with it, it succeeds (the fix). The workflow code is the
 same in both, so both workers register the same definition fingerprint. Each execution
-of an activity appends a line to $DURABLE_RPC_TEST_LOG (``tests.e2e.apps.record``), so the
-test counts executions across processes.
+of an activity appends a line to $DURABLE_RPC_TEST_LOG (``tests.e2e.apps.record``) with
+the key the workflow drew (``workflow.uuid4()``), so the test counts executions across
+processes and sees which key each got.
 """
 
 from __future__ import annotations
@@ -32,8 +33,8 @@ FIXED = False
 
 
 @activity.defn
-async def order_step(order: str, n: int) -> str:
-    record(f"order_step:{order}:{n}")
+async def order_step(order: str, n: int, key: str) -> str:
+    record(f"order_step:{order}:{n} key={key}")
     if n == 3 and not FIXED:
         raise ApplicationError(f"step 3 of {order} is broken", "StepBug", non_retryable=True)
     return f"{order}: step {n} done"
@@ -43,11 +44,14 @@ async def order_step(order: str, n: int) -> str:
 class FourSteps:
     @workflow.run
     async def run(self, order: str) -> list[str]:
+        # Drawn before the first activity and handed to every step (an idempotency key):
+        # a redriven run replaying the first decision must draw the same one.
+        key = str(workflow.uuid4())
         done = []
         for n in range(1, 5):
             done.append(
                 await workflow.execute_activity(
-                    order_step, order, n, start_to_close_timeout=timedelta(seconds=10)
+                    order_step, order, n, key, start_to_close_timeout=timedelta(seconds=10)
                 )
             )
         return done

@@ -66,6 +66,15 @@ def executions(log: Path) -> collections.Counter[str]:
     return collections.Counter(line.split()[0].removeprefix("order_step:") for line in lines)
 
 
+def keys(log: Path, order: str) -> set[str]:
+    """The keys the executions of ``order``'s steps were given."""
+    return {
+        line.split("key=")[1].split()[0]
+        for line in log.read_text().splitlines()
+        if line.startswith(f"order_step:{order}:")
+    }
+
+
 async def test_redrive_completes_a_run_after_the_fix_without_rerunning_steps_1_and_2(
     server: ServerProcess, client: Client, tmp_path: Path, workers: list[RedriveWorker]
 ) -> None:
@@ -106,6 +115,9 @@ async def test_redrive_completes_a_run_after_the_fix_without_rerunning_steps_1_a
     after = executions(log)
     for order in ("order-1", "order-2"):
         assert [after[f"{order}:{n}"] for n in (1, 2, 3, 4)] == [1, 1, 2, 1], after
+        # The new run replayed the failed run's first decision with its draws: every step
+        # got the key that decision drew (workflow.random() is seeded from the first run).
+        assert len(keys(log, order)) == 1, keys(log, order)
 
     # Linked both ways in describe; the failed run stays failed.
     old_view = await failed.describe()

@@ -76,6 +76,8 @@ async def test_new_run_keeps_history_up_to_the_last_completed_activity(store: St
     started = new[0].workflow_started
     assert started.run_id == result.run_id and started.request_id == "redrive-1"
     assert started.input == events(old)[0].workflow_started.input
+    # Its first decisions are the failed run's: workflow.random() draws from that run's seed.
+    assert started.random_seed_run_id == failed_run
     assert [e.SerializeToString() for e in new[1:]] == old[1:boundary]
     # The new run decides from the boundary on: its first task is the kept history, and
     # nothing of activities 1-3 is queued (3 is scheduled again by that decision).
@@ -215,6 +217,9 @@ async def test_refusals(store: Store) -> None:
     # The new run fails too: it can be redriven itself, once it is closed.
     await decide(store, [fail_workflow(3)])
     second = await store.redrive_workflow(NS, "wf-2", None, "r5")
+    # The seed stays the first run's along the chain.
+    restart = events(await history(store, "wf-2", second.run_id))[0].workflow_started
+    assert restart.random_seed_run_id == failed_run
     assert (await store.describe(NS, "wf-2", second.run_id)).redriven_from_run_id == first.run_id
 
     # Another run of the id is open.

@@ -172,6 +172,9 @@ class _RedriveOps(_CommandOps):
             run_id=new_run_id,
             continued_from_run_id=started.continued_from_run_id,
             request_recorded=True,
+            # Its first decisions are the failed run's: they drew from that run's seed
+            # (the first of the chain's, when that run was itself redriven).
+            random_seed_run_id=started.random_seed_run_id or failed["run_id"],
         )
         # No build pin is carried: a redrive usually follows the deploy of a fix, so the
         # new run is undecided (``_build_pins``) and the first build to decide it keeps it

@@ -140,6 +140,7 @@ def create_run(
     parent: tuple[str, int, str, str] | None = None,
     request_recorded: bool = False,
     build_id: str | None = None,
+    random_seed_run_id: str = "",
 ) -> tuple[str, int]:
     """Insert a running run with its WorkflowStarted event and first workflow task;
     returns (run_id, now). The caller checked that no run of the id is open.
@@ -147,7 +148,8 @@ def create_run(
     continue-as-new. ``parent`` (run id, seq, workflow id, close policy) links a child
     workflow to its parent. ``request_recorded``: the caller already recorded
     ``request_id`` (``record_start_request``). ``build_id``: the build the run is pinned
-    to from its start (continue-as-new of a pinned run; None: undecided, ``_build_pins``)."""
+    to from its start (continue-as-new of a pinned run; None: undecided, ``_build_pins``).
+    ``random_seed_run_id``: a redriven run's (WorkflowStarted.random_seed_run_id)."""
     now = tx.now_ms()
     run_id = run_id or str(uuid.uuid4())
     # The definition's fingerprint (registered by workers; '' if none is) and whether an
@@ -182,6 +184,8 @@ def create_run(
     fingerprint = inserted["definition_fingerprint"]
     tx.remember_history_length(namespace, run_id, 0, 0)
     started_extra: dict[str, object] = {}
+    if random_seed_run_id:
+        started_extra["random_seed_run_id"] = random_seed_run_id
     if parent is not None:
         tx.run(
             "UPDATE runs SET parent_run_id = ?, parent_seq = ?, parent_close_policy = ? "

@@ -279,6 +279,7 @@ class WorkflowStarted(_message.Message):
     EXECUTION_TIMEOUT_FIELD_NUMBER: _builtins.int
     RUN_TIMEOUT_FIELD_NUMBER: _builtins.int
     CONTINUED_FROM_RUN_ID_FIELD_NUMBER: _builtins.int
+    RANDOM_SEED_RUN_ID_FIELD_NUMBER: _builtins.int
     PARENT_RUN_ID_FIELD_NUMBER: _builtins.int
     PARENT_SEQ_FIELD_NUMBER: _builtins.int
     PARENT_WORKFLOW_ID_FIELD_NUMBER: _builtins.int
@@ -296,6 +297,11 @@ class WorkflowStarted(_message.Message):
     continued_from_run_id: _builtins.str
     """Set when this run was started by continue-as-new of the named run (same workflow
     id); empty for a run started by a client.
+    """
+    random_seed_run_id: _builtins.str
+    """Set on a redriven run (RedriveWorkflow): the run whose id seeds workflow.random()
+    and workflow.uuid4() -- the first run of the redrive chain -- so replaying the
+    decisions it copied draws what they drew. Empty: this run's own id.
     """
     parent_run_id: _builtins.str
     """Set when this run is a child workflow: the parent run (same namespace) and the seq
@@ -342,13 +348,14 @@ class WorkflowStarted(_message.Message):
         execution_timeout: _duration_pb2.Duration | None = ...,
         run_timeout: _duration_pb2.Duration | None = ...,
         continued_from_run_id: _builtins.str = ...,
+        random_seed_run_id: _builtins.str = ...,
         parent_run_id: _builtins.str = ...,
         parent_seq: _builtins.int = ...,
         parent_workflow_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["execution_timeout", b"execution_timeout", "input", b"input", "memo", b"memo", "run_timeout", b"run_timeout", "search_attributes", b"search_attributes"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["continued_from_run_id", b"continued_from_run_id", "definition_fingerprint", b"definition_fingerprint", "execution_timeout", b"execution_timeout", "input", b"input", "memo", b"memo", "parent_run_id", b"parent_run_id", "parent_seq", b"parent_seq", "parent_workflow_id", b"parent_workflow_id", "request_id", b"request_id", "run_id", b"run_id", "run_timeout", b"run_timeout", "search_attributes", b"search_attributes", "task_queue", b"task_queue", "trace_context", b"trace_context", "workflow_id", b"workflow_id", "workflow_type", b"workflow_type", "workflow_version", b"workflow_version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["continued_from_run_id", b"continued_from_run_id", "definition_fingerprint", b"definition_fingerprint", "execution_timeout", b"execution_timeout", "input", b"input", "memo", b"memo", "parent_run_id", b"parent_run_id", "parent_seq", b"parent_seq", "parent_workflow_id", b"parent_workflow_id", "random_seed_run_id", b"random_seed_run_id", "request_id", b"request_id", "run_id", b"run_id", "run_timeout", b"run_timeout", "search_attributes", b"search_attributes", "task_queue", b"task_queue", "trace_context", b"trace_context", "workflow_id", b"workflow_id", "workflow_type", b"workflow_type", "workflow_version", b"workflow_version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -550,12 +550,17 @@ class StartWorkflowJob(_message.Message):
     MEMO_FIELD_NUMBER: _builtins.int
     SEARCH_ATTRIBUTES_FIELD_NUMBER: _builtins.int
     CONTINUED_FROM_RUN_ID_FIELD_NUMBER: _builtins.int
+    RANDOM_SEED_RUN_ID_FIELD_NUMBER: _builtins.int
     workflow_type: _builtins.str
     workflow_version: _builtins.str
     workflow_id: _builtins.str
     run_id: _builtins.str
     continued_from_run_id: _builtins.str
     """The run this one continues (continue-as-new); empty otherwise."""
+    random_seed_run_id: _builtins.str
+    """WorkflowStarted.random_seed_run_id: the run id workflow.random() is seeded from
+    (empty: run_id).
+    """
     @_builtins.property
     def input(self) -> _payload_pb2.Payload: ...
     @_builtins.property
@@ -573,10 +578,11 @@ class StartWorkflowJob(_message.Message):
         memo: _search_attributes_pb2.Memo | None = ...,
         search_attributes: _search_attributes_pb2.SearchAttributes | None = ...,
         continued_from_run_id: _builtins.str = ...,
+        random_seed_run_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["input", b"input", "memo", b"memo", "search_attributes", b"search_attributes"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["continued_from_run_id", b"continued_from_run_id", "input", b"input", "memo", b"memo", "run_id", b"run_id", "search_attributes", b"search_attributes", "workflow_id", b"workflow_id", "workflow_type", b"workflow_type", "workflow_version", b"workflow_version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["continued_from_run_id", b"continued_from_run_id", "input", b"input", "memo", b"memo", "random_seed_run_id", b"random_seed_run_id", "run_id", b"run_id", "search_attributes", b"search_attributes", "workflow_id", b"workflow_id", "workflow_type", b"workflow_type", "workflow_version", b"workflow_version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

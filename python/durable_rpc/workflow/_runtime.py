@@ -182,7 +182,8 @@ class WorkflowInstance(
             search_attributes=sa_from_proto(start.search_attributes),
             continued_from_run_id=start.continued_from_run_id,
         )
-        seed = hashlib.sha256(start.run_id.encode()).digest()
+        # A redriven run replays decisions another run made: it draws what they drew.
+        seed = hashlib.sha256((start.random_seed_run_id or start.run_id).encode()).digest()
         self.random = random.Random(int.from_bytes(seed[:16], "big"))
         try:
             self._obj = self.definition.cls()

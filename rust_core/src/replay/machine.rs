@@ -336,6 +336,7 @@ impl ReplayMachine {
                         memo: started.memo,
                         search_attributes: started.search_attributes,
                         continued_from_run_id: started.continued_from_run_id,
+                        random_seed_run_id: started.random_seed_run_id,
                     })
                 }
                 Attributes::ActivityCompleted(done) => Job::ResolveActivity(ResolveActivityJob {
