@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from pathlib import Path
 
 import grpc
 import pytest
@@ -250,3 +251,28 @@ async def test_cli_batch_terminate_prints_the_final_counts(
     )
     assert refused.returncode == 1
     assert "invalid query" in refused.stderr
+
+
+async def test_a_run_that_fails_is_counted_and_the_batch_goes_on(tmp_path: Path) -> None:
+    """A run at its history limit refuses the signal (HISTORY_LIMIT_EXCEEDED): counted as
+    failed with its error, and the other runs still get theirs."""
+    server = ServerProcess(
+        tmp_path / "durable.db",
+        tmp_path / "server.log",
+        "--history-max-events",
+        "2",
+        "--history-warn-events",
+        "1",
+    )
+    server.start()
+    try:
+        async with await Client.connect(server.address) as client:
+            for i in range(3):
+                await client.start_workflow("Batched", id=f"limited-{i}", task_queue="batch-q")
+            assert await client.get_handle("limited-1").signal("poke")  # now at the limit
+            final = await client.batch_signal(QUERY, "poke", batch_id="f1", max_per_second=1000)
+            assert (final.matched, final.applied, final.skipped, final.failed) == (3, 2, 0, 1)
+            assert "limited-1" in final.last_error
+            assert "HISTORY_LIMIT_EXCEEDED" in final.last_error
+    finally:
+        server.stop()
