@@ -12,7 +12,7 @@ import pytest
 
 from durable_rpc import Client, Worker, activity, workflow
 from durable_rpc.client import WorkflowHandle
-from durable_rpc.v1 import history_pb2, service_pb2
+from durable_rpc.v1 import history_pb2
 from tests.e2e.conftest import eventually
 
 pytestmark = pytest.mark.timeout(180)
@@ -54,13 +54,7 @@ def worker(client: Client, worker_id: str, build_id: str) -> Worker:
 
 
 async def pin_of(client: Client, handle: WorkflowHandle) -> str:
-    response = await client.call(
-        client.workflow_service.DescribeWorkflow,
-        service_pb2.DescribeWorkflowRequest(
-            namespace=client.namespace, workflow_id=handle.workflow_id
-        ),
-    )
-    return str(response.build_id)
+    return (await handle.describe()).build_id
 
 
 def deciders(history: list[history_pb2.HistoryEvent]) -> set[tuple[str, str]]:
