@@ -10,6 +10,7 @@ import click
 from durable_rpc.cli._admin import namespace, token
 from durable_rpc.cli._definitions import definition
 from durable_rpc.cli._errors import DEBUG_ENV, explain
+from durable_rpc.cli._fleet import task_queue, worker
 from durable_rpc.cli._replay import replay
 from durable_rpc.cli._selfcheck import selfcheck
 from durable_rpc.cli._server import server
@@ -49,6 +50,8 @@ cli.add_command(server)
 cli.add_command(workflow)
 cli.add_command(namespace)
 cli.add_command(token)
+cli.add_command(worker)
+cli.add_command(task_queue)
 cli.add_command(definition)
 
 

@@ -170,6 +170,7 @@ def describe(
         **dataclasses.asdict(d.info),
         "definition_available": d.definition_available,
         "definition_unavailable_reason": d.definition_unavailable_reason or None,
+        "stuck_reason": d.stuck_reason or None,
         "workflow_task_attempt": d.workflow_task_attempt,
         "last_workflow_task_failure": (
             failure_dict(failure, stack=verbose) if failure is not None else None

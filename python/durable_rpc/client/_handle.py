@@ -78,6 +78,8 @@ class WorkflowDescription:
     definition_available: bool
     #: Why nothing runs an open run whose definition is unavailable ('' otherwise).
     definition_unavailable_reason: str = ""
+    #: For an open run that makes no progress: what it waits for, in one sentence.
+    stuck_reason: str = ""
     #: The build the run is pinned to ('' unversioned, or not decided yet).
     build_id: str = ""
     #: Redrive links: the failed run this one continues, and the run that continues it.
@@ -319,6 +321,7 @@ class WorkflowHandle:
             workflow_task_attempt=response.workflow_task_attempt,
             definition_available=response.definition_available,
             definition_unavailable_reason=response.definition_unavailable_reason,
+            stuck_reason=response.stuck_reason,
             build_id=response.build_id,
             redriven_from_run_id=response.redriven_from_run_id,
             redriven_by_run_id=response.redriven_by_run_id,

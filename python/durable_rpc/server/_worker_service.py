@@ -32,6 +32,7 @@ from durable_rpc.store import (
     LeaseRef,
     Store,
     TaskKind,
+    WorkerCounters,
 )
 from durable_rpc.v1 import payload_pb2, service_pb2, service_pb2_grpc, workflow_task_pb2
 
@@ -238,8 +239,21 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
     async def WorkerHeartbeat(
         self, request: service_pb2.WorkerHeartbeatRequest, context: grpc.aio.ServicerContext
     ) -> service_pb2.WorkerHeartbeatResponse:
+        counters = request.counters if request.HasField("counters") else None
         await self._store.worker_heartbeat(
-            _validate.namespace(request.namespace), _validate.name("worker_id", request.worker_id)
+            _validate.namespace(request.namespace),
+            _validate.name("worker_id", request.worker_id),
+            # Unset (a worker that counts nothing): the last report stays.
+            WorkerCounters(
+                claims=counters.claims,
+                completions=counters.completions,
+                failures=counters.failures,
+                lease_losses=counters.lease_losses,
+                slots_in_use=counters.slots_in_use,
+                slots_total=counters.slots_total,
+            )
+            if counters is not None
+            else None,
         )
         return service_pb2.WorkerHeartbeatResponse()
 

@@ -255,6 +255,7 @@ class WorkflowService(
             definition_available=description.definition_available,
             definition_unavailable_reason=description.definition_unavailable_reason,
             history_warning=description.history_warning,
+            stuck_reason=description.stuck_reason,
             build_id=description.build_id,
             redriven_from_run_id=description.redriven_from_run_id,
             redriven_by_run_id=description.redriven_by_run_id,

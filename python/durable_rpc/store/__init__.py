@@ -49,9 +49,21 @@ from durable_rpc.store._api import (
     WorkflowTaskCompletion,
 )
 from durable_rpc.store._definition_records import DefinitionRecord
+from durable_rpc.store._fleet_records import (
+    QueueBacklog,
+    ServedDefinition,
+    TaskQueueDescription,
+    WorkerCounters,
+    WorkerRecord,
+)
 from durable_rpc.store._sqlite import SQLiteStore
 
 __all__ = [
+    "QueueBacklog",
+    "ServedDefinition",
+    "TaskQueueDescription",
+    "WorkerCounters",
+    "WorkerRecord",
     "DefinitionRecord",
     "RUN_STATUSES",
     "ClaimedActivityTask",

@@ -16,6 +16,11 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from durable_rpc.store._definition_records import DefinitionRecord
+from durable_rpc.store._fleet_records import (
+    TaskQueueDescription,
+    WorkerCounters,
+    WorkerRecord,
+)
 from durable_rpc.v1 import workflow_task_pb2
 
 if TYPE_CHECKING:
@@ -262,6 +267,9 @@ class RunDescription:
     #: For an open run whose definition is not available: why nothing runs it, in one
     #: plain sentence (workers claim only the definitions they registered). '' otherwise.
     definition_unavailable_reason: str = ""
+    #: For an open run that makes no progress: what it waits for, in one plain sentence
+    #: (``_stuck``). '' for a closed run or one making progress.
+    stuck_reason: str = ""
     #: The build the run is pinned to ('' unversioned or not decided yet: _build_pins).
     build_id: str = ""
     #: Redrive links: the failed run this one continues, and the run that continues it.
@@ -638,10 +646,25 @@ class Store(abc.ABC):
     ) -> None: ...
 
     @abc.abstractmethod
-    async def worker_heartbeat(self, namespace: str, worker_id: str) -> None: ...
+    async def worker_heartbeat(
+        self, namespace: str, worker_id: str, counters: WorkerCounters | None = None
+    ) -> None:
+        """Marks the worker live; ``counters`` (what it counted so far) replace its last
+        report (None keeps it)."""
 
     @abc.abstractmethod
     async def deregister_worker(self, namespace: str, worker_id: str) -> None: ...
+
+    # the fleet (see _ops_fleet)
+    @abc.abstractmethod
+    async def list_workers(
+        self, namespace: str, task_queue: str | None, include_dead: bool
+    ) -> list[WorkerRecord]:
+        """By task queue, then worker id; live ones only unless ``include_dead``."""
+
+    @abc.abstractmethod
+    async def describe_task_queue(self, namespace: str, task_queue: str) -> TaskQueueDescription:
+        """Backlog by kind, live workers (pollers) and what they serve."""
 
     # definitions (see _ops_definitions)
     @abc.abstractmethod

@@ -21,6 +21,7 @@ from durable_rpc.store._ops_admin import _AdminOps
 from durable_rpc.store._ops_commands import _CommandOps
 from durable_rpc.store._ops_definitions import _DefinitionOps
 from durable_rpc.store._ops_due import _DueOps
+from durable_rpc.store._ops_fleet import _FleetOps
 from durable_rpc.store._ops_leases import _LeaseOps
 from durable_rpc.store._ops_metrics import _MetricOps
 from durable_rpc.store._ops_queries import _QueryOps
@@ -44,6 +45,7 @@ class SqlStore(
     _RedriveOps,
     _CommandOps,
     _WorkerOps,
+    _FleetOps,
     _DefinitionOps,
     _QueryOps,
     _UpdateOps,

@@ -84,11 +84,14 @@ SERVED_BY_WORKER = (
 
 
 def definition_unavailable_reason(run: Row) -> str:
-    """Describe's sentence for an open run no live worker of its queue registers."""
+    """Describe's sentence for an open run no live worker of its queue registers (of
+    its build, when the run is pinned to one)."""
+    build = run["build_id"]
+    of_build = f" of build {build!r}" if build else ""
     return (
-        f"No live worker on task queue {run['task_queue']!r} registers workflow "
+        f"No live worker{of_build} on task queue {run['task_queue']!r} registers workflow "
         f"{run['workflow_type']!r} version {run['workflow_version']!r}, so its workflow "
-        "tasks are not claimed: start a worker that registers this definition."
+        f"tasks are not claimed: start a worker{of_build} that registers this definition."
     )
 
 

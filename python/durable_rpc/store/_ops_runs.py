@@ -27,6 +27,7 @@ from durable_rpc.store._api import (
 )
 from durable_rpc.store._history_limits import refuse_input, warning
 from durable_rpc.store._history_pages import read_page
+from durable_rpc.store._liveness import LIVE_WORKER, live_since
 from durable_rpc.store._logic import failure_bytes, parse_payload
 from durable_rpc.store._ops_leases import _LeaseOps, _WorkflowClaim, definition_unavailable_reason
 from durable_rpc.store._ops_redrive import redriven_by
@@ -52,6 +53,7 @@ from durable_rpc.store._shared import (
     require_namespace,
     run_info,
 )
+from durable_rpc.store._stuck import stuck_reason
 from durable_rpc.store._tx import Tx
 from durable_rpc.v1 import history_pb2
 
@@ -272,18 +274,17 @@ class _RunOps(_LeaseOps):
                 f"AND state IN {ACTIVE} ORDER BY seq",
                 (namespace, run["run_id"]),
             )
-            live_since = tx.now_ms() - self._options.worker_liveness_ms
             available = tx.one(
                 "SELECT 1 AS live FROM worker_definitions wd JOIN workers w "
                 "ON w.namespace = wd.namespace AND w.worker_id = wd.worker_id "
                 "WHERE wd.namespace = ? AND wd.name = ? AND wd.version = ? "
-                "AND w.task_queue = ? AND w.last_heartbeat_ms >= ? LIMIT 1",
+                f"AND w.task_queue = ? AND {LIVE_WORKER} LIMIT 1",
                 (
                     namespace,
                     run["workflow_type"],
                     run["workflow_version"],
                     run["task_queue"],
-                    live_since,
+                    live_since(tx, self._options),
                 ),
             )
             info = run_info(run)
@@ -318,6 +319,7 @@ class _RunOps(_LeaseOps):
                     if available is None and run["status"] == "running"
                     else ""
                 ),
+                stuck_reason=stuck_reason(tx, self._options, namespace, run, available is not None),
                 build_id=run["build_id"] or "",
                 redriven_from_run_id=run["redriven_from_run_id"] or "",
                 redriven_by_run_id=redriven_by(tx, namespace, run["run_id"]) or "",

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 
 from durable_rpc.errors import (
     DefinitionChangedError,
     DefinitionRemovedError,
+    InvalidArgumentError,
     NotFoundError,
 )
+from durable_rpc.store._fleet_records import WorkerCounters
 from durable_rpc.store._ops_base import _SqlOpsBase
 from durable_rpc.store._removed import removed_message
 from durable_rpc.store._shared import require, require_namespace, version_or_default
@@ -112,13 +115,39 @@ class _WorkerOps(_SqlOpsBase):
 
         await self._write(op)
 
-    async def worker_heartbeat(self, namespace: str, worker_id: str) -> None:
+    async def worker_heartbeat(
+        self, namespace: str, worker_id: str, counters: WorkerCounters | None = None
+    ) -> None:
+        if counters is not None:
+            _check_counters(counters)
+
         def op(tx: Tx) -> None:
             require_namespace(tx, namespace)
-            changed = tx.run(
-                "UPDATE workers SET last_heartbeat_ms = ? WHERE namespace = ? AND worker_id = ?",
-                (tx.now_ms(), namespace, worker_id),
-            )
+            if counters is None:  # a worker that counts nothing keeps the last report
+                changed = tx.run(
+                    "UPDATE workers SET last_heartbeat_ms = ? "
+                    "WHERE namespace = ? AND worker_id = ?",
+                    (tx.now_ms(), namespace, worker_id),
+                )
+            else:
+                # The counters ride on the heartbeat's own write: the task path never
+                # writes them (ListWorkers shows them as of the last heartbeat).
+                changed = tx.run(
+                    "UPDATE workers SET last_heartbeat_ms = ?, claims = ?, completions = ?, "
+                    "failures = ?, lease_losses = ?, slots_in_use = ?, slots_total = ? "
+                    "WHERE namespace = ? AND worker_id = ?",
+                    (
+                        tx.now_ms(),
+                        counters.claims,
+                        counters.completions,
+                        counters.failures,
+                        counters.lease_losses,
+                        counters.slots_in_use,
+                        counters.slots_total,
+                        namespace,
+                        worker_id,
+                    ),
+                )
             if not changed:
                 raise NotFoundError(f"worker {worker_id!r} is not registered")
 
@@ -141,6 +170,14 @@ class _WorkerOps(_SqlOpsBase):
             )
 
         await self._write(op)
+
+
+def _check_counters(counters: WorkerCounters) -> None:
+    """A heartbeat's counters are counts: never negative (the proto's int64/int32 keep
+    them within the columns)."""
+    for field in dataclasses.fields(counters):
+        if getattr(counters, field.name) < 0:
+            raise InvalidArgumentError(f"counters.{field.name} must not be negative")
 
 
 def _open_runs_pinned_elsewhere(

@@ -162,9 +162,10 @@ class WorkflowSupervisor:
         # Done once the token is cancelled: every poll of this run waits on it too.
         self._stopped = stopper
         try:
-            cycles = [
-                asyncio.ensure_future(self._cycle(kinds, token, report)) for kinds in self._plan()
-            ]
+            plan = self._plan()
+            # The workflow slots its heartbeat reports (activities: the activity slots).
+            self.worker.counters.workflow_slots = sum("workflow" in kinds for kinds in plan)
+            cycles = [asyncio.ensure_future(self._cycle(kinds, token, report)) for kinds in plan]
             # Cycles end by themselves after the token is cancelled (draining their task).
             await asyncio.gather(*cycles)
         finally:

@@ -31,6 +31,7 @@ from durable_rpc.telemetry import activity_span, current_trace_context, workflow
 from durable_rpc.v1 import payload_pb2, service_pb2, workflow_task_pb2
 from durable_rpc.worker._activity_task import AttemptOutcome, run_attempt
 from durable_rpc.worker._client import WorkerClient, call
+from durable_rpc.worker._counters import WorkerCounters
 from durable_rpc.worker._inline import (
     StickyHistories,
     StickyRun,
@@ -140,6 +141,8 @@ class Worker:
         if not self._workflows and not self._activities:
             raise ValueError("a worker needs at least one workflow or activity")
         self._activity_slots = asyncio.Semaphore(max_concurrent_activities)
+        # What this process counted, sent with each worker heartbeat (ListWorkers).
+        self.counters = WorkerCounters(max_concurrent_activities if self._activities else 0)
         self._owns_activity_executor = activity_executor is None
         self._activity_executor = activity_executor or ThreadPoolExecutor(
             max_workers=max_concurrent_activities, thread_name_prefix="durable-activity"
@@ -278,14 +281,19 @@ class Worker:
         if self._owns_activity_executor:
             self._activity_executor.shutdown(wait=False, cancel_futures=True)
 
-    async def _heartbeat_loop(self) -> None:
+    async def heartbeat(self) -> None:
+        """One worker heartbeat now, with the counters so far (the loop sends one every
+        interval the server asked for)."""
         request = service_pb2.WorkerHeartbeatRequest(
-            namespace=self.namespace, worker_id=self.worker_id
+            namespace=self.namespace, worker_id=self.worker_id, counters=self.counters.message()
         )
+        await call(self.client.worker_service.WorkerHeartbeat, request, self.link)
+
+    async def _heartbeat_loop(self) -> None:
         while True:
             await asyncio.sleep(self._heartbeat_interval)
             try:
-                await call(self.client.worker_service.WorkerHeartbeat, request, self.link)
+                await self.heartbeat()
             except DurableRpcError as error:
                 if not is_transient(error):  # an outage is logged once, by the link
                     log.warning("worker heartbeat failed: %s", error)
@@ -375,7 +383,7 @@ class Worker:
             task.attempt,
             dict(started.trace_context) if started is not None else None,
         ):
-            return await self._execute_workflow_task(task)
+            return await self.counters.counted(self._execute_workflow_task(task))
 
     async def _execute_workflow_task(
         self, task: service_pb2.PollWorkflowTaskResponse
@@ -616,7 +624,7 @@ class Worker:
             task.attempt,
             dict(task.trace_context) or None,
         ):
-            return await self._execute_activity_task(task)
+            return await self.counters.counted(self._execute_activity_task(task))
 
     async def _execute_activity_task(
         self, task: service_pb2.PollActivityTaskResponse
@@ -772,6 +780,8 @@ class Worker:
                 self._activity_slots.release()
             if sticky is not None and not decided_inline and self._sticky is not None:
                 self._sticky.forget(task.run_id)  # the ordinary workflow task follows
+        if decided_inline:
+            self.counters.decided_inline()
         if decided_inline and self.outcomes is not None:
             self.outcomes.count_inline()
         for activity in eager:

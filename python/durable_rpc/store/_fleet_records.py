@@ -1,0 +1,76 @@
+"""The records of the fleet's reads (``_ops_fleet``): workers and task queues as an
+operator sees them (AdminService.ListWorkers and DescribeTaskQueue)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerCounters:
+    """What a worker counted since it started, sent with each heartbeat (never written
+    on the task path: the numbers travel only with the heartbeat)."""
+
+    claims: int = 0
+    completions: int = 0
+    failures: int = 0
+    lease_losses: int = 0
+    slots_in_use: int = 0
+    slots_total: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerRecord:
+    worker_id: str
+    task_queue: str
+    #: '' : unversioned.
+    build_id: str
+    #: (name, version, fingerprint) of each workflow definition it registered.
+    definitions: tuple[tuple[str, str, str], ...]
+    activities: tuple[str, ...]
+    registered_at_ms: int
+    last_heartbeat_ms: int
+    #: Within the store's liveness window (``StoreOptions.worker_liveness_ms``).
+    live: bool
+    #: As of its last heartbeat (zeros until the first one that carried them).
+    counters: WorkerCounters
+
+
+@dataclass(frozen=True, slots=True)
+class QueueBacklog:
+    """One task kind's open tasks on a queue, by state, as of ``now_ms``."""
+
+    kind: str
+    #: Visible now and not claimed.
+    queued: int
+    #: Leased, lease not expired.
+    leased: int
+    #: Not yet visible (a retry's backoff, a delayed start).
+    waiting: int
+    #: Leased, lease expired: the next claim (or due pass) recovers them.
+    recoverable: int
+    #: When the oldest queued task became visible (None: nothing queued).
+    oldest_queued_at_ms: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class ServedDefinition:
+    name: str
+    version: str
+    fingerprint: str
+    #: Distinct build ids of the live workers registering it ('' : unversioned), sorted.
+    build_ids: tuple[str, ...]
+    live_workers: int
+
+
+@dataclass(frozen=True, slots=True)
+class TaskQueueDescription:
+    task_queue: str
+    #: The database clock when read (the oldest queued task's age is measured from it).
+    now_ms: int
+    #: One entry per kind: "workflow", then "activity".
+    backlog: tuple[QueueBacklog, ...]
+    #: The queue's live workers, by worker id.
+    pollers: tuple[WorkerRecord, ...]
+    #: What the live workers serve, by name then version.
+    definitions: tuple[ServedDefinition, ...]
