@@ -32,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 import uuid
 from datetime import timedelta
 from pathlib import Path
@@ -125,17 +126,31 @@ def percentile(values: list[float], pct: float) -> float:
     return ordered[rank - 1]
 
 
-async def run_worker(address: str, task_queue: str, concurrency: int) -> None:
-    """The worker process: `concurrency` claim-and-execute cycles, stopped by SIGTERM."""
+async def run_worker(
+    address: str, task_queue: str, concurrency: int, metrics: bool = False
+) -> None:
+    """The worker process: `concurrency` claim-and-execute cycles, stopped by SIGTERM.
+    With `metrics`, it records on an SDK MeterProvider (read by an in-memory reader, so
+    the recording costs what it costs under any exporter)."""
     client = await connect(address)
     token = CancellationToken()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, token.cancel)
+    meter_provider = None
+    if metrics:
+        from opentelemetry.sdk.metrics import AlwaysOffExemplarFilter, MeterProvider
+        from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+        # As docs/operations.md recommends for a worker (the server's own default).
+        meter_provider = MeterProvider(
+            metric_readers=[InMemoryMetricReader()], exemplar_filter=AlwaysOffExemplarFilter()
+        )
     worker = Worker(
         client,
         task_queue=task_queue,
         workflows=[BenchHello],
         activities=[say_hello, say_bye],
         max_concurrent_activities=concurrency * 2,
+        meter_provider=meter_provider,
     )
     supervisor = WorkflowSupervisor(worker, WorkflowSupervisorConfig(concurrency))
     run = asyncio.ensure_future(supervisor.run(token))
@@ -209,9 +224,23 @@ def main() -> int:
     parser.add_argument(
         "--auth", action="store_true", help="servers with --auth; every call carries an API key"
     )
+    parser.add_argument(
+        "--metrics",
+        action="store_true",
+        help="metrics on: servers with --metrics-listen, the worker on an SDK MeterProvider",
+    )
+    parser.add_argument(
+        "--metrics-out",
+        type=Path,
+        metavar="FILE",
+        help="implies --metrics; writes the first server's /metrics text after the run",
+    )
     args = parser.parse_args()
+    args.metrics = args.metrics or args.metrics_out is not None
     if args.worker:
-        run_event_loop(run_worker(args.worker[0], args.worker[1], args.worker_concurrency))
+        run_event_loop(
+            run_worker(args.worker[0], args.worker[1], args.worker_concurrency, args.metrics)
+        )
         return 0
 
     with (
@@ -224,6 +253,10 @@ def main() -> int:
         if args.auth:
             os.environ["DURABLE_RPC_API_KEY"] = bootstrap_key(db_url)
             replicas = [([*command, "--auth"], address) for command, address in replicas]
+        metrics_ports = [free_port() for _ in replicas] if args.metrics else []
+        for i, port in enumerate(metrics_ports):
+            command, replica_address = replicas[i]
+            replicas[i] = ([*command, "--metrics-listen", f"127.0.0.1:{port}"], replica_address)
         servers = [subprocess.Popen(command, env=child_env()) for command, _ in replicas]
         address = target([replica_address for _, replica_address in replicas])
         env = child_env()
@@ -236,6 +269,7 @@ def main() -> int:
                 queue,
                 "--worker-concurrency",
                 str(args.worker_concurrency),
+                *(["--metrics"] if args.metrics else []),
             ],
             stdout=subprocess.PIPE,
             env=env,
@@ -255,6 +289,10 @@ def main() -> int:
             figures["worker_peak_rss_mib"] = peak_rss_mib(worker.pid)
             if args.pg_pid is not None:
                 figures["postgres_peak_rss_mib"] = postgres_peak_rss_mib(args.pg_pid)
+            if args.metrics_out is not None:
+                url = f"http://127.0.0.1:{metrics_ports[0]}/metrics"
+                with urllib.request.urlopen(url, timeout=10) as response:
+                    args.metrics_out.write_bytes(response.read())
         finally:
             # The worker first, so it can deregister while the server is still up.
             for proc in (worker, *servers):
@@ -265,6 +303,7 @@ def main() -> int:
                     proc.kill()
     figures["workflows"] = args.workflows
     figures["auth"] = args.auth
+    figures["metrics"] = args.metrics
     figures["store"] = (
         "sqlite-file (synchronous=FULL)"
         if args.store == "sqlite"

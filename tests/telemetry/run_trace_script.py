@@ -1,7 +1,9 @@
 """Runs examples/hello_world.py's workflow (two activities, the second retried once)
 through a real server and worker, in a process of its own (the global tracer provider
 can be set once per process), and prints every finished span as a JSON line: name,
-trace id, span id, parent span id."""
+trace id, span id, parent span id; then a line named ``history`` with the count of the
+run's WorkflowTaskCompleted events. With ``--sticky-off`` the worker keeps nothing between
+tasks, so every workflow task replays the run's history from event 1."""
 
 from __future__ import annotations
 
@@ -34,6 +36,7 @@ async def main() -> None:
             task_queue="traced",
             workflows=[HelloWorkflow],
             activities=[say_hello, say_goodbye],
+            sticky_cache_size=0 if "--sticky-off" in sys.argv else 1000,
         ),
     ):
         with trace.get_tracer("test").start_as_current_span("caller"):
@@ -41,6 +44,7 @@ async def main() -> None:
                 HelloWorkflow.run, "x", id="traced-1", task_queue="traced"
             )
         assert await handle.result() == "Hello, x! Goodbye, x!"
+        history = await handle.history()
     for span in exporter.get_finished_spans():
         context = span.get_span_context()
         assert context is not None
@@ -54,6 +58,8 @@ async def main() -> None:
                 }
             )
         )
+    completed = sum(1 for e in history if e.HasField("workflow_task_completed"))
+    print(json.dumps({"name": "history", "workflow_tasks_completed": completed}))
 
 
 if __name__ == "__main__":

@@ -128,3 +128,32 @@ def test_activity_attempts_join_the_run_trace_under_the_task_that_scheduled_them
     # ...each attempt a child of the workflow task (live or inline) that scheduled it.
     for attempt in activities:
         assert attempt["parent"] in tasks, (attempt, list(tasks))
+
+
+def test_replayed_history_emits_no_span_again() -> None:
+    # Sticky cache off: each of the run's workflow tasks replays its history from event 1
+    # (the earlier tasks' activities, the failed attempt, the timers of the retry).
+    done = subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("run_trace_script.py")), "--sticky-off"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    [history] = [s for s in lines if s["name"] == "history"]
+    spans = [s for s in lines if s["name"] != "history"]
+    names = [s["name"] for s in spans]
+    # One span per real execution: each workflow task once, each activity attempt once,
+    # however many times the replays went over them.
+    assert history["workflow_tasks_completed"] >= 3
+    assert names.count("RunWorkflowTask:HelloWorkflow") == history["workflow_tasks_completed"]
+    assert sorted(n for n in names if n.startswith("RunActivity:")) == [
+        "RunActivity:say_goodbye",
+        "RunActivity:say_goodbye",
+        "RunActivity:say_hello",
+    ]
+    # The whole run is one trace, the caller's.
+    caller = next(s for s in spans if s["name"] == "caller")
+    run_spans = [s for s in spans if s["name"].startswith(("RunWorkflowTask:", "RunActivity:"))]
+    assert {s["trace"] for s in run_spans} == {caller["trace"]}

@@ -12,6 +12,7 @@ from durable_rpc.server import Server, ServerConfig
 from durable_rpc.server._app import check_exposure
 from durable_rpc.store import HistoryLimits
 from durable_rpc.telemetry import EXPORTERS, configure_tracing
+from durable_rpc.telemetry._metrics_export import split_listen
 
 _LIMITS = HistoryLimits()
 
@@ -125,6 +126,13 @@ _LIMITS = HistoryLimits()
     help="Export OpenTelemetry spans (otlp reads the standard OTEL_EXPORTER_OTLP_* "
     "variables). Default: leave OpenTelemetry as configured (e.g. opentelemetry-instrument).",
 )
+@click.option(
+    "--metrics-listen",
+    default=None,
+    metavar="HOST:PORT",
+    help="Serve Prometheus metrics at http://HOST:PORT/metrics. OTLP metrics are exported "
+    "when the standard OTEL_EXPORTER_OTLP_* variables are set (docs/operations.md, Metrics).",
+)
 def server(
     db_url: str,
     listen: str,
@@ -144,6 +152,7 @@ def server(
     insecure: bool,
     log_level: str,
     trace_exporter: str | None,
+    metrics_listen: str | None,
 ) -> None:
     """Run the durable-rpc server until SIGINT/SIGTERM."""
     configure_tracing("durable-rpc-server", trace_exporter)
@@ -169,9 +178,12 @@ def server(
         tls_key=tls_key,
         tls_client_ca=tls_client_ca,
         insecure=insecure,
+        metrics_listen=metrics_listen,
     )
     try:
         check_exposure(config)
+        if metrics_listen is not None:
+            split_listen(metrics_listen)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     run_event_loop(Server(config).serve_until_signal())

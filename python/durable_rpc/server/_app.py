@@ -14,6 +14,8 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
+from opentelemetry import metrics as otel_metrics
+from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 
 from durable_rpc.server import _reflection
 from durable_rpc.server._admin_service import AdminService
@@ -22,12 +24,15 @@ from durable_rpc.server._due import DueLoop
 from durable_rpc.server._handoff import Handoffs
 from durable_rpc.server._health import StoreHealth
 from durable_rpc.server._interceptor import ErrorInterceptor
+from durable_rpc.server._metrics import ServerMetrics
+from durable_rpc.server._metrics_interceptor import MetricsServerInterceptor
 from durable_rpc.server._notify import Notifier
 from durable_rpc.server._retention import DEFAULT_INTERVAL_S, RetentionLoop
 from durable_rpc.server._worker_service import WorkerService
 from durable_rpc.server._workflow_service import WorkflowService
 from durable_rpc.store import HistoryLimits, Store, StoreOptions, open_store
 from durable_rpc.telemetry import TracingServerInterceptor
+from durable_rpc.telemetry._metrics_export import MetricsExport, start_metrics_export
 from durable_rpc.v1 import (
     admin_service_pb2,
     admin_service_pb2_grpc,
@@ -99,6 +104,9 @@ class ServerConfig:
     # How often closed runs past their namespace's retention are looked for (and
     # deleted, by the one replica holding the retention lease: server/_retention.py).
     retention_interval_s: float = DEFAULT_INTERVAL_S
+    # Serve Prometheus text at http://HOST:PORT/metrics (None: no endpoint). OTLP metrics
+    # follow the OTEL_EXPORTER_OTLP_* variables either way (docs/operations.md, Metrics).
+    metrics_listen: str | None = None
 
 
 def check_exposure(config: ServerConfig) -> None:
@@ -156,6 +164,9 @@ class Server:
         self.port: int | None = None
         self.handoffs: Handoffs | None = None
         self._notifier: Notifier | None = None
+        self._metrics_export: MetricsExport | None = None
+        #: What this server records metrics with (None: nothing is exported).
+        self.metrics: ServerMetrics | None = None
         self._store_health = StoreHealth(
             self.store,
             self._health,
@@ -165,15 +176,41 @@ class Server:
             store_name=config.db_url,
         )
 
+    @property
+    def metrics_port(self) -> int | None:
+        """The port ``/metrics`` is served on (``metrics_listen`` may ask for port 0)."""
+        return self._metrics_export.port if self._metrics_export is not None else None
+
+    def _start_metrics(self) -> list[grpc.aio.ServerInterceptor]:
+        """The meter provider this server records with: its own export (Prometheus,
+        OTLP), else a global SDK provider someone installed (opentelemetry-instrument),
+        else none, and then nothing is recorded at all: no interceptor, no per-call cost."""
+        self._metrics_export = start_metrics_export(
+            "durable-rpc-server", self.config.metrics_listen
+        )
+        provider: otel_metrics.MeterProvider | None = (
+            self._metrics_export.provider if self._metrics_export is not None else None
+        )
+        if provider is None and isinstance(otel_metrics.get_meter_provider(), SdkMeterProvider):
+            provider = otel_metrics.get_meter_provider()
+        if provider is None:
+            return []
+        self.store.set_meter_provider(provider)
+        self.metrics = self._due.metrics = ServerMetrics(provider)
+        return [MetricsServerInterceptor(provider)]
+
     async def start(self) -> None:
+        metric_interceptors = self._start_metrics()
         await self.store.open()
         notifier = Notifier(asyncio.get_running_loop(), self._due.schedule)
         self._notifier = notifier
         self.store.set_listener(notifier)
         server = grpc.aio.server(
-            # Tracing first: the outermost interceptor sees the final status.
+            # Tracing first: the outermost interceptor sees the final status; metrics
+            # next, outside the one that turns errors into statuses.
             interceptors=[
                 TracingServerInterceptor(),
+                *metric_interceptors,
                 ErrorInterceptor(
                     self.config.max_request_bytes,
                     self._store_health.poke,
@@ -213,6 +250,7 @@ class Server:
                 workflow_task_lease_ms=self.config.workflow_task_lease_ms,
                 shutting_down=self._shutting_down,
                 handoffs=handoffs,
+                metrics=self.metrics,
             ),
             server,
         )
@@ -239,6 +277,8 @@ class Server:
         for name in ("", *SERVICE_NAMES):
             await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
         self._store_health.start()
+        if self.metrics is not None:
+            self.metrics.start_refreshing(self.store)
         log.info(
             "durable-rpc listening on %s (store %s; %s; %s)",
             self.config.listen,
@@ -264,7 +304,13 @@ class Server:
             await self._grpc.stop(self.config.shutdown_grace_s)
         await self._due.stop()
         await self._retention.stop()
+        if self.metrics is not None:
+            await self.metrics.stop()
         await self.store.close()
+        if self._metrics_export is not None:
+            # Last: an OTLP reader exports what the shutdown itself recorded.
+            self._metrics_export.shutdown()
+            self._metrics_export = None
         log.info("durable-rpc stopped")
 
     async def serve_until_signal(self) -> None:

@@ -15,6 +15,7 @@ import time
 
 from durable_rpc._core import DueIndex
 from durable_rpc.errors import DurableRpcError
+from durable_rpc.server._metrics import ServerMetrics
 from durable_rpc.store import Store
 
 log = logging.getLogger(__name__)
@@ -38,6 +39,8 @@ class DueLoop:
         self._offset_ms = 0  # database clock minus process clock, refreshed every pass
         self._task: asyncio.Task[None] | None = None
         self._run_now = False
+        #: Where expired activity leases are counted (set by a server exporting metrics).
+        self.metrics: ServerMetrics | None = None
 
     def schedule(self, due_ms: int) -> None:
         """A new due time (database clock); wakes the loop if it is the earliest."""
@@ -72,6 +75,8 @@ class DueLoop:
                 log.warning("processing due work failed: %s", exc)
                 await asyncio.sleep(ERROR_SLEEP_S)
                 continue
+            if self.metrics is not None and report.expired_activity_attempts:
+                self.metrics.record_activity_leases_expired(report.expired_activity_attempts)
             self._offset_ms = report.db_now_ms - int(time.time() * 1000)
             self._index.pop_due(report.db_now_ms)
             if report.next_due_ms is not None:

@@ -20,12 +20,14 @@ from durable_rpc.payload import PayloadError
 from durable_rpc.server import _convert, _validate
 from durable_rpc.server._handoff import Handoffs
 from durable_rpc.server._interceptor import internal_error
+from durable_rpc.server._metrics import ServerMetrics
 from durable_rpc.server._notify import Arrival, Notifier, Wakeup, wait
 from durable_rpc.server._queries import QueryRelay
 from durable_rpc.server._task_history import next_page, workflow_task_message
 from durable_rpc.server._validate_message import check_request
 from durable_rpc.store import (
     ClaimedActivityTask,
+    ClaimedWorkflowTask,
     EagerActivities,
     EagerWorkflowTask,
     InlineWorkflowTask,
@@ -115,8 +117,10 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
         workflow_task_lease_ms: int,
         shutting_down: asyncio.Event,
         handoffs: Handoffs | None = None,
+        metrics: ServerMetrics | None = None,
     ) -> None:
         self._queries = QueryRelay(store, notifier)
+        self._metrics = metrics
         self._store = store
         self._notifier = notifier
         self._poll_timeout_s = poll_timeout_s
@@ -192,7 +196,15 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
                     if handed_over is not None and worker_id is not None:
                         # Only while waiting: a poll busy claiming takes nothing handed.
                         waiters.name_waiter(key, arrival, worker_id)
-                    await wait(arrival, remaining)
+                    metrics = self._metrics
+                    if metrics is None:
+                        await wait(arrival, remaining)
+                    else:
+                        metrics.poll_waiting(*key, 1)
+                        try:
+                            await wait(arrival, remaining)
+                        finally:
+                            metrics.poll_waiting(*key, -1)
                     consumed, wakeup = True, arrival.result()
                     if handed_over is not None and (handed := handed_over(arrival)) is not None:
                         return handed
@@ -281,7 +293,28 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
         )
         if task is None:
             return service_pb2.PollWorkflowTaskResponse()
+        return self._workflow_task(ns, task)
+
+    def _workflow_task(
+        self, namespace: str, task: ClaimedWorkflowTask
+    ) -> service_pb2.PollWorkflowTaskResponse:
+        """The message of a workflow task handed to a worker (polled, handed over by a
+        start, claimed eagerly), its queue delay and attempt recorded."""
+        if self._metrics is not None:
+            self._metrics.record_task_queue_delay(
+                namespace, task.task_queue, "workflow", task.queue_delay_ms / 1000
+            )
+            self._metrics.record_workflow_task_attempt(namespace, task.task_queue, task.attempt)
         return workflow_task_message(task, self._store.options.history)
+
+    def _activity_task(
+        self, namespace: str, task_queue: str, task: ClaimedActivityTask
+    ) -> service_pb2.PollActivityTaskResponse:
+        if self._metrics is not None:
+            self._metrics.record_task_queue_delay(
+                namespace, task_queue, "activity", task.queue_delay_ms / 1000
+            )
+        return _activity_task_message(task)
 
     async def CompleteWorkflowTask(
         self, request: service_pb2.CompleteWorkflowTaskRequest, context: grpc.aio.ServicerContext
@@ -308,8 +341,11 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
             ),
             rejections,
         )
+        eager = request.eager_task_queue  # where eager attempts are claimed (validated)
         response = service_pb2.CompleteWorkflowTaskResponse(
-            eager_activities=[_activity_task_message(task) for task in completion.eager_activities]
+            eager_activities=[
+                self._activity_task(ns, eager, task) for task in completion.eager_activities
+            ]
         )
         if request.return_appended_events:
             response.appended.CopyFrom(_convert.history(completion.appended_events))
@@ -351,7 +387,7 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
         )
         if task is None:
             return service_pb2.PollActivityTaskResponse()
-        return _activity_task_message(task)
+        return self._activity_task(ns, queue, task)
 
     async def HeartbeatActivityTask(
         self, request: service_pb2.HeartbeatActivityTaskRequest, context: grpc.aio.ServicerContext
@@ -401,32 +437,33 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
             inline,
         )
         if completion.inline is not None:
+            queue = request.inline_workflow_task.eager_task_queue
             return service_pb2.CompleteActivityTaskResponse(
                 inline_workflow_task_completed=True,
                 appended=_convert.history(completion.inline.appended_events),
                 history_length=completion.inline.history_length,
                 eager_activities=[
-                    _activity_task_message(task) for task in completion.inline.eager_activities
+                    self._activity_task(ns, queue, task)
+                    for task in completion.inline.eager_activities
                 ],
             )
         task = completion.workflow_task
         if task is None:
             return service_pb2.CompleteActivityTaskResponse()
-        return service_pb2.CompleteActivityTaskResponse(
-            workflow_task=workflow_task_message(task, self._store.options.history)
-        )
+        return service_pb2.CompleteActivityTaskResponse(workflow_task=self._workflow_task(ns, task))
 
     async def FailActivityTask(
         self, request: service_pb2.FailActivityTaskRequest, context: grpc.aio.ServicerContext
     ) -> service_pb2.FailActivityTaskResponse:
+        ns = _validate.namespace(request.namespace)
         delay_ms = await self._store.fail_activity_task(
-            _validate.namespace(request.namespace),
-            _lease(request.lease),
-            _failure_bytes(request.failure),
+            ns, _lease(request.lease), _failure_bytes(request.failure)
         )
         response = service_pb2.FailActivityTaskResponse()
         if delay_ms is not None:
             response.retry_delay.FromMilliseconds(delay_ms)
+            if self._metrics is not None:
+                self._metrics.record_activity_retry(ns)
         return response
 
     async def PollQueryTask(

@@ -19,6 +19,8 @@ from datetime import timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
+from opentelemetry.metrics import MeterProvider
+
 from durable_rpc.activity._definition import ActivityDefinition, must_define
 from durable_rpc.activity._failure import failure_from_exception
 from durable_rpc.errors import (
@@ -27,7 +29,12 @@ from durable_rpc.errors import (
     LeaseLostError,
     StoreUnavailableError,
 )
-from durable_rpc.telemetry import activity_span, current_trace_context, workflow_task_span
+from durable_rpc.telemetry import (
+    EngineMetrics,
+    activity_span,
+    current_trace_context,
+    workflow_task_span,
+)
 from durable_rpc.v1 import payload_pb2, service_pb2, workflow_task_pb2
 from durable_rpc.worker._activity_task import AttemptOutcome, run_attempt
 from durable_rpc.worker._client import WorkerClient, call
@@ -122,6 +129,7 @@ class Worker:
         activity_executor: Executor | None = None,
         sticky_cache_size: int = 1000,
         shutdown_report_grace: timedelta = timedelta(seconds=DEFAULT_SHUTDOWN_GRACE_S),
+        meter_provider: MeterProvider | None = None,
     ) -> None:
         if not task_queue:
             raise ValueError("task_queue must not be empty")
@@ -158,6 +166,9 @@ class Worker:
         # workflow instances, so their next task applies only new events (0 = none kept).
         self._sticky = StickyHistories(sticky_cache_size) if sticky_cache_size > 0 else None
         self._live = LiveRuns(sticky_cache_size) if sticky_cache_size > 0 else None
+        # Recorded on ``meter_provider``, else on the global provider (a no-op until an SDK
+        # one is installed; docs/operations.md, "Metrics").
+        self.metrics = EngineMetrics(meter_provider)
         # The server's history warn marks (events, bytes), from its latest workflow task.
         self._history_warn = DEFAULT_HISTORY_WARN
         self._history_warned = HistoryWarnings()
@@ -383,7 +394,12 @@ class Worker:
             task.attempt,
             dict(started.trace_context) if started is not None else None,
         ):
-            return await self.counters.counted(self._execute_workflow_task(task))
+            began = time.perf_counter()
+            outcome = await self.counters.counted(self._execute_workflow_task(task))
+            self.metrics.record_execution(
+                self.namespace, self.task_queue, "workflow", outcome, time.perf_counter() - began
+            )
+            return outcome
 
     async def _execute_workflow_task(
         self, task: service_pb2.PollWorkflowTaskResponse
@@ -531,9 +547,18 @@ class Worker:
             history_warn=self._history_warn,
         )
         decided = await self._run_workflow_code(run, "workflow task")
+        events = len(task.history.events)
         if self._live is not None:
             self._live.hits += decided.continued
             self._live.diverged += decided.diverged is not None
+            self.metrics.record_sticky_cache(
+                self.namespace,
+                self.task_queue,
+                "hit" if decided.continued else "miss" if live is None else "diverged",
+            )
+        # A continued instance applied only the events after those it knew.
+        replayed = events - live.known if decided.continued and live is not None else events
+        self.metrics.record_replayed_events(self.namespace, self.task_queue, replayed)
         return decided
 
     def _keep_live(
@@ -624,7 +649,12 @@ class Worker:
             task.attempt,
             dict(task.trace_context) or None,
         ):
-            return await self.counters.counted(self._execute_activity_task(task))
+            began = time.perf_counter()
+            outcome = await self.counters.counted(self._execute_activity_task(task))
+            self.metrics.record_execution(
+                self.namespace, self.task_queue, "activity", outcome, time.perf_counter() - began
+            )
+            return outcome
 
     async def _execute_activity_task(
         self, task: service_pb2.PollActivityTaskResponse
@@ -830,6 +860,10 @@ class Worker:
                 return None
             if decision is not None:
                 _carry_trace_context(decision.commands)
+                # Decided from event 1: the kept history and the new result.
+                self.metrics.record_replayed_events(
+                    self.namespace, self.task_queue, run.history_length + 1
+                )
             return decision
 
     # --- reporting ------------------------------------------------------------------
