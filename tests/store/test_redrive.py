@@ -12,7 +12,8 @@ from durable_rpc.errors import (
     WorkflowAlreadyStartedError,
     WorkflowNotFailedError,
 )
-from durable_rpc.store import Store
+from durable_rpc.search_attributes import memo_to_proto, to_proto
+from durable_rpc.store import StartOptions, Store
 from durable_rpc.store._api import RedriveResult
 from durable_rpc.v1 import history_pb2, payload_pb2, workflow_task_pb2
 from tests.store.helpers import (
@@ -264,3 +265,34 @@ async def test_concurrent_redrives_of_one_run_make_one_new_run(store: Store) -> 
     )
     assert len({r.run_id for r in same}) == 1
     assert sorted(r.started for r in same) == [False, True]
+
+
+async def test_memo_search_attributes_and_timeouts_are_carried(store: Store) -> None:
+    memo = memo_to_proto({"note": "vip"}).SerializeToString()
+    attrs = to_proto({"CustomerId": "c-7"}).SerializeToString()
+    await store.start_workflow(
+        NS,
+        "wf-1",
+        "Order",
+        "1",
+        QUEUE,
+        payload(b"args"),
+        "start-1",
+        options=StartOptions(memo=memo, search_attributes=attrs, execution_timeout_ms=60_000),
+    )
+    for seq in (1, 2):
+        await decide(store, [schedule(seq)])
+        await run_activity(store, seq, ok=seq == 1)
+    await decide(store, [fail_workflow(3)])
+
+    result = await store.redrive_workflow(NS, "wf-1", None, "redrive-1")
+
+    view = await store.describe(NS, "wf-1", result.run_id)
+    assert view.info.memo == memo and view.info.search_attributes == attrs
+    started = events(await history(store, run_id=result.run_id))[0].workflow_started
+    assert started.execution_timeout.ToMilliseconds() == 60_000
+    # Listed by its attributes: the failed run is closed, the new one open.
+    runs, _ = await store.list_runs(
+        NS, "running", None, None, None, 10, None, query='CustomerId = "c-7"'
+    )
+    assert [run.run_id for run in runs] == [result.run_id]
