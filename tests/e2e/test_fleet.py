@@ -307,3 +307,19 @@ async def test_stuck_on_a_lease_held_by_a_worker(client: Client) -> None:
         "other worker takes it before then.",
     )
     assert 0 < seconds_from_now(match.group(1)) <= 2.5
+
+
+async def test_stuck_without_a_live_worker_of_the_runs_build(client: Client) -> None:
+    """A run pinned to build b-1 waits once only b-2 is deployed (claims skip it)."""
+    async with Worker(client, task_queue="pinned", workflows=[FleetWaiter], build_id="b-1"):
+        handle = await client.start_workflow(FleetWaiter.run, id="pinned", task_queue="pinned")
+        await stuck_matching(client, "pinned", r"Waiting for a signal or a condition: .*")
+    async with Worker(client, task_queue="pinned", workflows=[FleetWaiter], build_id="b-2"):
+        await handle.signal(FleetWaiter.release)
+        described = await handle.describe()
+        assert not described.definition_available
+        assert described.stuck_reason == (
+            "No live worker of build 'b-1' on task queue 'pinned' registers workflow "
+            "'FleetWaiter' version '1', so its workflow tasks are not claimed: start a "
+            "worker of build 'b-1' that registers this definition."
+        )

@@ -112,3 +112,25 @@ async def test_timer_then_signal_or_condition_then_closed(store: Store) -> None:
     task = await claim(store)
     await store.complete_workflow_task(NS, task.lease, task.history_length, [complete(1)])
     assert await reason(store, "wf-2") == ""
+
+
+async def test_a_pinned_run_needs_a_live_worker_of_its_build(store: Store) -> None:
+    await store.register_worker(NS, "old", QUEUE, [("Order", "1", "fp-1")], [], "b-1", False)
+    await start(store)
+    task = await claim(store, "old")
+    await store.complete_workflow_task(NS, task.lease, task.history_length, [])  # pins b-1
+    await store.deregister_worker(NS, "old")
+    await store.register_worker(NS, "new", QUEUE, [("Order", "1", "fp-1")], [], "b-2", False)
+    await store.signal_workflow(NS, "wf-1", None, "go", b"", "sig-1")  # a workflow task
+    described = await store.describe(NS, "wf-1", None)
+    # The claim would never hand it to "new" (SERVED_BY_WORKER): nothing runs it.
+    assert await store.claim_workflow_task(NS, QUEUE, "new", 30_000) is None
+    assert not described.definition_available
+    assert described.stuck_reason == (
+        "No live worker of build 'b-1' on task queue 'q1' registers workflow 'Order' "
+        "version '1', so its workflow tasks are not claimed: start a worker of build 'b-1' "
+        "that registers this definition."
+    )
+    assert described.stuck_reason == described.definition_unavailable_reason
+    await store.register_worker(NS, "old", QUEUE, [("Order", "1", "fp-1")], [], "b-1", False)
+    assert (await store.describe(NS, "wf-1", None)).stuck_reason == ""

@@ -27,7 +27,7 @@ from durable_rpc.store._api import (
 )
 from durable_rpc.store._history_limits import refuse_input, warning
 from durable_rpc.store._history_pages import read_page
-from durable_rpc.store._liveness import LIVE_WORKER, live_since
+from durable_rpc.store._liveness import definition_served
 from durable_rpc.store._logic import failure_bytes, parse_payload
 from durable_rpc.store._ops_leases import _LeaseOps, _WorkflowClaim, definition_unavailable_reason
 from durable_rpc.store._ops_redrive import redriven_by
@@ -274,19 +274,7 @@ class _RunOps(_LeaseOps):
                 f"AND state IN {ACTIVE} ORDER BY seq",
                 (namespace, run["run_id"]),
             )
-            available = tx.one(
-                "SELECT 1 AS live FROM worker_definitions wd JOIN workers w "
-                "ON w.namespace = wd.namespace AND w.worker_id = wd.worker_id "
-                "WHERE wd.namespace = ? AND wd.name = ? AND wd.version = ? "
-                f"AND w.task_queue = ? AND {LIVE_WORKER} LIMIT 1",
-                (
-                    namespace,
-                    run["workflow_type"],
-                    run["workflow_version"],
-                    run["task_queue"],
-                    live_since(tx, self._options),
-                ),
-            )
+            available = definition_served(tx, self._options, namespace, run)
             info = run_info(run)
             attrs = read_search_attributes(tx, namespace, [run["run_id"]])
             info = replace(
@@ -309,17 +297,17 @@ class _RunOps(_LeaseOps):
                 ],
                 last_workflow_task_failure=blob(run["last_wft_failure"]),
                 workflow_task_attempt=run["wft_attempt"],
-                definition_available=available is not None,
+                definition_available=available,
                 cancel_requested=bool(run["cancel_requested"]),
                 history_warning=warning(
                     self._options.history, run["history_length"], run["history_size_bytes"]
                 ),
                 definition_unavailable_reason=(
                     definition_unavailable_reason(run)
-                    if available is None and run["status"] == "running"
+                    if not available and run["status"] == "running"
                     else ""
                 ),
-                stuck_reason=stuck_reason(tx, self._options, namespace, run, available is not None),
+                stuck_reason=stuck_reason(tx, self._options, namespace, run, available),
                 build_id=run["build_id"] or "",
                 redriven_from_run_id=run["redriven_from_run_id"] or "",
                 redriven_by_run_id=redriven_by(tx, namespace, run["run_id"]) or "",
