@@ -27,7 +27,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from durable_rpc.server._retention import JOB, MIN_PAUSE_S
+from durable_rpc.server._retention import DEFAULT_MAX_EVENTS, JOB, MIN_PAUSE_S
 from durable_rpc.store import StartOptions, Store, open_store
 from durable_rpc.v1 import payload_pb2, search_attributes_pb2
 
@@ -99,7 +99,9 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
 
 
-async def run(pg_url: str | None, runs: int, events: int, batch: int) -> dict[str, object]:
+async def run(
+    pg_url: str | None, runs: int, events: int, batch: int, max_events: int
+) -> dict[str, object]:
     async with _store(pg_url) as store:
         await _fill(store, runs, events)
         await store.start_workflow(NS, "hot", "Order", "1", "q", _payload(b"h"), "hot")
@@ -123,7 +125,7 @@ async def run(pg_url: str | None, runs: int, events: int, batch: int) -> dict[st
         began_sweep = time.perf_counter()
         while True:
             began = time.perf_counter()
-            result = await store.delete_expired_runs(owner, batch)
+            result = await store.delete_expired_runs(owner, batch, max_events)
             took = time.perf_counter() - began
             durations.append(took * 1000)
             deleted += result.deleted
@@ -139,6 +141,7 @@ async def run(pg_url: str | None, runs: int, events: int, batch: int) -> dict[st
             "runs": runs,
             "events_per_run": events,
             "batch": batch,
+            "max_events": max_events,
             "batches": len(durations),
             "batch_ms_p50": round(statistics.median(durations), 1),
             "batch_ms_max": round(max(durations), 1),
@@ -160,9 +163,12 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=2000)
     parser.add_argument("--events", type=int, default=10, help="history events per run")
     parser.add_argument("--batch", type=int, default=100, help="runs per transaction")
+    parser.add_argument(
+        "--max-events", type=int, default=DEFAULT_MAX_EVENTS, help="history events per transaction"
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    figures = asyncio.run(run(args.pg_url, args.runs, args.events, args.batch))
+    figures = asyncio.run(run(args.pg_url, args.runs, args.events, args.batch, args.max_events))
     if args.json:
         print(json.dumps(figures))
     else:

@@ -47,7 +47,7 @@ async def closed_run(store: Store, workflow_id: str) -> str:
 
 async def sweep(store: Store, owner: str = OWNER, limit: int = 500) -> int:
     assert await store.take_maintenance_lease(JOB, owner, 30_000)
-    batch = await store.delete_expired_runs(owner, limit)
+    batch = await store.delete_expired_runs(owner, limit, 1_000)
     return batch.deleted
 
 
@@ -128,13 +128,13 @@ async def test_a_batch_deletes_at_most_its_limit(store: Store) -> None:
     assert last is not None
     await wait_db_time(store, last + SHORT_MS + 1)
     assert await store.take_maintenance_lease(JOB, OWNER, 30_000)
-    batches = [await store.delete_expired_runs(OWNER, 2) for _ in range(4)]
+    batches = [await store.delete_expired_runs(OWNER, 2, 1_000) for _ in range(4)]
     assert [(b.deleted, b.more) for b in batches] == [(2, True), (2, True), (1, False), (0, False)]
     # Oldest first.
     with pytest.raises(NotFoundError):
         await store.describe(NS, "wf-0", None)
     with pytest.raises(InvalidArgumentError):
-        await store.delete_expired_runs(OWNER, 0)
+        await store.delete_expired_runs(OWNER, 0, 1_000)
 
 
 async def test_only_the_lease_holder_deletes(store: Store) -> None:
@@ -142,20 +142,20 @@ async def test_only_the_lease_holder_deletes(store: Store) -> None:
     await start(store, "wf-1")
     await store.terminate(NS, "wf-1", None, "done")
     with pytest.raises(LeaseLostError):
-        await store.delete_expired_runs(OWNER, 10)  # nobody took it
+        await store.delete_expired_runs(OWNER, 10, 1_000)  # nobody took it
     assert await store.take_maintenance_lease(JOB, OWNER, 200)
     assert not await store.take_maintenance_lease(JOB, "replica-b", 200)
     assert await store.take_maintenance_lease(JOB, OWNER, 200)  # renewed by its holder
     with pytest.raises(LeaseLostError):
-        await store.delete_expired_runs("replica-b", 10)
+        await store.delete_expired_runs("replica-b", 10, 1_000)
     assert (await store.describe(NS, "wf-1", None)).info.status == "terminated"
     # Expired by the database clock: another replica takes it over, the old holder is out.
     now = await store.now_ms()
     await wait_db_time(store, now + 201)
     assert await store.take_maintenance_lease(JOB, "replica-b", 200)
     with pytest.raises(LeaseLostError):
-        await store.delete_expired_runs(OWNER, 10)
-    assert (await store.delete_expired_runs("replica-b", 10)).deleted == 1
+        await store.delete_expired_runs(OWNER, 10, 1_000)
+    assert (await store.delete_expired_runs("replica-b", 10, 1_000)).deleted == 1
     # Released: the next replica need not wait for the expiry.
     await store.release_maintenance_lease(JOB, OWNER)  # not the holder: no effect
     assert not await store.take_maintenance_lease(JOB, OWNER, 200)
@@ -181,9 +181,42 @@ async def test_replicas_racing_for_the_lease_get_one_holder(durable_backend: Bac
         (winner,) = winners
         loser = "replica-1" if winner == "replica-0" else "replica-0"
         assert all(won for i, won in enumerate(wins) if f"replica-{i % 2}" == winner)
-        await stores[0].delete_expired_runs(winner, 10)
+        await stores[0].delete_expired_runs(winner, 10, 1_000)
         with pytest.raises(LeaseLostError):
-            await stores[1].delete_expired_runs(loser, 10)
+            await stores[1].delete_expired_runs(loser, 10, 1_000)
     finally:
         for s in stores:
             await s.close()
+
+
+async def test_a_batch_is_bounded_in_history_events_too(store: Store, backend: Backend) -> None:
+    """Runs of 4 events (started, 2 signals, terminated) and a budget of 10 events: two
+    runs a batch; a run of 14 events loses its newest 10 first and goes with the rest."""
+    await store.update_namespace(NS, None, SHORT_MS)
+    big = await start(store, "big")
+    for i in range(12):
+        assert await store.signal_workflow(NS, "big", None, "s", payload(b"x"), f"big-{i}")
+    await store.terminate(NS, "big", None, "done")
+    small = []
+    for i in range(3):
+        small.append(await start(store, f"small-{i}"))
+        for s in range(2):
+            await store.signal_workflow(NS, f"small-{i}", None, "s", payload(b"x"), f"{i}-{s}")
+        await store.terminate(NS, f"small-{i}", None, "done")
+    assert (await store.describe(NS, "big", None)).info.history_length == 14
+    last = (await store.describe(NS, "small-2", None)).info.close_time_ms
+    assert last is not None
+    await wait_db_time(store, last + SHORT_MS + 1)
+    assert await store.take_maintenance_lease(JOB, OWNER, 30_000)
+
+    # The big run closed first: its newest 10 events go alone.
+    first = await store.delete_expired_runs(OWNER, 100, max_events=10)
+    assert (first.deleted, first.more) == (0, True)
+    left = await store.get_history(NS, "big", big, 0, 100)
+    assert len(left.events) == 4
+    assert (await store.describe(NS, "big", big)).info.history_length == 4
+    batches = [await store.delete_expired_runs(OWNER, 100, max_events=10) for _ in range(3)]
+    # 4 (big) + 4 (small-0) fit 10, small-1's 4 more would not; then small-1 and small-2.
+    assert [(b.deleted, b.more) for b in batches] == [(2, True), (2, False), (0, False)]
+    postgres = backend.name == "postgres"
+    assert await rows_of(store, postgres, [big, *small]) == {}

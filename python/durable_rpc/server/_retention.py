@@ -5,7 +5,8 @@ Every ``interval_s`` the loop takes (or renews) the 'retention' maintenance leas
 replica holding it sweeps, the others wait for their next turn. The lease outlives
 several intervals, so its holder keeps it from sweep to sweep and a replica that died
 holding it is replaced once it expires (database clock). A sweep is a series of bounded
-transactions (``batch`` runs each, every one fenced by the lease in the store); between
+transactions (``batch`` runs and ``max_events`` history events at most each, every
+one fenced by the lease in the store); between
 two, the loop pauses as long as the last one took, so the sweep holds the store (on
 SQLite: the single writer) at most half the time and the hot path's writes go between.
 """
@@ -27,12 +28,16 @@ log = logging.getLogger(__name__)
 
 JOB = "retention"
 DEFAULT_INTERVAL_S = 300.0
-#: Runs deleted per transaction. bench/retention_batch.py (runs of 10 events): on SQLite
-#: a batch holds the one writer ~0.2 ms a run, 500 runs ~85 ms (a concurrent write waited
-#: up to 170 ms), 100 runs ~21 ms; PostgreSQL takes row locks only (500 runs ~37 ms, other
-#: writers unaffected). 100 keeps SQLite's stall near one group commit's and still deletes
-#: ~1,600 runs a second on either store.
+#: A transaction deletes at most this many runs and this many of their history events
+#: (a longer history goes over several). bench/retention_batch.py: on SQLite a batch holds
+#: the one writer ~10-20 us an event: runs of 10 events, 500 a batch, ~85 ms (a concurrent
+#: write waited up to 170 ms), 100 a batch ~21 ms; runs of 200 events, 100 a batch,
+#: 270-450 ms, against 16-32 ms p50 with 1,000 events a batch (a concurrent write's p99
+#: 26 ms against 292 ms, in one window). PostgreSQL takes row locks only
+#: (500 runs of 10 events ~37 ms, other writers unaffected). 100 runs and 1,000 events keep
+#: SQLite's stall near one group commit's.
 DEFAULT_BATCH = 100
+DEFAULT_MAX_EVENTS = 1_000
 #: The lease outlives this many intervals (and at least the floor below): its holder
 #: renews it every interval; another replica takes over only after it expired.
 LEASE_INTERVALS = 3
@@ -53,14 +58,16 @@ class RetentionLoop:
         interval_s: float = DEFAULT_INTERVAL_S,
         batch: int = DEFAULT_BATCH,
         owner: str | None = None,
+        max_events: int = DEFAULT_MAX_EVENTS,
     ) -> None:
         if interval_s <= 0:
             raise ValueError("the retention interval must be positive")
-        if batch <= 0:
+        if batch <= 0 or max_events <= 0:
             raise ValueError("the retention batch must be positive")
         self._store = store
         self._interval_s = interval_s
         self._batch = batch
+        self._max_events = max_events
         self.owner = owner or replica_id()
         self._lease_ms = int(max(MIN_LEASE_S, LEASE_INTERVALS * interval_s) * 1000)
         self._task: asyncio.Task[None] | None = None
@@ -97,7 +104,9 @@ class RetentionLoop:
         while True:
             began = time.monotonic()
             try:
-                batch = await self._store.delete_expired_runs(self.owner, self._batch)
+                batch = await self._store.delete_expired_runs(
+                    self.owner, self._batch, self._max_events
+                )
             except LeaseLostError:
                 log.warning("retention: the lease was taken over mid-sweep; stopping")
                 break

@@ -852,10 +852,12 @@ class Store(abc.ABC):
         """Give the lease up (if ``owner`` holds it), so another replica need not wait."""
 
     @abc.abstractmethod
-    async def delete_expired_runs(self, owner: str, limit: int) -> RetentionBatch:
+    async def delete_expired_runs(self, owner: str, limit: int, max_events: int) -> RetentionBatch:
         """Delete up to ``limit`` closed runs whose close time is older than their
-        namespace's retention, with every row of them, in one transaction. Fenced by the
-        'retention' maintenance lease: LEASE_LOST unless ``owner`` holds it unexpired."""
+        namespace's retention, with every row of them, in one transaction holding at most
+        ``max_events`` of their history events (a longer history goes over several,
+        newest events first, the run with the last). Fenced by the 'retention'
+        maintenance lease: LEASE_LOST unless ``owner`` holds it unexpired."""
 
     # namespaces and API keys (see _ops_admin)
     @abc.abstractmethod

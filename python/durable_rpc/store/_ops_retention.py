@@ -56,9 +56,9 @@ class _RetentionOps(_SqlOpsBase):
 
         await self._write(op)
 
-    async def delete_expired_runs(self, owner: str, limit: int) -> RetentionBatch:
-        if limit <= 0:
-            raise InvalidArgumentError("limit must be positive")
+    async def delete_expired_runs(self, owner: str, limit: int, max_events: int) -> RetentionBatch:
+        if limit <= 0 or max_events <= 0:
+            raise InvalidArgumentError("limit and max_events must be positive")
 
         def op(tx: Tx) -> RetentionBatch:
             now = tx.now_ms()
@@ -71,13 +71,27 @@ class _RetentionOps(_SqlOpsBase):
             )
             if held is None:
                 raise LeaseLostError(f"the {RETENTION_JOB!r} maintenance lease is not held")
-            deleted = 0
+            deleted = events = 0
             for namespace in tx.all("SELECT name, retention_ms FROM namespaces ORDER BY name"):
-                if deleted >= limit:
+                if deleted >= limit or events >= max_events:
                     return RetentionBatch(deleted, more=True)
                 runs = _expired(tx, namespace, now, limit - deleted)
-                _delete_runs(tx, namespace["name"], runs)
-                deleted += len(runs)
+                taken: list[Row] = []
+                for run in runs:
+                    length = int(run["history_length"])
+                    if events + length > max_events:
+                        if not taken and not deleted and not events:
+                            # One run's history alone is over the budget: its newest
+                            # events go now, the run when the rest fits a batch.
+                            _trim_history(tx, namespace["name"], run, max_events)
+                            events = max_events
+                        break
+                    taken.append(run)
+                    events += length
+                _delete_runs(tx, namespace["name"], taken)
+                deleted += len(taken)
+                if len(taken) < len(runs):
+                    return RetentionBatch(deleted, more=True)
             return RetentionBatch(deleted, more=deleted >= limit)
 
         return await self._write(op)
@@ -86,9 +100,24 @@ class _RetentionOps(_SqlOpsBase):
 def _expired(tx: Tx, namespace: Row, now: int, limit: int) -> list[Row]:
     """The namespace's oldest closed runs past its retention (index ``runs_closed``)."""
     return tx.all(
-        "SELECT run_id, workflow_id FROM runs WHERE namespace = ? "
+        "SELECT run_id, workflow_id, history_length FROM runs WHERE namespace = ? "
         "AND close_time_ms IS NOT NULL AND close_time_ms < ? ORDER BY close_time_ms LIMIT ?",
         (namespace["name"], now - int(namespace["retention_ms"]), limit),
+    )
+
+
+def _trim_history(tx: Tx, namespace: str, run: Row, count: int) -> None:
+    """Deletes the newest ``count`` events of an expired run and shortens its recorded
+    length to match, so the next batch sees what is left (a sweep that stops halfway
+    leaves a consistent, shorter run that the next sweep finishes)."""
+    keep = int(run["history_length"]) - count
+    tx.run(
+        "DELETE FROM history WHERE namespace = ? AND run_id = ? AND event_id > ?",
+        (namespace, run["run_id"], keep),
+    )
+    tx.run(
+        "UPDATE runs SET history_length = ? WHERE namespace = ? AND run_id = ?",
+        (keep, namespace, run["run_id"]),
     )
 
 
