@@ -220,3 +220,46 @@ async def test_a_batch_is_bounded_in_history_events_too(store: Store, backend: B
     assert [(b.deleted, b.more) for b in batches] == [(2, True), (2, False), (0, False)]
     postgres = backend.name == "postgres"
     assert await rows_of(store, postgres, [big, *small]) == {}
+
+
+async def test_a_parent_and_its_child_are_judged_apart(store: Store) -> None:
+    """An expired parent goes while its abandoned child runs on; the child then closes
+    normally (nobody left to tell) and goes by its own close time."""
+    await store.update_namespace(NS, None, SHORT_MS)
+    parent = await start(store, "parent")
+    task = await claim(store)
+    spec = workflow_task_pb2.StartChildWorkflow(
+        workflow_type="Kid",
+        workflow_id="kid",
+        input=payload_pb2.Payload(data=b"[]"),
+        parent_close_policy="ABANDON",
+    )
+    await store.complete_workflow_task(
+        NS,
+        task.lease,
+        len(task.events),
+        [workflow_task_pb2.Command(seq=1, start_child_workflow=spec)],
+    )
+    await store.terminate(NS, "parent", None, "done")
+    closed_at = (await store.describe(NS, "parent", parent)).info.close_time_ms
+    assert closed_at is not None
+    await wait_db_time(store, closed_at + SHORT_MS + 1)
+
+    assert await sweep(store) == 1
+    with pytest.raises(NotFoundError):
+        await store.describe(NS, "parent", parent)
+    kid = (await store.describe(NS, "kid", None)).info
+    assert kid.status == "running"
+    task = await claim(store)
+    assert task.run_id == kid.run_id
+    done = workflow_task_pb2.Command(
+        seq=1,
+        complete_workflow=workflow_task_pb2.CompleteWorkflow(result=payload_pb2.Payload(data=b"r")),
+    )
+    await store.complete_workflow_task(NS, task.lease, len(task.events), [done])
+    closed = (await store.describe(NS, "kid", None)).info
+    assert closed.status == "completed" and closed.close_time_ms is not None
+    await wait_db_time(store, closed.close_time_ms + SHORT_MS + 1)
+    assert await sweep(store) == 1
+    with pytest.raises(NotFoundError):
+        await store.describe(NS, "kid", None)
