@@ -76,3 +76,22 @@ async def test_every_write_transaction_is_recorded(store: Store, backend: Backen
     assert points[("durable_rpc.store_operations", "failed")].value == 1
     failed = points[("durable_rpc.store_transaction_duration", "rolled_back")]
     assert failed.count == 1
+
+
+async def test_a_pinned_run_counts_as_unavailable_while_only_other_builds_are_live(
+    store: Store,
+) -> None:
+    # The gauge applies the claim's build rule, as describe does: a pinned run's queued
+    # workflow task waits for a live worker of its build, whoever else registers it.
+    await store.register_worker(NS, "a1", QUEUE, ORDER, [], "build-a", False)
+    await start(store, "wf-1")
+    task = await claim(store, "a1")
+    await store.complete_workflow_task(NS, task.lease, 1, [timer(1, 1)])  # pins to build-a
+    await store.deregister_worker(NS, "a1")
+    await store.register_worker(NS, "b1", QUEUE, ORDER, [], "build-b", False)
+    await wait_db_time(store, await store.now_ms() + 5)
+    await store.process_due()  # the timer fires: wf-1's next workflow task is queued
+    assert (await store.describe(NS, "wf-1", None)).build_id == "build-a"
+    assert (await store.metric_counts()).definition_unavailable == {(NS, QUEUE): 1}
+    await store.register_worker(NS, "a2", QUEUE, ORDER, [], "build-a", False)
+    assert (await store.metric_counts()).definition_unavailable == {}

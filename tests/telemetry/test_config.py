@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -13,6 +12,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 
 from durable_rpc.telemetry import build_tracer_provider, configure_tracing
+from durable_rpc.telemetry._config import _OTLP_MODULES as OTLP_TRACE_EXPORTERS
 
 
 def test_none_leaves_opentelemetry_unconfigured() -> None:
@@ -45,11 +45,11 @@ def test_unknown_exporter_is_refused() -> None:
         build_tracer_provider("svc", "jaeger")
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("opentelemetry.exporter") is not None,
-    reason="an OTLP exporter is installed here",
-)
-def test_otlp_without_the_package_says_what_to_install() -> None:
+def test_otlp_without_the_package_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The dev install has the OTLP/HTTP exporter (the metrics tests use it): hide both
+    # exporters (a None entry in sys.modules makes their import fail as if absent).
+    for module in OTLP_TRACE_EXPORTERS:
+        monkeypatch.setitem(sys.modules, module, None)
     with pytest.raises(ModuleNotFoundError, match="pip install opentelemetry-exporter-otlp"):
         build_tracer_provider("svc", "otlp")
 

@@ -25,21 +25,25 @@ class _MetricOps(_SqlOpsBase):
                     "AND due_ms IS NOT NULL GROUP BY kind"
                 )
             }
-            # Queued workflow tasks (tasks_due again) grouped by definition first, so the
-            # liveness probe runs once per (queue, definition), not once per run.
+            # Queued workflow tasks (tasks_due again) grouped by definition and build pin
+            # first, so the liveness probe runs once per (queue, definition, build), not
+            # once per run. A pinned task counts as served only by a live worker of its
+            # build: the claim's rule (_ops_leases.SERVED_BY_WORKER), as describe uses it.
             unavailable = {
                 (row["namespace"], row["task_queue"]): int(row["n"])
                 for row in tx.all(
                     "SELECT g.namespace, g.task_queue, sum(g.n) AS n FROM ("
-                    "SELECT namespace, task_queue, workflow_type, workflow_version, "
+                    "SELECT namespace, task_queue, workflow_type, workflow_version, build_id, "
                     "count(*) AS n FROM tasks WHERE kind = 'workflow' AND state = 'queued' "
                     "AND due_ms IS NOT NULL "
-                    "GROUP BY namespace, task_queue, workflow_type, workflow_version) g "
+                    "GROUP BY namespace, task_queue, workflow_type, workflow_version, "
+                    "build_id) g "
                     "WHERE NOT EXISTS (SELECT 1 FROM worker_definitions wd JOIN workers w "
                     "ON w.namespace = wd.namespace AND w.worker_id = wd.worker_id "
                     "WHERE wd.namespace = g.namespace AND wd.name = g.workflow_type "
                     "AND wd.version = g.workflow_version AND w.task_queue = g.task_queue "
-                    "AND w.last_heartbeat_ms >= ?) "
+                    "AND w.last_heartbeat_ms >= ? "
+                    "AND (g.build_id IS NULL OR w.build_id = g.build_id)) "
                     "GROUP BY g.namespace, g.task_queue",
                     (tx.now_ms() - live_since_offset,),
                 )
