@@ -52,6 +52,11 @@ async def test_heartbeat_counters_are_what_list_workers_shows(store: Store) -> N
         await store.worker_heartbeat(NS, "w1", WorkerCounters(failures=-1))
     with pytest.raises(NamespaceNotFoundError):
         await store.list_workers("nope", None, include_dead=True)
+    # A worker id registered again (a restarted process) starts from zero until it reports.
+    await register(store, "w1", build="b-1")
+    assert (await store.list_workers(NS, QUEUE, include_dead=False))[0].counters == (
+        WorkerCounters()
+    )
 
 
 async def test_dead_workers_are_listed_only_when_asked(backend: Backend) -> None:

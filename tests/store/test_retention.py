@@ -10,6 +10,7 @@ import pytest
 
 from durable_rpc.errors import InvalidArgumentError, LeaseLostError, NotFoundError
 from durable_rpc.store import StartOptions, Store
+from durable_rpc.store._tx import Tx
 from durable_rpc.v1 import payload_pb2, search_attributes_pb2, workflow_task_pb2
 from tests.store.conftest import Backend
 from tests.store.helpers import NS, QUEUE, claim, payload, schedule, start, wait_db_time
@@ -263,3 +264,29 @@ async def test_a_parent_and_its_child_are_judged_apart(store: Store) -> None:
     assert await sweep(store) == 1
     with pytest.raises(NotFoundError):
         await store.describe(NS, "kid", None)
+
+
+async def test_workers_silent_longer_than_the_retention_are_deleted(store: Store) -> None:
+    await store.update_namespace(NS, None, SHORT_MS)
+    await store.register_worker(NS, "gone", QUEUE, [("Order", "1", "fp")], ["act"], "", False)
+    await store.register_worker(NS, "live", QUEUE, [("Order", "1", "fp")], ["act"], "", False)
+    assert await store.take_maintenance_lease(JOB, OWNER, 30_000)
+    assert await store.delete_gone_workers(OWNER, 100) == 0  # both heard from just now
+    await wait_db_time(store, await store.now_ms() + SHORT_MS + 1)
+    await store.worker_heartbeat(NS, "live")
+    with pytest.raises(LeaseLostError):
+        await store.delete_gone_workers("replica-b", 100)
+    assert await store.delete_gone_workers(OWNER, 100) == 1
+
+    workers = await store.list_workers(NS, None, include_dead=True)
+    assert [w.worker_id for w in workers] == ["live"]
+    for table in ("workers", "worker_definitions", "worker_activities"):
+        assert await _worker_ids(store, table) == {"live"}, table
+
+
+async def _worker_ids(store: Store, table: str) -> set[str]:
+    def op(tx: Tx) -> set[str]:
+        rows = tx.all(f"SELECT worker_id FROM {table} WHERE namespace = ?", (NS,))
+        return {row["worker_id"] for row in rows}
+
+    return await store._read(op)  # type: ignore[attr-defined,no-any-return]

@@ -120,4 +120,10 @@ class RetentionLoop:
         if total:
             self.deleted += total
             log.info("retention: deleted %d closed runs past their namespace's retention", total)
+        # Workers that died without deregistering, gone longer than the retention (a
+        # handful per sweep at most: one bounded transaction).
+        with contextlib.suppress(LeaseLostError):
+            gone = await self._store.delete_gone_workers(self.owner, self._batch)
+            if gone:
+                log.info("retention: deleted %d workers silent longer than the retention", gone)
         return total

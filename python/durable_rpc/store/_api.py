@@ -859,6 +859,12 @@ class Store(abc.ABC):
         newest events first, the run with the last). Fenced by the 'retention'
         maintenance lease: LEASE_LOST unless ``owner`` holds it unexpired."""
 
+    @abc.abstractmethod
+    async def delete_gone_workers(self, owner: str, limit: int) -> int:
+        """Delete up to ``limit`` workers whose last heartbeat is older than their
+        namespace's retention, with their registered definitions and activities, in one
+        transaction; the count. Fenced like :meth:`delete_expired_runs`."""
+
     # namespaces and API keys (see _ops_admin)
     @abc.abstractmethod
     async def create_namespace(

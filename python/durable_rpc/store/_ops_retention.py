@@ -6,6 +6,11 @@ runs first, and a child outlives or predates its parent as its own close time sa
 links between runs, ``parent_run_id`` and ``redriven_from_run_id``, only refer: a run
 whose linked run is gone behaves as when that run is closed).
 
+Workers whose last heartbeat is older than their namespace's retention (a process that
+died without deregistering) are deleted with their registrations by the same sweep
+(:meth:`_RetentionOps.delete_gone_workers`), so ``ListWorkers --all`` does not grow
+forever.
+
 What is deleted with a run: its row in ``runs`` and its rows in every per-run table
 (:data:`RUN_TABLES`). ``queries`` rows are not per-run state: each expires by its own
 ``expires_at_ms`` (a query's timeout) and is deleted by ``process_due``.
@@ -25,6 +30,9 @@ RETENTION_JOB = "retention"
 #: The tables holding rows of one run, keyed by (namespace, run_id) (each has an index
 #: with that prefix). ``start_requests`` is keyed by workflow id, deleted apart.
 RUN_TABLES = ("history", "tasks", "signal_requests", "search_attributes", "update_requests")
+
+#: A worker's rows, keyed by (namespace, worker_id); ``workers`` last.
+WORKER_TABLES = ("worker_definitions", "worker_activities", "workers")
 
 
 class _RetentionOps(_SqlOpsBase):
@@ -62,15 +70,7 @@ class _RetentionOps(_SqlOpsBase):
 
         def op(tx: Tx) -> RetentionBatch:
             now = tx.now_ms()
-            # Fenced: only the holder of the unexpired lease deletes (on PostgreSQL the
-            # row stays locked to the commit, so a take-over waits for this batch).
-            held = tx.one(
-                "SELECT owner FROM maintenance_leases WHERE job = ? AND owner = ? "
-                f"AND expires_at_ms > ?{tx.row_lock_suffix}",
-                (RETENTION_JOB, owner, now),
-            )
-            if held is None:
-                raise LeaseLostError(f"the {RETENTION_JOB!r} maintenance lease is not held")
+            _hold_lease(tx, owner, now)
             deleted = events = 0
             for namespace in tx.all("SELECT name, retention_ms FROM namespaces ORDER BY name"):
                 if deleted >= limit or events >= max_events:
@@ -95,6 +95,51 @@ class _RetentionOps(_SqlOpsBase):
             return RetentionBatch(deleted, more=deleted >= limit)
 
         return await self._write(op)
+
+    async def delete_gone_workers(self, owner: str, limit: int) -> int:
+        if limit <= 0:
+            raise InvalidArgumentError("limit must be positive")
+
+        def op(tx: Tx) -> int:
+            now = tx.now_ms()
+            _hold_lease(tx, owner, now)
+            deleted = 0
+            for namespace in tx.all("SELECT name, retention_ms FROM namespaces ORDER BY name"):
+                name = namespace["name"]
+                gone = [
+                    row["worker_id"]
+                    for row in tx.all(
+                        "SELECT worker_id FROM workers WHERE namespace = ? "
+                        "AND last_heartbeat_ms < ? ORDER BY last_heartbeat_ms LIMIT ?",
+                        (name, now - int(namespace["retention_ms"]), limit - deleted),
+                    )
+                ]
+                if not gone:
+                    continue
+                marks = ", ".join("?" for _ in gone)
+                for table in WORKER_TABLES:
+                    tx.run(
+                        f"DELETE FROM {table} WHERE namespace = ? AND worker_id IN ({marks})",
+                        (name, *gone),
+                    )
+                deleted += len(gone)
+                if deleted >= limit:
+                    break
+            return deleted
+
+        return await self._write(op)
+
+
+def _hold_lease(tx: Tx, owner: str, now: int) -> None:
+    """Fences a retention transaction: only the holder of the unexpired lease deletes
+    (on PostgreSQL the row stays locked to the commit, so a take-over waits for it)."""
+    held = tx.one(
+        "SELECT owner FROM maintenance_leases WHERE job = ? AND owner = ? "
+        f"AND expires_at_ms > ?{tx.row_lock_suffix}",
+        (RETENTION_JOB, owner, now),
+    )
+    if held is None:
+        raise LeaseLostError(f"the {RETENTION_JOB!r} maintenance lease is not held")
 
 
 def _expired(tx: Tx, namespace: Row, now: int, limit: int) -> list[Row]:

@@ -80,7 +80,11 @@ class _WorkerOps(_SqlOpsBase):
                 "task_queue = excluded.task_queue, "
                 "build_id = excluded.build_id, activities = excluded.activities, "
                 "registered_at_ms = excluded.registered_at_ms, "
-                "last_heartbeat_ms = excluded.last_heartbeat_ms",
+                "last_heartbeat_ms = excluded.last_heartbeat_ms, "
+                # A registration starts a process's life (its counts start at zero):
+                # the last process's report under this id is not this one's.
+                "claims = 0, completions = 0, failures = 0, lease_losses = 0, "
+                "slots_in_use = 0, slots_total = 0",
                 (
                     namespace,
                     worker_id,
