@@ -90,11 +90,14 @@ class RetentionLoop:
 
     async def _run(self) -> None:
         while True:
+            # The first sweep comes one interval after the start, not at it: a server
+            # (re)starting has its own work first, and a replica restarted in a loop would
+            # otherwise sweep at every start.
+            await asyncio.sleep(self._interval_s)
             try:
                 await self.sweep()
             except DurableRpcError as exc:
                 log.warning("retention sweep failed: %s", exc)
-            await asyncio.sleep(self._interval_s)
 
     async def sweep(self) -> int:
         """One sweep if this replica holds (or can take) the lease; the runs deleted."""
