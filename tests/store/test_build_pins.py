@@ -170,3 +170,15 @@ async def test_continue_as_new_of_an_unversioned_run_is_undecided(store: Store) 
     task = await claim(store, "b1")
     await decide(store, task, schedule(1))
     assert (await store.describe(NS, "wf-1", None)).build_id == "build-b"
+
+
+async def test_a_pinned_runs_query_goes_only_to_a_worker_of_its_build(store: Store) -> None:
+    run_id = await pin_to_a(store)
+    await store.submit_query(NS, QUEUE, "q-1", ("Order", "1"), b"query", 60_000, run_id=run_id)
+    for other in ("b1", "plain", "raw-client"):
+        assert await store.take_query(NS, QUEUE, [], worker_id=other) is None, other
+    assert await store.take_query(NS, QUEUE, [], worker_id="a1") == b"query"
+    # An unpinned run's query (undecided) goes to any worker, as before builds.
+    undecided = await start(store, "wf-2")
+    await store.submit_query(NS, QUEUE, "q-2", ("Order", "1"), b"q2", 60_000, run_id=undecided)
+    assert await store.take_query(NS, QUEUE, [], worker_id="plain") == b"q2"

@@ -53,6 +53,7 @@ class QueryRelay:
                 (task.workflow_type, task.workflow_version),
                 task.SerializeToString(),
                 max(1, int(timeout_s * 1000)),
+                run_id=task.run_id,
             )
             while True:
                 remaining = deadline - loop.time()
@@ -69,10 +70,15 @@ class QueryRelay:
                 await self._store.forget_query(namespace, query_id)
 
     async def take(
-        self, namespace: str, task_queue: str, definitions: Collection[tuple[str, str]]
+        self,
+        namespace: str,
+        task_queue: str,
+        definitions: Collection[tuple[str, str]],
+        worker_id: str,
     ) -> service_pb2.PollQueryTaskResponse | None:
-        """The oldest waiting query of the queue this poller can replay."""
-        task = await self._store.take_query(namespace, task_queue, definitions)
+        """The oldest waiting query of the queue this poller can replay (of its build,
+        for a pinned run)."""
+        task = await self._store.take_query(namespace, task_queue, definitions, worker_id=worker_id)
         return None if task is None else service_pb2.PollQueryTaskResponse.FromString(task)
 
     async def answer(self, namespace: str, response: service_pb2.RespondQueryTaskRequest) -> bool:

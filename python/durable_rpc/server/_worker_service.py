@@ -475,7 +475,7 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
         definitions = frozenset((d.name, d.version or "1") for d in request.workflows)
 
         async def take() -> service_pb2.PollQueryTaskResponse | None:
-            return await self._queries.take(ns, queue, definitions)
+            return await self._queries.take(ns, queue, definitions, request.worker_id)
 
         task = await self._long_poll((ns, queue, "query"), take)
         return task or service_pb2.PollQueryTaskResponse()

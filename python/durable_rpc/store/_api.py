@@ -821,12 +821,21 @@ class Store(abc.ABC):
         definition: tuple[str, str],
         task: bytes,
         timeout_ms: int,
-    ) -> None: ...
+        *,
+        run_id: str | None = None,
+    ) -> None:
+        """Queues a query of ``run_id`` (whose build pin it carries: None, no pin)."""
 
     @abc.abstractmethod
     async def take_query(
-        self, namespace: str, task_queue: str, definitions: Collection[tuple[str, str]]
-    ) -> bytes | None: ...
+        self,
+        namespace: str,
+        task_queue: str,
+        definitions: Collection[tuple[str, str]],
+        *,
+        worker_id: str = "",
+    ) -> bytes | None:
+        """Takes the oldest query ``worker_id`` may answer (its definitions and build)."""
 
     @abc.abstractmethod
     async def answer_query(self, namespace: str, query_id: str, answer: bytes) -> bool: ...

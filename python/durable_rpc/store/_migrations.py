@@ -372,6 +372,12 @@ def _v11(bigint: str) -> tuple[str, ...]:
 V12_RUNS_STAY_UNVERSIONED = "UPDATE runs SET build_id = '' WHERE build_id IS NULL"
 
 
+def _v13() -> tuple[str, ...]:
+    """A query of a pinned run carries the run's build (NULL: any build may answer), so
+    only a worker of that build replays it to answer, as only one decides it."""
+    return ("ALTER TABLE queries ADD COLUMN build_id TEXT",)
+
+
 SQLITE_MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _SQLITE_V1),
     Migration(2, "memo, search attributes, workflow timeouts", _v2("BLOB", "INTEGER", "REAL")),
@@ -389,6 +395,7 @@ SQLITE_MIGRATIONS: tuple[Migration, ...] = (
         11, "fleet counters, definition removal, build pins, redrive, retention", _v11("INTEGER")
     ),
     Migration(12, "build pins of existing runs", (V12_RUNS_STAY_UNVERSIONED,)),
+    Migration(13, "build pins of queries", _v13()),
 )
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from durable_rpc.errors import ResourceExhaustedError
+from durable_rpc.store._build_pins import WORKER_BUILD
 from durable_rpc.store._ops_base import _SqlOpsBase
 from durable_rpc.store._shared import require, require_namespace, version_or_default
 from durable_rpc.store._tx import Tx
@@ -34,6 +35,8 @@ class _QueryOps(_SqlOpsBase):
         definition: tuple[str, str],
         task: bytes,
         timeout_ms: int,
+        *,
+        run_id: str | None = None,
     ) -> None:
         require(task_queue, "task_queue")
         require(query_id, "query_id")
@@ -53,10 +56,22 @@ class _QueryOps(_SqlOpsBase):
                 raise ResourceExhaustedError(
                     f"{queued} queries already wait for a worker on task queue {task_queue!r}"
                 )
+            # The run's build pin (runs.build_id: '' unversioned, NULL undecided; see
+            # _build_pins): a pinned run's query is answered only by a worker of its build,
+            # whose code is the one that decides the run.
+            pin = (
+                None
+                if run_id is None
+                else tx.value(
+                    "SELECT NULLIF(build_id, '') AS pin FROM runs "
+                    "WHERE namespace = ? AND run_id = ?",
+                    (namespace, run_id),
+                )
+            )
             tx.run(
                 "INSERT INTO queries (query_id, namespace, task_queue, workflow_type, "
-                "workflow_version, task, state, created_at_ms, expires_at_ms) "
-                "VALUES (?, ?, ?, ?, ?, ?, 'queued', ?, ?)",
+                "workflow_version, task, state, created_at_ms, expires_at_ms, build_id) "
+                "VALUES (?, ?, ?, ?, ?, ?, 'queued', ?, ?, ?)",
                 (
                     query_id,
                     namespace,
@@ -66,6 +81,7 @@ class _QueryOps(_SqlOpsBase):
                     task,
                     now,
                     now + timeout_ms,
+                    pin,
                 ),
             )
             tx.notes.tasks.add((namespace, task_queue, "query"))
@@ -73,10 +89,16 @@ class _QueryOps(_SqlOpsBase):
         await self._write(op)
 
     async def take_query(
-        self, namespace: str, task_queue: str, definitions: Collection[tuple[str, str]]
+        self,
+        namespace: str,
+        task_queue: str,
+        definitions: Collection[tuple[str, str]],
+        *,
+        worker_id: str = "",
     ) -> bytes | None:
         """The oldest unexpired query of the queue whose workflow definition the poller
-        can replay (any, when it named none), now taken; its serialized task."""
+        can replay (any, when it named none) and, for a pinned run's query, whose build
+        is the one ``worker_id`` registered with; now taken; its serialized task."""
         pairs = sorted({(name, version_or_default(version)) for name, version in definitions})
         replayable = ""
         params: list[object] = []
@@ -95,8 +117,9 @@ class _QueryOps(_SqlOpsBase):
                 "UPDATE queries SET state = 'taken' WHERE query_id = ("
                 "SELECT query_id FROM queries WHERE namespace = ? AND task_queue = ? "
                 f"AND state = 'queued' AND expires_at_ms > ?{replayable} "
+                f"AND (build_id IS NULL OR build_id = {WORKER_BUILD}) "
                 f"ORDER BY created_at_ms LIMIT 1{tx.claim_lock_suffix}) RETURNING task",
-                (namespace, task_queue, now, *params),
+                (namespace, task_queue, now, *params, namespace, worker_id),
             )
             return None if row is None else bytes(row["task"])
 

@@ -20,6 +20,7 @@ from durable_rpc.store._migrations import (
     _v8,
     _v9,
     _v11,
+    _v13,
 )
 from durable_rpc.store._pg_hot_sql import BUILD_PIN_FUNCTIONS, HOT_PATH_FUNCTIONS
 
@@ -181,4 +182,5 @@ PG_MIGRATIONS: tuple[Migration, ...] = (
         "build pins of existing runs and in the hot path",
         (V12_RUNS_STAY_UNVERSIONED, *BUILD_PIN_FUNCTIONS),
     ),
+    Migration(13, "build pins of queries", _v13()),
 )
