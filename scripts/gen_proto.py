@@ -4,7 +4,7 @@
     python scripts/gen_proto.py --check   # exit 1 if the checked-in code is out of date
 
 The target package holds generated code only. Message modules come with mypy-protobuf
-stubs; only service.proto gets gRPC stubs.
+stubs; every *service.proto file gets gRPC stubs.
 """
 
 from __future__ import annotations

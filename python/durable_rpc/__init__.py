@@ -12,6 +12,8 @@ from durable_rpc._core import NondeterminismError
 from durable_rpc.activity import ApplicationError
 from durable_rpc.client import (
     Client,
+    ScheduleOverlap,
+    ScheduleSpec,
     TLSConfig,
     WorkflowCancelledError,
     WorkflowFailureError,
@@ -84,6 +86,8 @@ __all__ = [
     "HistoryLimitExceededError",
     "ResourceExhaustedError",
     "RetryPolicy",
+    "ScheduleOverlap",
+    "ScheduleSpec",
     "StoreUnavailableError",
     "SupervisorReport",
     "Worker",

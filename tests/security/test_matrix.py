@@ -16,7 +16,7 @@ from google.protobuf.message import Message
 
 from durable_rpc import Client, payload
 from durable_rpc._rpc_status import from_rpc_error
-from durable_rpc.v1 import admin_service_pb2, payload_pb2, service_pb2
+from durable_rpc.v1 import admin_service_pb2, payload_pb2, schedule_service_pb2, service_pb2
 from tests.security.conftest import NS_A, AuthServer, Keys, make_key
 
 pytestmark = pytest.mark.timeout(240)
@@ -25,6 +25,7 @@ SERVICES = [
     service_pb2.DESCRIPTOR.services_by_name["WorkflowService"],
     service_pb2.DESCRIPTOR.services_by_name["WorkerService"],
     admin_service_pb2.DESCRIPTOR.services_by_name["AdminService"],
+    schedule_service_pb2.DESCRIPTOR.services_by_name["ScheduleService"],
 ]
 UNKNOWN_KEY = "drpc_00000000deadbeef_" + "A" * 43
 
@@ -56,7 +57,7 @@ def allowed(service: str, method: str, caller: str) -> bool:
     """The role table of docs/security.md, written out independently of the server's."""
     if caller in UNAUTHENTICATED_CALLERS:
         return False
-    if service == "WorkflowService":
+    if service in {"WorkflowService", "ScheduleService"}:
         return caller in {"client", "admin", "root"}
     if service == "WorkerService":
         return caller in {"worker", "admin", "root"}
@@ -73,6 +74,7 @@ def request_for(method: Any, victim_key_id: str, tag: str) -> Message:
     values: dict[str, Any] = {
         "namespace": NS_A,
         "workflow_id": "victim",
+        "schedule_id": "victim-schedule",
         "workflow_type": "Victim",
         "task_queue": "q",
         "worker_id": f"w-{tag}",
@@ -96,6 +98,10 @@ def request_for(method: Any, victim_key_id: str, tag: str) -> Message:
         item = request.outcomes.add().complete_activity_task
         item.namespace = NS_A
         item.lease.task_id, item.lease.worker_id, item.lease.fencing_token = 1, f"w-{tag}", 1
+    if method.name in ("CreateSchedule", "UpdateSchedule"):
+        definition = request.definition
+        definition.workflow_type, definition.task_queue = "Victim", "q"
+        definition.spec.interval.FromSeconds(3600)
     if method.name == "CreateNamespace":
         request.namespace = f"ns-{tag}"
     for name in ("input", "signal_input", "update_input"):

@@ -18,6 +18,10 @@ NOT_PER_RUN = {
     "schema_version",
     # Transient: each row expires by its own expires_at_ms (process_due deletes it).
     "queries",
+    # A schedule's rows outlive its runs: deleted with the schedule; actions are trimmed
+    # to the most recent ones as new ones come (store/_ops_schedules.py).
+    "schedules",
+    "schedule_actions",
 }
 
 

@@ -19,9 +19,19 @@ from durable_rpc.client._handle import (
     WorkflowRedriveResult,
     WorkflowUpdateHandle,
 )
+from durable_rpc.client._schedules import (
+    ScheduleActionInfo,
+    ScheduleDescription,
+    ScheduleOverlap,
+    ScheduleSpec,
+)
 
 __all__ = [
     "Client",
+    "ScheduleActionInfo",
+    "ScheduleDescription",
+    "ScheduleOverlap",
+    "ScheduleSpec",
     "TLSConfig",
     "WorkflowCancelledError",
     "WorkflowDescription",

@@ -24,6 +24,7 @@ from durable_rpc.client._handle import (
     update_stage,
 )
 from durable_rpc.client._refs import signal_name, update_ref, workflow_ref
+from durable_rpc.client._schedules import ScheduleCalls
 from durable_rpc.errors import StoreUnavailableError, UpdateTimeoutError
 from durable_rpc.search_attributes import memo_to_proto
 from durable_rpc.search_attributes import to_proto as sa_to_proto
@@ -42,7 +43,7 @@ def default_address() -> str:
     return os.environ.get("DURABLE_RPC_ADDRESS", DEFAULT_ADDRESS)
 
 
-class Client:
+class Client(ScheduleCalls):
     """A connection to a durable-rpc server, bound to one namespace."""
 
     def __init__(self, channel: grpc.aio.Channel, namespace: str = "default") -> None:

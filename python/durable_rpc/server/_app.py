@@ -28,6 +28,8 @@ from durable_rpc.server._metrics import ServerMetrics
 from durable_rpc.server._metrics_interceptor import MetricsServerInterceptor
 from durable_rpc.server._notify import Notifier
 from durable_rpc.server._retention import DEFAULT_INTERVAL_S, RetentionLoop
+from durable_rpc.server._schedule_service import ScheduleService
+from durable_rpc.server._schedules import ScheduleLoop
 from durable_rpc.server._worker_service import WorkerService
 from durable_rpc.server._workflow_service import WorkflowService
 from durable_rpc.store import HistoryLimits, Store, StoreOptions, open_store
@@ -36,6 +38,8 @@ from durable_rpc.telemetry._metrics_export import MetricsExport, start_metrics_e
 from durable_rpc.v1 import (
     admin_service_pb2,
     admin_service_pb2_grpc,
+    schedule_service_pb2,
+    schedule_service_pb2_grpc,
     service_pb2,
     service_pb2_grpc,
 )
@@ -46,6 +50,7 @@ SERVICE_NAMES = (
     service_pb2.DESCRIPTOR.services_by_name["WorkflowService"].full_name,
     service_pb2.DESCRIPTOR.services_by_name["WorkerService"].full_name,
     admin_service_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name,
+    schedule_service_pb2.DESCRIPTOR.services_by_name["ScheduleService"].full_name,
 )
 
 
@@ -159,6 +164,7 @@ class Server:
         self._grpc: grpc.aio.Server | None = None
         self._due = DueLoop(self.store)
         self._retention = RetentionLoop(self.store, config.retention_interval_s)
+        self._schedules = ScheduleLoop(self.store)
         self._shutting_down = asyncio.Event()
         self._health = health_aio.HealthServicer()
         self.port: int | None = None
@@ -259,6 +265,9 @@ class Server:
             server, (*SERVICE_NAMES, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name)
         )
         admin_service_pb2_grpc.add_AdminServiceServicer_to_server(AdminService(self.store), server)
+        schedule_service_pb2_grpc.add_ScheduleServiceServicer_to_server(
+            ScheduleService(self.store, self._schedules.wake), server
+        )
         credentials = _tls_credentials(self.config)
         try:
             self.port = (
@@ -274,6 +283,7 @@ class Server:
         self._grpc = server
         self._due.start()
         self._retention.start()
+        self._schedules.start()
         for name in ("", *SERVICE_NAMES):
             await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
         self._store_health.start()
@@ -292,6 +302,7 @@ class Server:
     def process_due_now(self) -> None:
         """Fire whatever is due by the store's clock now (used after a test clock skip)."""
         self._due.run_now()
+        self._schedules.wake()
 
     async def stop(self) -> None:
         """Stop accepting calls, let in-flight ones finish, then close the store."""
@@ -304,6 +315,7 @@ class Server:
             await self._grpc.stop(self.config.shutdown_grace_s)
         await self._due.stop()
         await self._retention.stop()
+        await self._schedules.stop()
         if self.metrics is not None:
             await self.metrics.stop()
         await self.store.close()

@@ -36,6 +36,7 @@ current_principal: contextvars.ContextVar[Principal | None] = contextvars.Contex
 _WORKFLOW = "/durable_rpc.v1.WorkflowService/"
 _WORKER = "/durable_rpc.v1.WorkerService/"
 _ADMIN = "/durable_rpc.v1.AdminService/"
+_SCHEDULE = "/durable_rpc.v1.ScheduleService/"
 
 Rule = Callable[[Any], tuple[Access, str | None]]
 
@@ -86,7 +87,7 @@ def rule_for(method: str) -> Rule | None:
     """The rule of a unary RPC (None: nobody may call it)."""
     if method == f"{_WORKER}CompleteTasks":
         return _batch_namespace
-    if method.startswith(_WORKFLOW):
+    if method.startswith((_WORKFLOW, _SCHEDULE)):
         return _in_namespace(Access.CLIENT)
     if method.startswith(_WORKER):
         return _in_namespace(Access.WORKER)

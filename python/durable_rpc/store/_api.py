@@ -21,6 +21,7 @@ from durable_rpc.store._fleet_records import (
     WorkerCounters,
     WorkerRecord,
 )
+from durable_rpc.store._schedule_records import ScheduleDefinition, ScheduleFiring, ScheduleInfo
 from durable_rpc.v1 import workflow_task_pb2
 
 if TYPE_CHECKING:
@@ -518,6 +519,45 @@ class Store(abc.ABC):
     async def metric_counts(self) -> MetricCounts:
         """Waiting tasks by kind and definition-unavailable runs by queue: indexed counts
         for the server's gauges, read every few seconds while metrics are exported."""
+
+    # schedules (``_ops_schedules``)
+    @abc.abstractmethod
+    async def create_schedule(
+        self, namespace: str, schedule_id: str, definition: ScheduleDefinition
+    ) -> None: ...
+
+    @abc.abstractmethod
+    async def update_schedule(
+        self, namespace: str, schedule_id: str, definition: ScheduleDefinition
+    ) -> None: ...
+
+    @abc.abstractmethod
+    async def delete_schedule(self, namespace: str, schedule_id: str) -> None: ...
+
+    @abc.abstractmethod
+    async def pause_schedule(
+        self, namespace: str, schedule_id: str, paused: bool, note: str
+    ) -> None: ...
+
+    @abc.abstractmethod
+    async def trigger_schedule(self, namespace: str, schedule_id: str) -> str: ...
+
+    @abc.abstractmethod
+    async def backfill_schedule(
+        self, namespace: str, schedule_id: str, start_ms: int, end_ms: int
+    ) -> int: ...
+
+    @abc.abstractmethod
+    async def describe_schedule(self, namespace: str, schedule_id: str) -> ScheduleInfo: ...
+
+    @abc.abstractmethod
+    async def list_schedules(
+        self, namespace: str, limit: int = 100, after: str = ""
+    ) -> list[ScheduleInfo]: ...
+
+    @abc.abstractmethod
+    async def fire_schedules(self) -> ScheduleFiring:
+        """Fires every due schedule slot, once cluster-wide (``_ops_schedules``)."""
 
     # namespaces
     @abc.abstractmethod

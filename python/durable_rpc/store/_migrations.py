@@ -378,6 +378,47 @@ def _v13() -> tuple[str, ...]:
     return ("ALTER TABLE queries ADD COLUMN build_id TEXT",)
 
 
+def _v_schedules(blob: str, bigint: str) -> tuple[str, ...]:
+    """Schedules (``_ops_schedules``): one row per schedule with its due slot
+    (``fire_at_ms``: the due time plus jitter; NULL while paused), and its recent actions
+    (kept per schedule, trimmed as new ones come: not per-run rows, so retention leaves
+    them, and ``started_run_id`` is named so)."""
+    return (
+        f"""CREATE TABLE schedules (
+            namespace TEXT NOT NULL,
+            schedule_id TEXT NOT NULL,
+            workflow_type TEXT NOT NULL,
+            workflow_version TEXT NOT NULL,
+            task_queue TEXT NOT NULL,
+            input {blob} NOT NULL,
+            spec TEXT NOT NULL,
+            overlap TEXT NOT NULL,
+            catchup_window_ms {bigint} NOT NULL,
+            paused INTEGER NOT NULL,
+            note TEXT NOT NULL,
+            anchor_ms {bigint} NOT NULL,
+            next_due_ms {bigint} NOT NULL,
+            fire_at_ms {bigint},
+            buffered_due_ms {bigint},
+            last_workflow_id TEXT,
+            last_run_id TEXT,
+            created_at_ms {bigint} NOT NULL,
+            PRIMARY KEY (namespace, schedule_id)
+        )""",
+        "CREATE INDEX schedules_by_fire_at ON schedules (fire_at_ms) WHERE fire_at_ms IS NOT NULL",
+        f"""CREATE TABLE schedule_actions (
+            namespace TEXT NOT NULL,
+            schedule_id TEXT NOT NULL,
+            due_ms {bigint} NOT NULL,
+            action TEXT NOT NULL,
+            workflow_id TEXT NOT NULL,
+            started_run_id TEXT NOT NULL,
+            at_ms {bigint} NOT NULL,
+            PRIMARY KEY (namespace, schedule_id, due_ms, action)
+        )""",
+    )
+
+
 SQLITE_MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _SQLITE_V1),
     Migration(2, "memo, search attributes, workflow timeouts", _v2("BLOB", "INTEGER", "REAL")),
@@ -396,6 +437,7 @@ SQLITE_MIGRATIONS: tuple[Migration, ...] = (
     ),
     Migration(12, "build pins of existing runs", (V12_RUNS_STAY_UNVERSIONED,)),
     Migration(13, "build pins of queries", _v13()),
+    Migration(14, "schedules", _v_schedules("BLOB", "INTEGER")),
 )
 
 

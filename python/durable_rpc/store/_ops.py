@@ -28,6 +28,7 @@ from durable_rpc.store._ops_queries import _QueryOps
 from durable_rpc.store._ops_redrive import _RedriveOps
 from durable_rpc.store._ops_retention import _RetentionOps
 from durable_rpc.store._ops_runs import _RunOps
+from durable_rpc.store._ops_schedules import _ScheduleOps
 from durable_rpc.store._ops_updates import _UpdateOps
 from durable_rpc.store._ops_workers import _WorkerOps
 from durable_rpc.store._ops_workflow_tasks import _WorkflowTaskOps
@@ -52,6 +53,7 @@ class SqlStore(
     _AdminOps,
     _RetentionOps,
     _MetricOps,
+    _ScheduleOps,
 ):
     """The dialect-independent half of a SQL backend."""
 

@@ -21,6 +21,7 @@ from durable_rpc.store._migrations import (
     _v9,
     _v11,
     _v13,
+    _v_schedules,
 )
 from durable_rpc.store._pg_hot_sql import BUILD_PIN_FUNCTIONS, HOT_PATH_FUNCTIONS
 
@@ -183,4 +184,5 @@ PG_MIGRATIONS: tuple[Migration, ...] = (
         (V12_RUNS_STAY_UNVERSIONED, *BUILD_PIN_FUNCTIONS),
     ),
     Migration(13, "build pins of queries", _v13()),
+    Migration(14, "schedules", _v_schedules("BYTEA", "BIGINT")),
 )
