@@ -16,6 +16,8 @@ NOT_PER_RUN = {
     "api_keys",
     "maintenance_leases",
     "schema_version",
+    # Configuration of a namespace's task queues, set and removed by operators.
+    "task_queue_limits",
     # Transient: each row expires by its own expires_at_ms (process_due deletes it).
     "queries",
     # A schedule's rows outlive its runs: deleted with the schedule; actions are trimmed

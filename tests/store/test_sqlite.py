@@ -169,6 +169,7 @@ async def test_migrations_are_versioned_and_applied_once(db_path: Path) -> None:
             (12,),
             (13,),
             (14,),
+            (15,),
         ]
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
         assert conn.execute("SELECT name FROM namespaces").fetchall() == [("default",)]

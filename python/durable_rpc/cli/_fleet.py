@@ -121,6 +121,11 @@ def task_queue_describe(queue: str, namespace: str, address: str, as_json: bool)
             _age(b),
         )
     console.print(backlog)
+    if reply.HasField("limit"):
+        console.print(
+            f"activity limit: {reply.activities_in_use} of "
+            f"{reply.limit.max_concurrent_activities} attempts in use"
+        )
     pollers = Table("worker", "build", "last heartbeat", "slots", title="pollers (live workers)")
     for p in reply.pollers:
         pollers.add_row(

@@ -11,7 +11,9 @@ from durable_rpc.cli._admin import namespace, token
 from durable_rpc.cli._definitions import definition
 from durable_rpc.cli._errors import DEBUG_ENV, explain
 from durable_rpc.cli._fleet import task_queue, worker
+from durable_rpc.cli._limits import limit
 from durable_rpc.cli._replay import replay
+from durable_rpc.cli._schedule import schedule
 from durable_rpc.cli._selfcheck import selfcheck
 from durable_rpc.cli._server import server
 from durable_rpc.cli._workflow import workflow
@@ -51,8 +53,10 @@ cli.add_command(workflow)
 cli.add_command(namespace)
 cli.add_command(token)
 cli.add_command(worker)
+task_queue.add_command(limit)
 cli.add_command(task_queue)
 cli.add_command(definition)
+cli.add_command(schedule)
 
 
 def main() -> None:

@@ -95,4 +95,13 @@ class AdminFleetMixin:
                 )
                 for d in queue.definitions
             ],
+            limit=(
+                pb.TaskQueueLimit(
+                    task_queue=queue.task_queue,
+                    max_concurrent_activities=queue.max_concurrent_activities,
+                )
+                if queue.max_concurrent_activities is not None
+                else None
+            ),
+            activities_in_use=queue.activities_in_use,
         )

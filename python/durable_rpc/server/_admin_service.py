@@ -16,6 +16,7 @@ from durable_rpc.errors import InvalidArgumentError
 from durable_rpc.server import _convert, _validate
 from durable_rpc.server._admin_definitions import AdminDefinitionsMixin
 from durable_rpc.server._admin_fleet import AdminFleetMixin
+from durable_rpc.server._admin_limits import AdminLimitsMixin
 from durable_rpc.server._auth import current_principal
 from durable_rpc.store import ApiKeyRecord, NamespaceRecord, Store
 from durable_rpc.v1 import admin_service_pb2 as pb
@@ -73,7 +74,10 @@ def _visible(principal: Principal | None, name: str) -> bool:
 
 
 class AdminService(
-    AdminFleetMixin, AdminDefinitionsMixin, admin_service_pb2_grpc.AdminServiceServicer
+    AdminFleetMixin,
+    AdminLimitsMixin,
+    AdminDefinitionsMixin,
+    admin_service_pb2_grpc.AdminServiceServicer,
 ):
     def __init__(self, store: Store) -> None:
         self._store = store

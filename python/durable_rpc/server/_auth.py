@@ -64,6 +64,8 @@ _ADMIN_RULES: dict[str, Rule] = {
     "RevokeApiKey": _key_scope,
     "ListWorkers": _in_namespace(Access.NAMESPACE_ADMIN),
     "DescribeTaskQueue": _in_namespace(Access.NAMESPACE_ADMIN),
+    "SetTaskQueueLimit": _in_namespace(Access.NAMESPACE_ADMIN),
+    "ListTaskQueueLimits": _in_namespace(Access.NAMESPACE_ADMIN),
     "ListDefinitions": _in_namespace(Access.NAMESPACE_ADMIN),
     "RemoveDefinition": _in_namespace(Access.NAMESPACE_ADMIN),
     "RestoreDefinition": _in_namespace(Access.NAMESPACE_ADMIN),

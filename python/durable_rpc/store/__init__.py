@@ -53,6 +53,7 @@ from durable_rpc.store._fleet_records import (
     QueueBacklog,
     ServedDefinition,
     TaskQueueDescription,
+    TaskQueueLimit,
     WorkerCounters,
     WorkerRecord,
 )
@@ -62,6 +63,7 @@ __all__ = [
     "QueueBacklog",
     "ServedDefinition",
     "TaskQueueDescription",
+    "TaskQueueLimit",
     "WorkerCounters",
     "WorkerRecord",
     "DefinitionRecord",

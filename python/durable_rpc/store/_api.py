@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 from durable_rpc.store._definition_records import DefinitionRecord
 from durable_rpc.store._fleet_records import (
     TaskQueueDescription,
+    TaskQueueLimit,
     WorkerCounters,
     WorkerRecord,
 )
@@ -130,6 +131,9 @@ class StoreStats:
     aborted_batches: int = 0
     #: Operations done by one server-side function call (PostgreSQL's hot path).
     hot_calls: int = 0
+    #: Activity claims that found a visible task but left it queued: its task queue's
+    #: concurrency limit was reached (``_queue_limits``).
+    deferred_claims: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -705,6 +709,19 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def describe_task_queue(self, namespace: str, task_queue: str) -> TaskQueueDescription:
         """Backlog by kind, live workers (pollers) and what they serve."""
+
+    # task-queue limits (see _ops_limits)
+    @abc.abstractmethod
+    async def set_task_queue_limit(
+        self, namespace: str, task_queue: str, max_concurrent_activities: int | None
+    ) -> TaskQueueLimit | None:
+        """Sets (None: removes) the queue's limit on activity attempts leased at once,
+        enforced by every activity claim (polls and eager claims). Returns the limit now
+        in force. InvalidArgumentError for a limit below 1."""
+
+    @abc.abstractmethod
+    async def list_task_queue_limits(self, namespace: str) -> list[TaskQueueLimit]:
+        """The namespace's limits, by task queue."""
 
     # definitions (see _ops_definitions)
     @abc.abstractmethod

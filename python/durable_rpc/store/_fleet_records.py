@@ -74,3 +74,18 @@ class TaskQueueDescription:
     pollers: tuple[WorkerRecord, ...]
     #: What the live workers serve, by name then version.
     definitions: tuple[ServedDefinition, ...]
+    #: The queue's limit on activity attempts leased at once (None: unlimited).
+    max_concurrent_activities: int | None = None
+    #: Activity attempts leased now (what the limit is checked against).
+    activities_in_use: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TaskQueueLimit:
+    """A task queue's limit on concurrent activity attempts, cluster-wide."""
+
+    namespace: str
+    task_queue: str
+    max_concurrent_activities: int
+    #: When it was last set (database clock).
+    updated_at_ms: int

@@ -23,6 +23,7 @@ from durable_rpc.store._ops_definitions import _DefinitionOps
 from durable_rpc.store._ops_due import _DueOps
 from durable_rpc.store._ops_fleet import _FleetOps
 from durable_rpc.store._ops_leases import _LeaseOps
+from durable_rpc.store._ops_limits import _LimitOps
 from durable_rpc.store._ops_metrics import _MetricOps
 from durable_rpc.store._ops_queries import _QueryOps
 from durable_rpc.store._ops_redrive import _RedriveOps
@@ -47,6 +48,7 @@ class SqlStore(
     _CommandOps,
     _WorkerOps,
     _FleetOps,
+    _LimitOps,
     _DefinitionOps,
     _QueryOps,
     _UpdateOps,

@@ -30,6 +30,12 @@ from durable_rpc.store._logic import (
 )
 from durable_rpc.store._ops_leases import _WorkflowClaim
 from durable_rpc.store._ops_workflow_tasks import _Decision, _WorkflowTaskOps
+from durable_rpc.store._queue_limits import (
+    QUEUE_LIMIT_COLUMN,
+    QUEUE_LIMITED_RETURNING,
+    free_slots,
+    slot_freed,
+)
 from durable_rpc.store._shared import (
     append_event,
     blob,
@@ -77,7 +83,8 @@ class _ActivityOps(_WorkflowTaskOps):
             require_namespace(tx, namespace)
             now = tx.now_ms()
             candidate = tx.one(
-                "SELECT task_id, lease_ms, start_to_close_ms, schedule_to_close_deadline_ms "
+                "SELECT task_id, lease_ms, start_to_close_ms, schedule_to_close_deadline_ms, "
+                f"{QUEUE_LIMIT_COLUMN} "
                 "FROM tasks t WHERE namespace = ? AND kind = 'activity' AND task_queue = ? "
                 "AND due_ms IS NOT NULL AND due_ms <= ? AND state IN ('queued', 'waiting') "
                 f"AND (queue_deadline_ms IS NULL OR queue_deadline_ms > ?){type_filter} "
@@ -86,6 +93,11 @@ class _ActivityOps(_WorkflowTaskOps):
                 (namespace, task_queue, now, now, *types, namespace, worker_id, worker_id),
             )
             if candidate is None:
+                return None
+            if candidate["queue_limit"] is not None and not free_slots(tx, namespace, task_queue):
+                # Deferred, not failed: the task stays queued for the claim after the
+                # next attempt's outcome on this queue (which wakes the polls).
+                self._stats.deferred_claims += 1
                 return None
             return self._lease_activity(tx, namespace, candidate, worker_id, now)
 
@@ -171,9 +183,11 @@ class _ActivityOps(_WorkflowTaskOps):
                 now,
                 "completed",
                 "state = 'completed', due_ms = NULL",
+                returning=QUEUE_LIMITED_RETURNING,
             )
             if task is None:
                 return ActivityCompletion()
+            slot_freed(tx, task)
             run = open_run(tx, namespace, task["run_id"])
             event_id = append_event(
                 tx,
@@ -267,9 +281,11 @@ class _ActivityOps(_WorkflowTaskOps):
                 "failed",
                 "state = 'failed', due_ms = NULL, last_failure = ?",
                 (failure,),
+                QUEUE_LIMITED_RETURNING,
             )
             if task is None:
                 return None
+            slot_freed(tx, task)
             open_run(tx, namespace, task["run_id"])
             if parsed.type == "CancelledError" and self._cancel_requested_by_workflow(tx, task):
                 self._record_activity_cancelled(tx, task, now)

@@ -8,7 +8,7 @@ import abc
 from collections.abc import Callable
 from typing import TypeVar
 
-from durable_rpc.store._api import Store, StoreOptions
+from durable_rpc.store._api import Store, StoreOptions, StoreStats
 from durable_rpc.store._tx import Tx
 
 T = TypeVar("T")
@@ -19,6 +19,7 @@ class _SqlOpsBase(Store):
     parts it calls, so every ``self.`` it uses is typed."""
 
     _options: StoreOptions
+    _stats: StoreStats
 
     @abc.abstractmethod
     async def _write(self, fn: Callable[[Tx], T]) -> T:

@@ -229,13 +229,17 @@ class _CommandOps(_SqlOpsBase):
         )
         queue_deadline = earliest(close_deadline, start_deadline)
         lease_ms = timeouts.lease_ms(self._options.default_activity_lease_ms)
-        task_id = tx.value(
+        inserted = tx.one(
             "INSERT INTO tasks (namespace, run_id, kind, task_queue, state, visible_at_ms, "
             "due_ms, attempt, fencing_token, seq, activity_type, input, options, lease_ms, "
             "start_to_close_ms, schedule_to_close_deadline_ms, queue_deadline_ms, "
             "created_at_ms, trace_context) "
             "VALUES (?, ?, 'activity', ?, 'queued', ?, ?, 1, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-            "RETURNING task_id",
+            # The queue's limit rides on the insert (an eager claim of the new task needs
+            # it; _queue_limits): no statement more.
+            "RETURNING task_id, (SELECT l.max_concurrent_activities FROM task_queue_limits l "
+            "WHERE l.namespace = tasks.namespace AND l.task_queue = tasks.task_queue) "
+            "AS queue_limit",
             (
                 namespace,
                 run_id,
@@ -254,9 +258,11 @@ class _CommandOps(_SqlOpsBase):
                 json.dumps(trace_context) if trace_context else None,
             ),
         )
+        assert inserted is not None
         tx.queued_activities[(namespace, run_id, seq)] = {
-            "task_id": task_id,
+            "task_id": inserted["task_id"],
             "task_queue": queue,
+            "queue_limit": inserted["queue_limit"],
             "lease_ms": lease_ms,
             "start_to_close_ms": timeouts.start_to_close_ms,
             "schedule_to_close_deadline_ms": close_deadline,

@@ -17,6 +17,7 @@ from durable_rpc.store._fleet_records import (
 )
 from durable_rpc.store._liveness import LIVE_WORKER, live_since
 from durable_rpc.store._ops_base import _SqlOpsBase
+from durable_rpc.store._queue_limits import activities_in_use
 from durable_rpc.store._shared import ACTIVE, require, require_namespace
 from durable_rpc.store._tx import Row, Tx
 
@@ -46,12 +47,19 @@ class _FleetOps(_SqlOpsBase):
             pollers = _workers(
                 tx, namespace, task_queue, live_since(tx, self._options), include_dead=False
             )
+            limit = tx.value(
+                "SELECT max_concurrent_activities FROM task_queue_limits "
+                "WHERE namespace = ? AND task_queue = ?",
+                (namespace, task_queue),
+            )
             return TaskQueueDescription(
                 task_queue=task_queue,
                 now_ms=now,
                 backlog=_backlog(tx, namespace, task_queue, now),
                 pollers=tuple(pollers),
                 definitions=_served(pollers),
+                max_concurrent_activities=None if limit is None else int(limit),
+                activities_in_use=activities_in_use(tx, namespace, task_queue),
             )
 
         return await self._read(op)

@@ -25,6 +25,7 @@ from durable_rpc.store._logic import (
 from durable_rpc.store._ops_commands import _CommandOps
 from durable_rpc.store._ops_leases import _LeaseOps, _WorkflowClaim
 from durable_rpc.store._ops_updates import settle_update
+from durable_rpc.store._queue_limits import QUEUE_LIMIT_COLUMN, free_slots
 from durable_rpc.store._shared import (
     ACTIVE,
     INPUT_KINDS_SQL,
@@ -301,10 +302,27 @@ class _WorkflowTaskOps(_LeaseOps, _CommandOps):
             marks = ", ".join("?" for _ in seqs)
             candidates = tx.all(
                 "SELECT task_id, task_queue, lease_ms, start_to_close_ms, "
-                "schedule_to_close_deadline_ms FROM tasks WHERE namespace = ? AND run_id = ? "
-                f"AND kind = 'activity' AND state = 'queued' AND seq IN ({marks}) ORDER BY seq",
+                f"schedule_to_close_deadline_ms, {QUEUE_LIMIT_COLUMN} FROM tasks t "
+                "WHERE namespace = ? AND run_id = ? AND kind = 'activity' "
+                f"AND state = 'queued' AND seq IN ({marks}) ORDER BY seq",
                 (namespace, run_id, *seqs),
             )
+        limited = {c["task_queue"] for c in candidates if c["queue_limit"] is not None}
+        for queue in limited:
+            # An eager claim is a claim: it takes only the queue's free slots (the rest
+            # stay queued for the polls, which the commit wakes).
+            free = free_slots(tx, namespace, queue)
+            if free is None:
+                continue  # the limit was removed meanwhile
+            kept = []
+            for c in candidates:
+                if c["task_queue"] == queue:
+                    if free <= 0:
+                        self._stats.deferred_claims += 1
+                        continue
+                    free -= 1
+                kept.append(c)
+            candidates = kept
         return [
             self._lease_activity(tx, namespace, c, worker_id, now, workflow_id) for c in candidates
         ]

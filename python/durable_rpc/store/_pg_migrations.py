@@ -24,6 +24,7 @@ from durable_rpc.store._migrations import (
     _v_schedules,
 )
 from durable_rpc.store._pg_hot_sql import BUILD_PIN_FUNCTIONS, HOT_PATH_FUNCTIONS
+from durable_rpc.store._queue_limits import pg_migration as queue_limits_pg_migration
 
 #: The database clock in integer milliseconds since the epoch (PostgreSQL). The real
 #: time at evaluation (clock_timestamp), not the transaction's start (now()): a
@@ -185,4 +186,5 @@ PG_MIGRATIONS: tuple[Migration, ...] = (
     ),
     Migration(13, "build pins of queries", _v13()),
     Migration(14, "schedules", _v_schedules("BYTEA", "BIGINT")),
+    Migration(15, "task-queue activity limits", queue_limits_pg_migration()),
 )

@@ -361,13 +361,16 @@ def fenced_update(
     now: int,
     assignments: str,
     params: Sequence[object] = (),
+    returning: str = "*",
 ) -> Row | None:
     """The conditional write of the lease protocol: applies ``assignments`` only if the
     caller still owns the leased task with this token and the lease has not expired --
-    or it expired but the lease can be revived (see ``_REVIVE``)."""
+    or it expired but the lease can be revived (see ``_REVIVE``). Returns the task row
+    (``returning``: the RETURNING list, the whole row by default)."""
     fence = (lease.task_id, namespace, kind, lease.worker_id, lease.fencing_token)
     row = tx.one(
-        f"UPDATE tasks SET {assignments} WHERE {FENCE} RETURNING *", (*params, *fence, now)
+        f"UPDATE tasks SET {assignments} WHERE {FENCE} RETURNING {returning}",
+        (*params, *fence, now),
     )
     if row is not None:
         return row
@@ -382,7 +385,8 @@ def fenced_update(
             (revived["attempt"], namespace, revived["run_id"]),
         )
     row = tx.one(
-        f"UPDATE tasks SET {assignments} WHERE {FENCE} RETURNING *", (*params, *fence, now)
+        f"UPDATE tasks SET {assignments} WHERE {FENCE} RETURNING {returning}",
+        (*params, *fence, now),
     )
     if row is not None and row["due_ms"] is not None:
         # The expiry pass already consumed this task's due time: announce the new one.
@@ -399,6 +403,7 @@ def record_outcome(
     outcome: str,
     assignments: str,
     params: Sequence[object] = (),
+    returning: str = "*",
 ) -> Row | None:
     """Records the leased task's ``outcome`` under its fence: ``assignments`` plus the
     outcome columns that recognise a duplicate report. Returns the task row; None when
@@ -412,6 +417,7 @@ def record_outcome(
         now,
         f"{assignments}, outcome_token = fencing_token, outcome_kind = '{outcome}'",
         params,
+        returning,
     )
     if task is None:
         lease_miss(tx, namespace, lease, kind, outcome)

@@ -31,6 +31,9 @@ class TxMetrics:
     - ``durable_rpc.store_operations`` counter {store, outcome}: write operations,
       ``committed`` or ``failed`` (rolled back alone). Operations over transactions is the
       mean batch size (SQLite's group commit; 1 on PostgreSQL).
+    - ``durable_rpc.activity_claims_deferred`` counter {store}: activity claims that left a
+      visible task queued because its task queue's concurrency limit was reached
+      (``_queue_limits``): a deferral, never silent.
     """
 
     def __init__(
@@ -57,6 +60,12 @@ class TxMetrics:
             unit="{operation}",
             description="Store write operations, committed or failed",
         )
+        meter.create_observable_counter(
+            "durable_rpc.activity_claims_deferred",
+            callbacks=[self._observe_deferred],
+            unit="{claim}",
+            description="Activity claims deferred by a task queue's concurrency limit",
+        )
         # Built once: the label sets are few and fixed (this runs on every commit).
         self._labels = {
             outcome: {"store": store, "outcome": outcome}
@@ -76,3 +85,6 @@ class TxMetrics:
             Observation(stats.operations - failed, {"store": self._store, "outcome": "committed"}),
             Observation(failed, {"store": self._store, "outcome": "failed"}),
         ]
+
+    def _observe_deferred(self, options: CallbackOptions) -> Iterable[Observation]:
+        return [Observation(self._stats.deferred_claims, {"store": self._store})]

@@ -668,7 +668,13 @@ class DescribeTaskQueueResponse(_message.Message):
     BACKLOG_FIELD_NUMBER: _builtins.int
     POLLERS_FIELD_NUMBER: _builtins.int
     DEFINITIONS_FIELD_NUMBER: _builtins.int
+    LIMIT_FIELD_NUMBER: _builtins.int
+    ACTIVITIES_IN_USE_FIELD_NUMBER: _builtins.int
     task_queue: _builtins.str
+    activities_in_use: _builtins.int
+    """Activity attempts leased now, what the limit is checked against (an expired lease
+    counts until its task is taken back).
+    """
     @_builtins.property
     def backlog(self) -> _containers.RepeatedCompositeFieldContainer[Global___TaskQueueBacklog]: ...
     @_builtins.property
@@ -677,6 +683,10 @@ class DescribeTaskQueueResponse(_message.Message):
 
     @_builtins.property
     def definitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___DefinitionServed]: ...
+    @_builtins.property
+    def limit(self) -> Global___TaskQueueLimit:
+        """The queue's limit on concurrent activity attempts (unset: unlimited)."""
+
     def __init__(
         self,
         *,
@@ -684,14 +694,130 @@ class DescribeTaskQueueResponse(_message.Message):
         backlog: _abc.Iterable[Global___TaskQueueBacklog] | None = ...,
         pollers: _abc.Iterable[Global___TaskQueuePoller] | None = ...,
         definitions: _abc.Iterable[Global___DefinitionServed] | None = ...,
+        limit: Global___TaskQueueLimit | None = ...,
+        activities_in_use: _builtins.int = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["limit", b"limit"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["backlog", b"backlog", "definitions", b"definitions", "pollers", b"pollers", "task_queue", b"task_queue"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["activities_in_use", b"activities_in_use", "backlog", b"backlog", "definitions", b"definitions", "limit", b"limit", "pollers", b"pollers", "task_queue", b"task_queue"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DescribeTaskQueueResponse: _TypeAlias = DescribeTaskQueueResponse  # noqa: Y015
+
+@_typing.final
+class TaskQueueLimit(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TASK_QUEUE_FIELD_NUMBER: _builtins.int
+    MAX_CONCURRENT_ACTIVITIES_FIELD_NUMBER: _builtins.int
+    UPDATE_TIME_FIELD_NUMBER: _builtins.int
+    task_queue: _builtins.str
+    max_concurrent_activities: _builtins.int
+    """Activity attempts leased at once on the queue, across every replica and worker."""
+    @_builtins.property
+    def update_time(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        task_queue: _builtins.str = ...,
+        max_concurrent_activities: _builtins.int = ...,
+        update_time: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["update_time", b"update_time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_concurrent_activities", b"max_concurrent_activities", "task_queue", b"task_queue", "update_time", b"update_time"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TaskQueueLimit: _TypeAlias = TaskQueueLimit  # noqa: Y015
+
+@_typing.final
+class SetTaskQueueLimitRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    TASK_QUEUE_FIELD_NUMBER: _builtins.int
+    MAX_CONCURRENT_ACTIVITIES_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    task_queue: _builtins.str
+    max_concurrent_activities: _builtins.int
+    """1 to 1,000,000; 0 removes the limit. Anything else: INVALID_ARGUMENT."""
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        task_queue: _builtins.str = ...,
+        max_concurrent_activities: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_concurrent_activities", b"max_concurrent_activities", "namespace", b"namespace", "task_queue", b"task_queue"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetTaskQueueLimitRequest: _TypeAlias = SetTaskQueueLimitRequest  # noqa: Y015
+
+@_typing.final
+class SetTaskQueueLimitResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LIMIT_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def limit(self) -> Global___TaskQueueLimit:
+        """The limit now in force (unset: the queue is unlimited)."""
+
+    def __init__(
+        self,
+        *,
+        limit: Global___TaskQueueLimit | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["limit", b"limit"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["limit", b"limit"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetTaskQueueLimitResponse: _TypeAlias = SetTaskQueueLimitResponse  # noqa: Y015
+
+@_typing.final
+class ListTaskQueueLimitsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespace", b"namespace"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListTaskQueueLimitsRequest: _TypeAlias = ListTaskQueueLimitsRequest  # noqa: Y015
+
+@_typing.final
+class ListTaskQueueLimitsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LIMITS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def limits(self) -> _containers.RepeatedCompositeFieldContainer[Global___TaskQueueLimit]: ...
+    def __init__(
+        self,
+        *,
+        limits: _abc.Iterable[Global___TaskQueueLimit] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["limits", b"limits"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListTaskQueueLimitsResponse: _TypeAlias = ListTaskQueueLimitsResponse  # noqa: Y015
 
 @_typing.final
 class ListDefinitionsRequest(_message.Message):

@@ -87,6 +87,16 @@ class AdminServiceStub(object):
                 request_serializer=durable__rpc_dot_v1_dot_admin__service__pb2.DescribeTaskQueueRequest.SerializeToString,
                 response_deserializer=durable__rpc_dot_v1_dot_admin__service__pb2.DescribeTaskQueueResponse.FromString,
                 _registered_method=True)
+        self.SetTaskQueueLimit = channel.unary_unary(
+                '/durable_rpc.v1.AdminService/SetTaskQueueLimit',
+                request_serializer=durable__rpc_dot_v1_dot_admin__service__pb2.SetTaskQueueLimitRequest.SerializeToString,
+                response_deserializer=durable__rpc_dot_v1_dot_admin__service__pb2.SetTaskQueueLimitResponse.FromString,
+                _registered_method=True)
+        self.ListTaskQueueLimits = channel.unary_unary(
+                '/durable_rpc.v1.AdminService/ListTaskQueueLimits',
+                request_serializer=durable__rpc_dot_v1_dot_admin__service__pb2.ListTaskQueueLimitsRequest.SerializeToString,
+                response_deserializer=durable__rpc_dot_v1_dot_admin__service__pb2.ListTaskQueueLimitsResponse.FromString,
+                _registered_method=True)
         self.ListDefinitions = channel.unary_unary(
                 '/durable_rpc.v1.AdminService/ListDefinitions',
                 request_serializer=durable__rpc_dot_v1_dot_admin__service__pb2.ListDefinitionsRequest.SerializeToString,
@@ -175,6 +185,23 @@ class AdminServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetTaskQueueLimit(self, request, context):
+        """Flow control (docs/operations.md, "Flow control"). Namespace admin calls.
+        Sets (max_concurrent_activities 0: removes) a task queue's limit on activity attempts
+        leased at once, cluster-wide: every claim (a poll on any replica, an eager claim)
+        checks it in its own transaction; a claim over it leaves the task queued. Idempotent.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListTaskQueueLimits(self, request, context):
+        """The namespace's task-queue limits, by task queue.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListDefinitions(self, request, context):
         """Definitions (name, version, fingerprint) and what references them.
         """
@@ -246,6 +273,16 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.DescribeTaskQueue,
                     request_deserializer=durable__rpc_dot_v1_dot_admin__service__pb2.DescribeTaskQueueRequest.FromString,
                     response_serializer=durable__rpc_dot_v1_dot_admin__service__pb2.DescribeTaskQueueResponse.SerializeToString,
+            ),
+            'SetTaskQueueLimit': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetTaskQueueLimit,
+                    request_deserializer=durable__rpc_dot_v1_dot_admin__service__pb2.SetTaskQueueLimitRequest.FromString,
+                    response_serializer=durable__rpc_dot_v1_dot_admin__service__pb2.SetTaskQueueLimitResponse.SerializeToString,
+            ),
+            'ListTaskQueueLimits': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTaskQueueLimits,
+                    request_deserializer=durable__rpc_dot_v1_dot_admin__service__pb2.ListTaskQueueLimitsRequest.FromString,
+                    response_serializer=durable__rpc_dot_v1_dot_admin__service__pb2.ListTaskQueueLimitsResponse.SerializeToString,
             ),
             'ListDefinitions': grpc.unary_unary_rpc_method_handler(
                     servicer.ListDefinitions,
@@ -514,6 +551,60 @@ class AdminService(object):
             '/durable_rpc.v1.AdminService/DescribeTaskQueue',
             durable__rpc_dot_v1_dot_admin__service__pb2.DescribeTaskQueueRequest.SerializeToString,
             durable__rpc_dot_v1_dot_admin__service__pb2.DescribeTaskQueueResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetTaskQueueLimit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/durable_rpc.v1.AdminService/SetTaskQueueLimit',
+            durable__rpc_dot_v1_dot_admin__service__pb2.SetTaskQueueLimitRequest.SerializeToString,
+            durable__rpc_dot_v1_dot_admin__service__pb2.SetTaskQueueLimitResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTaskQueueLimits(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/durable_rpc.v1.AdminService/ListTaskQueueLimits',
+            durable__rpc_dot_v1_dot_admin__service__pb2.ListTaskQueueLimitsRequest.SerializeToString,
+            durable__rpc_dot_v1_dot_admin__service__pb2.ListTaskQueueLimitsResponse.FromString,
             options,
             channel_credentials,
             insecure,

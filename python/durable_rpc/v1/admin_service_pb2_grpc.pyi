@@ -57,6 +57,14 @@ class AdminServiceStub:
     """
     DescribeTaskQueue: _grpc.UnaryUnaryMultiCallable[_admin_service_pb2.DescribeTaskQueueRequest, _admin_service_pb2.DescribeTaskQueueResponse]
     """One task queue: its backlog by kind, its pollers and the definitions they serve."""
+    SetTaskQueueLimit: _grpc.UnaryUnaryMultiCallable[_admin_service_pb2.SetTaskQueueLimitRequest, _admin_service_pb2.SetTaskQueueLimitResponse]
+    """Flow control (docs/operations.md, "Flow control"). Namespace admin calls.
+    Sets (max_concurrent_activities 0: removes) a task queue's limit on activity attempts
+    leased at once, cluster-wide: every claim (a poll on any replica, an eager claim)
+    checks it in its own transaction; a claim over it leaves the task queued. Idempotent.
+    """
+    ListTaskQueueLimits: _grpc.UnaryUnaryMultiCallable[_admin_service_pb2.ListTaskQueueLimitsRequest, _admin_service_pb2.ListTaskQueueLimitsResponse]
+    """The namespace's task-queue limits, by task queue."""
     ListDefinitions: _grpc.UnaryUnaryMultiCallable[_admin_service_pb2.ListDefinitionsRequest, _admin_service_pb2.ListDefinitionsResponse]
     """Definitions (name, version, fingerprint) and what references them."""
     RemoveDefinition: _grpc.UnaryUnaryMultiCallable[_admin_service_pb2.RemoveDefinitionRequest, _admin_service_pb2.RemoveDefinitionResponse]
@@ -97,6 +105,14 @@ class AdminServiceAsyncStub(AdminServiceStub):
     """
     DescribeTaskQueue: _aio.UnaryUnaryMultiCallable[_admin_service_pb2.DescribeTaskQueueRequest, _admin_service_pb2.DescribeTaskQueueResponse]  # type: ignore[assignment]
     """One task queue: its backlog by kind, its pollers and the definitions they serve."""
+    SetTaskQueueLimit: _aio.UnaryUnaryMultiCallable[_admin_service_pb2.SetTaskQueueLimitRequest, _admin_service_pb2.SetTaskQueueLimitResponse]  # type: ignore[assignment]
+    """Flow control (docs/operations.md, "Flow control"). Namespace admin calls.
+    Sets (max_concurrent_activities 0: removes) a task queue's limit on activity attempts
+    leased at once, cluster-wide: every claim (a poll on any replica, an eager claim)
+    checks it in its own transaction; a claim over it leaves the task queued. Idempotent.
+    """
+    ListTaskQueueLimits: _aio.UnaryUnaryMultiCallable[_admin_service_pb2.ListTaskQueueLimitsRequest, _admin_service_pb2.ListTaskQueueLimitsResponse]  # type: ignore[assignment]
+    """The namespace's task-queue limits, by task queue."""
     ListDefinitions: _aio.UnaryUnaryMultiCallable[_admin_service_pb2.ListDefinitionsRequest, _admin_service_pb2.ListDefinitionsResponse]  # type: ignore[assignment]
     """Definitions (name, version, fingerprint) and what references them."""
     RemoveDefinition: _aio.UnaryUnaryMultiCallable[_admin_service_pb2.RemoveDefinitionRequest, _admin_service_pb2.RemoveDefinitionResponse]  # type: ignore[assignment]
@@ -188,6 +204,26 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_admin_service_pb2.DescribeTaskQueueResponse, _abc.Awaitable[_admin_service_pb2.DescribeTaskQueueResponse]]:
         """One task queue: its backlog by kind, its pollers and the definitions they serve."""
+
+    @_abc_1.abstractmethod
+    def SetTaskQueueLimit(
+        self,
+        request: _admin_service_pb2.SetTaskQueueLimitRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_service_pb2.SetTaskQueueLimitResponse, _abc.Awaitable[_admin_service_pb2.SetTaskQueueLimitResponse]]:
+        """Flow control (docs/operations.md, "Flow control"). Namespace admin calls.
+        Sets (max_concurrent_activities 0: removes) a task queue's limit on activity attempts
+        leased at once, cluster-wide: every claim (a poll on any replica, an eager claim)
+        checks it in its own transaction; a claim over it leaves the task queued. Idempotent.
+        """
+
+    @_abc_1.abstractmethod
+    def ListTaskQueueLimits(
+        self,
+        request: _admin_service_pb2.ListTaskQueueLimitsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_service_pb2.ListTaskQueueLimitsResponse, _abc.Awaitable[_admin_service_pb2.ListTaskQueueLimitsResponse]]:
+        """The namespace's task-queue limits, by task queue."""
 
     @_abc_1.abstractmethod
     def ListDefinitions(

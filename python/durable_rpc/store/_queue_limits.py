@@ -1,0 +1,107 @@
+"""Task-queue activity limits: at most N activity attempts leased at once on a queue,
+cluster-wide (every replica, every worker), enforced by the claim itself.
+
+A limit is a row of ``task_queue_limits`` (namespace, task_queue). A queue without a row
+is unlimited and its claims stay what they were: the claim reads the row with a scalar
+subquery folded into the candidate SELECT it runs anyway (``QUEUE_LIMIT_COLUMN``), no
+statement more. Only when a row exists does the claim take the row's lock (PostgreSQL:
+FOR UPDATE, so two replicas claiming at once serialize on it and the second counts the
+first's lease; SQLite has one writer) and count the queue's leased activity attempts in
+the same transaction. A claim over the limit leaves the task queued (deferred, never
+failed); a completion or failure on a limited queue wakes its pollers (``slot_freed``).
+"""
+
+from __future__ import annotations
+
+from durable_rpc.store._pg_hot_sql import _RECORD_DECISION_V12, _patched
+from durable_rpc.store._tx import Row, Tx
+
+#: The candidate SELECT's extra column (alias ``t`` = the candidate task): the queue's
+#: limit, NULL when it has none (one primary-key probe inside the same statement).
+QUEUE_LIMIT_COLUMN = (
+    "(SELECT l.max_concurrent_activities FROM task_queue_limits l "
+    "WHERE l.namespace = t.namespace AND l.task_queue = t.task_queue) AS queue_limit"
+)
+
+#: A fenced update's RETURNING extra (table ``tasks``): whether the task's queue is
+#: limited, so the outcome of an attempt knows to wake the queue's deferred pollers.
+QUEUE_LIMITED_RETURNING = (
+    "*, (SELECT 1 FROM task_queue_limits l WHERE l.namespace = tasks.namespace "
+    "AND l.task_queue = tasks.task_queue) AS queue_limited"
+)
+
+
+def task_queue_limits_table(bigint: str) -> tuple[str, ...]:
+    """The limits table (same shape on both backends)."""
+    return (
+        f"""CREATE TABLE task_queue_limits (
+            namespace TEXT NOT NULL,
+            task_queue TEXT NOT NULL,
+            max_concurrent_activities INTEGER NOT NULL CHECK (max_concurrent_activities > 0),
+            updated_at_ms {bigint} NOT NULL,
+            PRIMARY KEY (namespace, task_queue)
+        )""",
+    )
+
+
+def activities_in_use(tx: Tx, namespace: str, task_queue: str) -> int:
+    """The queue's leased activity attempts (an expired lease still counts: its attempt
+    may still be running until the expiry pass takes it back)."""
+    return int(
+        tx.value(
+            "SELECT count(*) FROM tasks WHERE namespace = ? AND kind = 'activity' "
+            "AND task_queue = ? AND due_ms IS NOT NULL AND state = 'leased'",
+            (namespace, task_queue),
+        )
+    )
+
+
+def free_slots(tx: Tx, namespace: str, task_queue: str) -> int | None:
+    """How many more attempts the queue may lease now (None: no limit). Locks the limit
+    row for the rest of the transaction, so concurrent claims on the queue count each
+    other's leases."""
+    limit = tx.value(
+        "SELECT max_concurrent_activities FROM task_queue_limits "
+        f"WHERE namespace = ? AND task_queue = ?{tx.row_lock_suffix}",
+        (namespace, task_queue),
+    )
+    if limit is None:
+        return None
+    return max(0, int(limit) - activities_in_use(tx, namespace, task_queue))
+
+
+def slot_freed(tx: Tx, task: Row) -> None:
+    """After an attempt's outcome on a limited queue: wake the queue's activity polls (a
+    deferred claim may now succeed). ``task`` is a row read with
+    ``QUEUE_LIMITED_RETURNING``."""
+    if task["queue_limited"]:
+        tx.notes.tasks.add((task["namespace"], task["task_queue"], "activity"))
+
+
+def _record_decision_v15() -> str:
+    """PostgreSQL's hot-path decision function with limited queues left to the general
+    path: an activity completion on a limited queue (it must wake the queue's deferred
+    polls) and a decision with eager activities on one (the eager claim must take only
+    free slots): both are the general path's (``_queue_limits`` in Python), by the
+    function's fallback (DRFB1). One indexed probe of the run's namespace in
+    ``task_queue_limits``, inside the function: none when no limit exists."""
+    check = """    RAISE EXCEPTION 'the run is pinned to another build' USING ERRCODE = 'DRFB1';
+  END IF;
+"""
+    return _patched(
+        _RECORD_DECISION_V12,
+        (
+            check,
+            check
+            + """  IF (p_kind = 'activity' OR true = ANY (p_eager)) AND EXISTS (
+      SELECT 1 FROM task_queue_limits l WHERE l.namespace = p_ns) THEN
+    RAISE EXCEPTION 'a task queue of the namespace is limited' USING ERRCODE = 'DRFB1';
+  END IF;
+""",
+        ),
+    )
+
+
+def pg_migration() -> tuple[str, ...]:
+    """The limits migration on PostgreSQL: the table and the patched hot path."""
+    return (*task_queue_limits_table("BIGINT"), _record_decision_v15())
