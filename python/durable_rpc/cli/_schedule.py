@@ -62,7 +62,13 @@ def _definition_options(fn: Callable[..., Any]) -> Any:
         click.option("--interval", default=None, help="Interval, e.g. 90s, 30m, 12h."),
         click.option("--jitter", default=None, help="Random delay of each firing, e.g. 30s."),
         click.option("--timezone", default="UTC", show_default=True, help="IANA time zone."),
-        click.option("--overlap", type=click.Choice(_OVERLAPS), default="skip", show_default=True),
+        click.option(
+            "--overlap",
+            type=click.Choice(_OVERLAPS),
+            default="skip",
+            show_default=True,
+            help="What a firing does while the schedule's last run is still open.",
+        ),
         click.option("--catchup-window", default=None, help="Missed due times older are skipped."),
     ]
     for option in reversed(options):
