@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -13,11 +12,10 @@ from opentelemetry.util.types import Attributes
 
 from durable_rpc.telemetry._common import SCOPE
 from durable_rpc.telemetry._metrics import SECONDS_BUCKETS
+from durable_rpc.telemetry._unary_interceptor import Handler, UnaryWrappingInterceptor
 
-Handler = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
 
-
-class MetricsServerInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+class MetricsServerInterceptor(UnaryWrappingInterceptor):
     """Records each unary-unary call's duration under its method (``package.Service/
     Method``, only methods the server has: an unknown one gets no handler and is not
     counted) and final status code name (``OK``, ``NOT_FOUND``, ...; ``CANCELLED`` when
@@ -29,6 +27,7 @@ class MetricsServerInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc
     """
 
     def __init__(self, meter_provider: metrics.MeterProvider | None = None) -> None:
+        super().__init__()
         meter = metrics.get_meter(SCOPE, meter_provider=meter_provider)
         self._duration = meter.create_histogram(
             "durable_rpc.rpc_duration",
@@ -36,29 +35,9 @@ class MetricsServerInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc
             description="Duration of one RPC handled by the server, by method and status",
             explicit_bucket_boundaries_advisory=SECONDS_BUCKETS,
         )
-        # Wrapped handlers by method: built once, not on every call (this is a hot path).
-        self._wrapped: dict[str, grpc.RpcMethodHandler] = {}
-
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        wrapped = self._wrapped.get(details.method)
-        if wrapped is not None:
-            return wrapped
-        handler = await continuation(details)
-        if handler is None or handler.unary_unary is None:
-            return handler
-        wrapped = grpc.unary_unary_rpc_method_handler(
-            self._wrap(handler.unary_unary, details.method.lstrip("/")),
-            request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
-        )
-        self._wrapped[details.method] = wrapped
-        return wrapped
 
     def _wrap(self, inner: Handler, method: str) -> Handler:
+        method = method.lstrip("/")
         record = self._duration.record
         # One label set per status code, built on first use (at most 17 a method).
         labels: dict[grpc.StatusCode, Attributes] = {}

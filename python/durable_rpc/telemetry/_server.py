@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -15,13 +14,11 @@ from durable_rpc.telemetry._common import (
     METADATA_GETTER,
     RPC_GRPC_STATUS_CODE,
     get_tracer,
-    method_name,
     propagation_fields,
     rpc_method_info,
     tracing_enabled,
 )
-
-Handler = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
+from durable_rpc.telemetry._unary_interceptor import Handler, UnaryWrappingInterceptor
 
 # Per the RPC semantic conventions a server span is an error only for these codes; the rest
 # (NOT_FOUND, FAILED_PRECONDITION, ...) are the caller's problem, and so errors on CLIENT spans.
@@ -37,7 +34,7 @@ _SERVER_ERROR_CODES = frozenset(
 )
 
 
-class TracingServerInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+class TracingServerInterceptor(UnaryWrappingInterceptor):
     """Wraps every unary-unary handler in a SERVER span named ``package.Service/Method``.
 
     The parent is the W3C trace context (``traceparent``/``tracestate``) found in the request
@@ -58,29 +55,9 @@ class TracingServerInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc
     """
 
     def __init__(self, tracer_provider: trace.TracerProvider | None = None) -> None:
+        super().__init__()
         self._tracer_provider = tracer_provider
         self._tracer = get_tracer(tracer_provider)
-        # Wrapped handlers by method: built once, not on every call (this is a hot path).
-        self._wrapped: dict[str, grpc.RpcMethodHandler] = {}
-
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        wrapped = self._wrapped.get(details.method)
-        if wrapped is not None:
-            return wrapped
-        handler = await continuation(details)
-        if handler is None or handler.unary_unary is None:
-            return handler
-        wrapped = grpc.unary_unary_rpc_method_handler(
-            self._wrap(handler.unary_unary, method_name(details.method)),
-            request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
-        )
-        self._wrapped[details.method] = wrapped
-        return wrapped
 
     def _wrap(self, inner: Handler, method: str) -> Handler:
         tracer = self._tracer
