@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from durable_rpc import activity, workflow
 from durable_rpc._core import NondeterminismError
+from durable_rpc._registration import DuplicateRegistrationError
 from durable_rpc.activity import ApplicationError
 from durable_rpc.client import (
     Client,
@@ -69,6 +70,7 @@ __all__ = [
     "Client",
     "ConversionError",
     "DefinitionChangedError",
+    "DuplicateRegistrationError",
     "DurableRpcError",
     "InternalError",
     "InvalidArgumentError",

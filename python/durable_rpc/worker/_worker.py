@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from opentelemetry.metrics import MeterProvider
 
+from durable_rpc._registration import DuplicateRegistrationError, source_of
 from durable_rpc.activity._definition import ActivityDefinition, must_define
 from durable_rpc.activity._failure import failure_from_exception
 from durable_rpc.errors import (
@@ -144,8 +145,12 @@ class Worker:
         # How long a report the server cannot take keeps trying once shutdown began
         # (see _report_retry.py); before that it tries until the server answers.
         self.shutdown_report_grace = shutdown_report_grace
-        self._workflows = _index_workflows(workflows)
-        self._activities = _index_activities(activities)
+        # Kept as given so validate_registration() judges the configuration, not an index
+        # that already dropped a duplicate.
+        self._workflow_classes = tuple(workflows)
+        self._activity_functions = tuple(activities)
+        self._workflows = _index_workflows(self._workflow_classes)
+        self._activities = _index_activities(self._activity_functions)
         if not self._workflows and not self._activities:
             raise ValueError("a worker needs at least one workflow or activity")
         self._activity_slots = asyncio.Semaphore(max_concurrent_activities)
@@ -231,6 +236,16 @@ class Worker:
         return self._live
 
     # --- lifecycle ------------------------------------------------------------------
+
+    def validate_registration(self) -> None:
+        """Check the registration rules locally, with no server: raises
+        :class:`~durable_rpc.DuplicateRegistrationError` (kind, name, workflow scope, both
+        source locations) for a workflow ``(name, version)`` or an activity name given
+        twice. Construction runs the same check, so a Worker with a duplicate never reaches
+        the server; query, update and signal names are checked per workflow type when
+        ``@workflow.defn`` builds the class."""
+        _index_workflows(self._workflow_classes)
+        _index_activities(self._activity_functions)
 
     async def register(self) -> None:
         """Register definitions (refused with DefinitionChangedError when a fingerprint
@@ -945,8 +960,12 @@ def _index_workflows(classes: Iterable[type]) -> dict[tuple[str, str], WorkflowD
     for cls in classes:
         definition = definition_of(cls)
         key = (definition.name, definition.version)
-        if key in out:
-            raise ValueError(f"workflow {key[0]!r} version {key[1]!r} registered twice")
+        first = out.get(key)
+        if first is not None:  # the same class given twice is refused too (the seed's rule)
+            name = f"{key[0]} (version {key[1]})"
+            raise DuplicateRegistrationError(
+                "workflow", name, None, source_of(first.cls), source_of(cls)
+            )
         out[key] = definition
     return out
 
@@ -955,8 +974,11 @@ def _index_activities(functions: Iterable[Callable[..., Any]]) -> dict[str, Acti
     out: dict[str, ActivityDefinition] = {}
     for fn in functions:
         definition = must_define(fn)
-        if definition.name in out:
-            raise ValueError(f"activity {definition.name!r} registered twice")
+        first = out.get(definition.name)
+        if first is not None:
+            raise DuplicateRegistrationError(
+                "activity", definition.name, None, source_of(first.fn), source_of(fn)
+            )
         out[definition.name] = definition
     return out
 

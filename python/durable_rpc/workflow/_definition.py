@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar, overload
 
+from durable_rpc._registration import DuplicateRegistrationError, RegistrationKind, source_of
 from durable_rpc.converter import arg_and_result_hints
 from durable_rpc.workflow._fingerprint import fingerprint
 
@@ -90,7 +91,7 @@ def _build(cls: _C, name: str | None, version: str) -> _C:
         signal_name = getattr(method, _SIGNAL_ATTR, None)
         if method is not None and isinstance(signal_name, str):
             if signal_name in signals:
-                raise TypeError(f"{cls.__qualname__}: two handlers for signal {signal_name!r}")
+                raise _duplicate("signal", signal_name, name or cls.__name__, signals, method)
             hints, _ = arg_and_result_hints(method)
             signals[signal_name] = SignalDefinition(signal_name, method, hints)
     queries: dict[str, QueryDefinition] = {}
@@ -99,7 +100,7 @@ def _build(cls: _C, name: str | None, version: str) -> _C:
         query_name = getattr(method, _QUERY_ATTR, None)
         if method is not None and isinstance(query_name, str):
             if query_name in queries:
-                raise TypeError(f"{cls.__qualname__}: two handlers for query {query_name!r}")
+                raise _duplicate("query", query_name, name or cls.__name__, queries, method)
             if inspect.iscoroutinefunction(method):
                 raise TypeError(
                     f"{cls.__qualname__}.{attr}: @workflow.query must be a plain (sync) method"
@@ -111,8 +112,10 @@ def _build(cls: _C, name: str | None, version: str) -> _C:
         method = getattr(cls, attr, None)
         update_name = getattr(method, _UPDATE_ATTR, None)
         if method is not None and isinstance(update_name, str):
-            if update_name in updates or update_name in signals:
-                raise TypeError(f"{cls.__qualname__}: two handlers for update {update_name!r}")
+            if update_name in updates:
+                raise _duplicate("update", update_name, name or cls.__name__, updates, method)
+            if update_name in signals:
+                raise TypeError(f"{cls.__qualname__}: {update_name!r} is a signal and an update")
             hints, result = arg_and_result_hints(method)
             updates[update_name] = UpdateDefinition(
                 update_name, method, getattr(method, _VALIDATOR_ATTR, None), hints, result
@@ -132,6 +135,19 @@ def _build(cls: _C, name: str | None, version: str) -> _C:
     )
     setattr(cls, _DEFN_ATTR, definition)
     return cls
+
+
+def _duplicate(
+    kind: RegistrationKind,
+    name: str,
+    workflow: str,
+    handlers: Mapping[str, SignalDefinition | QueryDefinition | UpdateDefinition],
+    again: Callable[..., Any],
+) -> DuplicateRegistrationError:
+    # Handler names are scoped to their workflow type: two types may reuse one.
+    return DuplicateRegistrationError(
+        kind, name, workflow, source_of(handlers[name].method), source_of(again)
+    )
 
 
 @overload
