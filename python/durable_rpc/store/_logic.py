@@ -39,6 +39,7 @@ INPUT_EVENT_KINDS: tuple[str, ...] = (
 SIDE_EFFECT_MARKER = "side_effect"
 LOCAL_ACTIVITY_MARKER = "local_activity"
 PATCH_MARKER = "patch"
+VERSION_MARKER = "version"
 
 #: Commands that close the run; must be the last command of a task.
 TERMINAL_COMMANDS: frozenset[str] = frozenset(
@@ -254,6 +255,19 @@ def validate_commands(commands: Sequence[workflow_task_pb2.Command]) -> CommandP
             if not command.record_marker.id:
                 raise InvalidArgumentError(f"command #{index}: patch marker id is empty")
             continue
+        if kind == "record_marker" and command.record_marker.kind == VERSION_MARKER:
+            # Version markers take no seq either; the payload is the recorded version,
+            # which replay hands back to get_version().
+            if command.seq != 0:
+                raise InvalidArgumentError(f"command #{index}: a version marker takes no seq")
+            if not command.record_marker.id:
+                raise InvalidArgumentError(f"command #{index}: version marker id is empty")
+            if not command.record_marker.HasField("payload"):
+                raise InvalidArgumentError(
+                    f"command #{index}: version marker {command.record_marker.id!r} "
+                    "carries no version payload"
+                )
+            continue
         seq = command.seq
         if seq <= 0:
             raise InvalidArgumentError(f"command #{index} ({kind}): seq must be > 0")
@@ -275,7 +289,8 @@ def validate_commands(commands: Sequence[workflow_task_pb2.Command]) -> CommandP
         ):
             raise InvalidArgumentError(
                 f"command seq {seq}: unknown marker kind {command.record_marker.kind!r} "
-                f"(expected {SIDE_EFFECT_MARKER!r} or {PATCH_MARKER!r})"
+                f"(expected {SIDE_EFFECT_MARKER!r}, {LOCAL_ACTIVITY_MARKER!r}, {PATCH_MARKER!r} "
+                f"or {VERSION_MARKER!r})"
             )
     return CommandPlan(tuple(new_seqs), tuple(cancelled_existing))
 

@@ -26,17 +26,20 @@ Event / Lock work; real timers and I/O raise. Use ``workflow.sleep``, ``workflow
 ``workflow.random`` and ``workflow.uuid4`` instead of their non-deterministic cousins,
 ``workflow.side_effect`` for a small non-deterministic value recorded once, activities
 for anything that touches the outside world, and ``workflow.patched`` /
-``workflow.deprecate_patch`` to change code that open runs are still replaying.
+``workflow.deprecate_patch`` (or the numbered ``workflow.get_version``) to change code
+that open runs are still replaying.
 """
 
 from __future__ import annotations
 
 from durable_rpc.activity._errors import ApplicationError
 from durable_rpc.workflow._api import (
+    DEFAULT_VERSION,
     continue_as_new,
     deprecate_patch,
     execute_activity,
     execute_local_activity,
+    get_version,
     in_workflow,
     info,
     now,
@@ -117,8 +120,10 @@ __all__ = [
     "definition_of",
     "defn",
     "deprecate_patch",
+    "DEFAULT_VERSION",
     "execute_activity",
     "execute_local_activity",
+    "get_version",
     "in_workflow",
     "info",
     "logger",

@@ -15,6 +15,7 @@ from durable_rpc.activity._definition import must_define
 from durable_rpc.v1 import options_pb2
 from durable_rpc.workflow._errors import ContinueAsNewError
 from durable_rpc.workflow._loop import WorkflowLoop
+from durable_rpc.workflow._markers import DEFAULT_VERSION as DEFAULT_VERSION
 from durable_rpc.workflow._retry import RetryPolicy, duration
 from durable_rpc.workflow._runtime import LocalActivityRequest, WorkflowInfo, WorkflowInstance
 
@@ -127,6 +128,33 @@ def deprecate_patch(change_id: str) -> None:
     without the marker both replay. Once no history with ``patched()``-era runs matters,
     delete the call (recorded markers the code no longer produces are skipped)."""
     current().patch(change_id)
+
+
+def get_version(change_id: str, min_supported: int, max_supported: int) -> int:
+    """Version a change to workflow code by number: the version of ``change_id`` this
+    run follows, between ``min_supported`` and ``max_supported``.
+
+    A run executing this call live records a version marker holding ``max_supported``
+    and gets it; replaying a history recorded before the call (no marker for
+    ``change_id``) gets :data:`DEFAULT_VERSION` (-1); a recorded run gets its recorded
+    version. The first answer holds for the rest of the run, and the marker takes no
+    seq (adding the call does not shift later commands)::
+
+        version = workflow.get_version("ship", workflow.DEFAULT_VERSION, 2)
+        if version == workflow.DEFAULT_VERSION:
+            ...  # the code before the change
+        elif version == 1:
+            ...
+        else:
+            ...
+
+    Raise ``max_supported`` for the next change; raise ``min_supported`` once no open run
+    is below it. A recorded version outside the range fails the workflow *task* with a
+    :class:`NondeterminismError` naming the change id, the version and the range. Once
+    every open run is at one version, the call can be deleted (recorded version markers
+    the code no longer produces are skipped, like deprecated patches).
+    """
+    return current().get_version(change_id, min_supported, max_supported)
 
 
 async def sleep(delay: float | timedelta) -> None:

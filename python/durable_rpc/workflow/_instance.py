@@ -89,6 +89,10 @@ class InstanceState:
         self._recorded_patches: set[str] = set()
         # patched() decisions of this run, by change id: one marker and one answer each.
         self._patches: dict[str, bool] = {}
+        # Version markers of the replayed task (change id -> payload), and the
+        # get_version() decisions of this run: one marker and one answer per change id.
+        self._recorded_versions: dict[str, bytes] = {}
+        self._versions: dict[str, int] = {}
         # Set while a query handler runs: producing a command then fails the query.
         self._querying: str | None = None
         # Updates accepted by this run (recorded or live), by id: delivered once each.

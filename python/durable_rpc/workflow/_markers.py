@@ -1,5 +1,5 @@
 """Markers: the kinds the runtime records, the RecordMarker command, and the two kinds
-workflow code records itself, side effects and patches (see docs/engine.md)."""
+workflow code records itself, side effects, patches and versions (see docs/engine.md)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from durable_rpc import converter
+from durable_rpc._core import NondeterminismError
 from durable_rpc.v1 import workflow_task_pb2
 from durable_rpc.workflow import _sandbox
 from durable_rpc.workflow._errors import WorkflowTaskError
@@ -16,9 +17,12 @@ from durable_rpc.workflow._instance import InstanceState
 #: Marker kinds (MarkerRecorded.kind / RecordMarker.kind).
 SIDE_EFFECT_MARKER = "side_effect"
 PATCH_MARKER = "patch"
+VERSION_MARKER = "version"
 LOCAL_ACTIVITY_MARKER = "local_activity"
 # Marker id of a local activity that failed for good (its payload is the failure).
 LOCAL_ACTIVITY_FAILED = "failed"
+#: What get_version() returns for a history recorded before the call existed.
+DEFAULT_VERSION = -1
 
 
 class _ReplayDivergedError(BaseException):
@@ -90,6 +94,54 @@ class MarkersMixin(InstanceState):
         if use_patch:
             self._emit(marker_command(0, PATCH_MARKER, change_id, None))
         return use_patch
+
+    def get_version(self, change_id: str, min_supported: int, max_supported: int) -> int:
+        """The version of ``change_id`` this run follows, in [min_supported, max_supported].
+
+        Live code records one version marker per change id holding ``max_supported`` (no
+        seq, like a patch marker, so adding the call never shifts later seqs). During
+        replay the answer is the version the replayed task recorded, or DEFAULT_VERSION
+        when it recorded none (the history predates the call). The first answer holds
+        for the rest of the run; a version outside the range the code supports is a
+        nondeterminism error that fails the workflow task (never the workflow)."""
+        if not change_id:
+            raise ValueError("change_id must not be empty")
+        for name, value in (("min_supported", min_supported), ("max_supported", max_supported)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < DEFAULT_VERSION:
+                raise ValueError(f"{name} must be an int >= DEFAULT_VERSION (-1), got {value!r}")
+        if min_supported > max_supported:
+            raise ValueError(
+                f"min_supported {min_supported} is above max_supported {max_supported}"
+            )
+        version = self._versions.get(change_id)
+        if version is None:
+            if not self.is_replaying:
+                version = max_supported
+                self._emit(marker_command(0, VERSION_MARKER, change_id, converter.encode(version)))
+            elif (data := self._recorded_versions.get(change_id)) is not None:
+                version = converter.decode(data, int)
+                # Matched against the recorded marker (kind, id) by the replay machine.
+                self._emit(marker_command(0, VERSION_MARKER, change_id, data))
+            else:
+                version = DEFAULT_VERSION
+            self._versions[change_id] = version
+        if not min_supported <= version <= max_supported:
+            # A run recorded (or predating) a version this code no longer supports: its
+            # branch was deleted, so going on would diverge somewhere less legible.
+            error = NondeterminismError(
+                0,
+                f"Version(id={_quoted(change_id)}, version={version})",
+                f"GetVersion(id={_quoted(change_id)}, "
+                f"supported=[{min_supported}, {max_supported}])",
+            )
+            self.loop.violation = self.loop.violation or error
+            raise error
+        return version
+
+
+def _quoted(text: str) -> str:
+    """``text`` in double quotes, as the replay machine's descriptions quote ids."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def marker_command(

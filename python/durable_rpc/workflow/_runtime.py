@@ -40,6 +40,7 @@ from durable_rpc.workflow._markers import (
     LOCAL_ACTIVITY_MARKER,
     PATCH_MARKER,
     SIDE_EFFECT_MARKER,
+    VERSION_MARKER,
     MarkersMixin,
 )
 from durable_rpc.workflow._queries import QueriesMixin, QueryError
@@ -59,6 +60,7 @@ __all__ = [
     "LOCAL_ACTIVITY_MARKER",
     "PATCH_MARKER",
     "SIDE_EFFECT_MARKER",
+    "VERSION_MARKER",
     "LocalActivityOutcome",
     "LocalActivityRequest",
     "QueryError",
@@ -95,12 +97,15 @@ class WorkflowInstance(
         self.history_seen = (activation.history_length, activation.history_size_bytes)
         self._recorded_side_effects = {}
         self._recorded_patches = set()
+        self._recorded_versions = {}
         self._recorded_locals = {}
         for marker in activation.markers:
             if marker.kind == SIDE_EFFECT_MARKER:
                 self._recorded_side_effects[marker.seq] = payload_data(marker.payload)
             elif marker.kind == PATCH_MARKER:
                 self._recorded_patches.add(marker.id)
+            elif marker.kind == VERSION_MARKER:
+                self._recorded_versions[marker.id] = payload_data(marker.payload)
             elif marker.kind == LOCAL_ACTIVITY_MARKER:
                 self._recorded_locals[marker.seq] = (marker.id, payload_data(marker.payload))
         if activation.HasField("timestamp"):

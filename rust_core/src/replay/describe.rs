@@ -14,6 +14,9 @@ use crate::proto::{complete_update, update_completed, Command, SearchAttributes}
 pub(crate) const SIDE_EFFECT: &str = "side_effect";
 /// Marker kind of `workflow.patched()` / `workflow.deprecate_patch()` change ids.
 pub(crate) const PATCH: &str = "patch";
+/// Marker kind of `workflow.get_version()` decisions (`seq` 0, change `id`, the version
+/// in the payload).
+pub(crate) const VERSION: &str = "version";
 
 /// A command event's identity: what a produced command must match.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,10 +84,11 @@ pub(crate) enum Recorded {
 }
 
 impl Recorded {
-    /// Whether this is a patch marker: one the code may no longer reach (a deprecated
-    /// patch whose call was deleted), so replay skips it when unmatched.
+    /// Whether this is a patch or version marker: one the code may no longer reach (a
+    /// deprecated patch, or a `get_version()` every open run had settled, whose call was
+    /// deleted), so replay skips it when unmatched.
     pub(crate) fn is_patch(&self) -> bool {
-        matches!(self, Recorded::Marker { kind, .. } if kind == PATCH)
+        matches!(self, Recorded::Marker { kind, .. } if kind == PATCH || kind == VERSION)
     }
 
     /// The command-event identity of `attrs`, or `None` when it is not a command event.
@@ -233,6 +237,7 @@ impl fmt::Display for Recorded {
             Recorded::WorkflowCancelled => f.write_str("CancelWorkflow"),
             Recorded::Marker { seq, kind, id } => match kind.as_str() {
                 PATCH if *seq == 0 => write!(f, "Patch(id={id:?})"),
+                VERSION if *seq == 0 => write!(f, "Version(id={id:?})"),
                 SIDE_EFFECT if id.is_empty() => write!(f, "SideEffect(seq={seq})"),
                 _ => write!(f, "RecordMarker(seq={seq}, kind={kind:?}, id={id:?})"),
             },

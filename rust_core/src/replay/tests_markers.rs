@@ -387,3 +387,78 @@ fn a_marker_event_must_follow_a_task_marker() {
     .expect_err("malformed");
     assert!(err.message.contains("marker_recorded"), "{}", err.message);
 }
+
+fn version_marker(b: &mut Builder, id: &str, version: &[u8]) {
+    b.push(Attributes::MarkerRecorded(MarkerRecorded {
+        seq: 0,
+        kind: "version".into(),
+        id: id.into(),
+        payload: Some(payload(version)),
+    }));
+}
+
+fn version_cmd(id: &str, version: &[u8]) -> Command {
+    Command {
+        seq: 0,
+        kind: Some(Kind::RecordMarker(RecordMarker {
+            kind: "version".into(),
+            id: id.into(),
+            payload: Some(payload(version)),
+        })),
+    }
+}
+
+#[test]
+fn a_version_marker_replays_with_its_payload_and_matches_by_id() {
+    let mut b = Builder::started();
+    b.task_done();
+    version_marker(&mut b, "ship", b"v1");
+    b.scheduled(1, "ship_v2");
+    let mut m = b.machine();
+    let a = next(&mut m);
+    assert_eq!(a.markers.len(), 1);
+    assert_eq!(
+        (
+            a.markers[0].seq,
+            a.markers[0].kind.as_str(),
+            a.markers[0].id.as_str()
+        ),
+        (0, "version", "ship")
+    );
+    assert_eq!(a.markers[0].payload, Some(payload(b"v1")));
+    complete_with(
+        &mut m,
+        vec![version_cmd("ship", b"v1"), schedule(1, "ship_v2")],
+    )
+    .expect("matches");
+}
+
+#[test]
+fn a_recorded_version_the_code_no_longer_asks_for_is_skipped() {
+    // Every open run settled on one version and the get_version() call was deleted.
+    let mut b = Builder::started();
+    b.task_done();
+    version_marker(&mut b, "ship", b"v2");
+    b.scheduled(1, "ship_v3");
+    let mut m = b.machine();
+    next(&mut m);
+    complete_with(&mut m, vec![schedule(1, "ship_v3")]).expect("the version marker is skipped");
+}
+
+#[test]
+fn a_produced_version_the_task_did_not_record_is_nondeterminism() {
+    let mut b = Builder::started();
+    b.task_done().scheduled(1, "ship_v1");
+    let mut m = b.machine();
+    next(&mut m);
+    let err = nondeterminism(
+        complete_with(
+            &mut m,
+            vec![version_cmd("ship", b"v1"), schedule(1, "ship_v1")],
+        )
+        .expect_err("diverges"),
+    );
+    assert_eq!(err.seq, 1);
+    assert_eq!(err.expected, "ScheduleActivity(seq=1, type=\"ship_v1\")");
+    assert_eq!(err.actual, "Version(id=\"ship\")");
+}
