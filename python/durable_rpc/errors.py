@@ -162,6 +162,13 @@ class WorkflowNotFailedError(DurableRpcError):
     reason = "WORKFLOW_NOT_FAILED"
 
 
+class ProtocolVersionUnsupportedError(DurableRpcError):
+    """A worker and a server whose worker-protocol versions do not overlap (the message
+    names both); upgrade the older side."""
+
+    reason = "PROTOCOL_VERSION_UNSUPPORTED"
+
+
 STATUS_BY_REASON: dict[str, grpc.StatusCode] = {
     LeaseLostError.reason: grpc.StatusCode.FAILED_PRECONDITION,
     WorkflowAlreadyStartedError.reason: grpc.StatusCode.ALREADY_EXISTS,
@@ -186,6 +193,7 @@ STATUS_BY_REASON: dict[str, grpc.StatusCode] = {
     DefinitionInUseError.reason: grpc.StatusCode.FAILED_PRECONDITION,
     DefinitionRemovedError.reason: grpc.StatusCode.FAILED_PRECONDITION,
     WorkflowNotFailedError.reason: grpc.StatusCode.FAILED_PRECONDITION,
+    ProtocolVersionUnsupportedError.reason: grpc.StatusCode.FAILED_PRECONDITION,
 }
 
 ERROR_BY_REASON: dict[str, type[DurableRpcError]] = {
@@ -214,5 +222,6 @@ ERROR_BY_REASON: dict[str, type[DurableRpcError]] = {
         DefinitionInUseError,
         DefinitionRemovedError,
         WorkflowNotFailedError,
+        ProtocolVersionUnsupportedError,
     )
 }

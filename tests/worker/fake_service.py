@@ -8,6 +8,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+from durable_rpc import _protocol
 from durable_rpc._rpc_status import status_message
 from durable_rpc.errors import DurableRpcError
 from durable_rpc.v1 import service_pb2
@@ -37,6 +38,14 @@ class FakeWorkerService:
         response = service_pb2.RegisterWorkerResponse()
         response.heartbeat_interval.FromTimedelta(timedelta(milliseconds=50))
         return response
+
+    async def GetServerInfo(self, request: Any) -> service_pb2.GetServerInfoResponse:
+        self._enter("GetServerInfo", request)
+        return service_pb2.GetServerInfoResponse(
+            protocol_version=_protocol.PROTOCOL_VERSION,
+            min_protocol_version=_protocol.MIN_PROTOCOL_VERSION,
+            capabilities=_protocol.SERVER_CAPABILITIES,
+        )
 
     async def WorkerHeartbeat(self, request: Any) -> service_pb2.WorkerHeartbeatResponse:
         self._enter("WorkerHeartbeat", request)

@@ -23,7 +23,8 @@ class DeadServerClient:
     """A WorkerClient whose channel leads nowhere (no server is running at all)."""
 
     def __init__(self, address: str) -> None:
-        self._channel = grpc.aio.insecure_channel(address)
+        # A sync channel: nothing here may call it, and it needs no event loop.
+        self._channel = grpc.insecure_channel(address)
         self._stub = service_pb2_grpc.WorkerServiceStub(self._channel)
 
     @property
@@ -40,7 +41,9 @@ def dead_client() -> Iterator[DeadServerClient]:
     with socket.socket() as sock:  # a port that was free a moment ago and is closed now
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    yield DeadServerClient(f"127.0.0.1:{port}")
+    client = DeadServerClient(f"127.0.0.1:{port}")
+    yield client
+    client._channel.close()
 
 
 def _line_of(fn: object) -> str:

@@ -10,11 +10,13 @@ from typing import TypeVar
 import grpc
 from google.protobuf import duration_pb2
 
+from durable_rpc import _protocol
 from durable_rpc._rpc_status import status_message
 from durable_rpc.errors import (
     DurableRpcError,
     InvalidArgumentError,
     InvalidPayloadError,
+    ProtocolVersionUnsupportedError,
 )
 from durable_rpc.payload import PayloadError
 from durable_rpc.server import _convert, _validate
@@ -227,6 +229,14 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
     async def RegisterWorker(
         self, request: service_pb2.RegisterWorkerRequest, context: grpc.aio.ServicerContext
     ) -> service_pb2.RegisterWorkerResponse:
+        # Before any write: a worker this server cannot serve registers nothing.
+        if not _protocol.served(request.protocol_version):
+            raise ProtocolVersionUnsupportedError(
+                f"the worker speaks protocol {request.protocol_version or 1}; this server "
+                f"serves {_protocol.MIN_PROTOCOL_VERSION}..{_protocol.PROTOCOL_VERSION} "
+                "(upgrade the older side)"
+            )
+        capabilities = [_validate.name("capabilities", c) for c in request.capabilities]
         definitions = [
             (
                 _validate.name("workflows.name", d.name),
@@ -245,7 +255,19 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
             request.allow_definition_change,
         )
         return service_pb2.RegisterWorkerResponse(
-            heartbeat_interval=duration_pb2.Duration(seconds=WORKER_HEARTBEAT_INTERVAL_S)
+            heartbeat_interval=duration_pb2.Duration(seconds=WORKER_HEARTBEAT_INTERVAL_S),
+            capabilities=[c for c in capabilities if c in _protocol.SERVER_CAPABILITIES],
+            protocol_version=_protocol.PROTOCOL_VERSION,
+        )
+
+    async def GetServerInfo(
+        self, request: service_pb2.GetServerInfoRequest, context: grpc.aio.ServicerContext
+    ) -> service_pb2.GetServerInfoResponse:
+        return service_pb2.GetServerInfoResponse(
+            protocol_version=_protocol.PROTOCOL_VERSION,
+            min_protocol_version=_protocol.MIN_PROTOCOL_VERSION,
+            capabilities=_protocol.SERVER_CAPABILITIES,
+            server_version=_protocol.server_version(),
         )
 
     async def WorkerHeartbeat(

@@ -1049,6 +1049,8 @@ class RegisterWorkerRequest(_message.Message):
     ACTIVITIES_FIELD_NUMBER: _builtins.int
     BUILD_ID_FIELD_NUMBER: _builtins.int
     ALLOW_DEFINITION_CHANGE_FIELD_NUMBER: _builtins.int
+    PROTOCOL_VERSION_FIELD_NUMBER: _builtins.int
+    CAPABILITIES_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     worker_id: _builtins.str
     """Unique and stable per worker process."""
@@ -1058,10 +1060,22 @@ class RegisterWorkerRequest(_message.Message):
     """Operator override: accept a changed fingerprint under an existing (name, version);
     replay still fails any run the new code would reinterpret.
     """
+    protocol_version: _builtins.int
+    """The worker protocol the worker speaks. One outside the server's range
+    (GetServerInfo) is refused with FAILED_PRECONDITION, reason
+    PROTOCOL_VERSION_UNSUPPORTED, naming both; 0 (unset: a worker from before the
+    field) stands for 1.
+    """
     @_builtins.property
     def workflows(self) -> _containers.RepeatedCompositeFieldContainer[Global___WorkflowDefinition]: ...
     @_builtins.property
     def activities(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def capabilities(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """What the worker can do (names as in GetServerInfoResponse.capabilities); the
+        response says which of them this server also supports.
+        """
+
     def __init__(
         self,
         *,
@@ -1072,10 +1086,12 @@ class RegisterWorkerRequest(_message.Message):
         activities: _abc.Iterable[_builtins.str] | None = ...,
         build_id: _builtins.str = ...,
         allow_definition_change: _builtins.bool = ...,
+        protocol_version: _builtins.int = ...,
+        capabilities: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["activities", b"activities", "allow_definition_change", b"allow_definition_change", "build_id", b"build_id", "namespace", b"namespace", "task_queue", b"task_queue", "worker_id", b"worker_id", "workflows", b"workflows"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["activities", b"activities", "allow_definition_change", b"allow_definition_change", "build_id", b"build_id", "capabilities", b"capabilities", "namespace", b"namespace", "protocol_version", b"protocol_version", "task_queue", b"task_queue", "worker_id", b"worker_id", "workflows", b"workflows"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1086,22 +1102,82 @@ class RegisterWorkerResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     HEARTBEAT_INTERVAL_FIELD_NUMBER: _builtins.int
+    CAPABILITIES_FIELD_NUMBER: _builtins.int
+    PROTOCOL_VERSION_FIELD_NUMBER: _builtins.int
+    protocol_version: _builtins.int
+    """The server's own (newest) worker protocol version."""
     @_builtins.property
     def heartbeat_interval(self) -> _duration_pb2.Duration:
         """How often the worker should call WorkerHeartbeat to count as live."""
+
+    @_builtins.property
+    def capabilities(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The worker's capabilities the server supports too (the negotiated set, in the
+        worker's order): a feature outside it must not be used with this server.
+        """
 
     def __init__(
         self,
         *,
         heartbeat_interval: _duration_pb2.Duration | None = ...,
+        capabilities: _abc.Iterable[_builtins.str] | None = ...,
+        protocol_version: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["heartbeat_interval", b"heartbeat_interval"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["heartbeat_interval", b"heartbeat_interval"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["capabilities", b"capabilities", "heartbeat_interval", b"heartbeat_interval", "protocol_version", b"protocol_version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RegisterWorkerResponse: _TypeAlias = RegisterWorkerResponse  # noqa: Y015
+
+@_typing.final
+class GetServerInfoRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetServerInfoRequest: _TypeAlias = GetServerInfoRequest  # noqa: Y015
+
+@_typing.final
+class GetServerInfoResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PROTOCOL_VERSION_FIELD_NUMBER: _builtins.int
+    MIN_PROTOCOL_VERSION_FIELD_NUMBER: _builtins.int
+    CAPABILITIES_FIELD_NUMBER: _builtins.int
+    SERVER_VERSION_FIELD_NUMBER: _builtins.int
+    protocol_version: _builtins.int
+    """The newest worker protocol the server speaks, and the oldest it still serves."""
+    min_protocol_version: _builtins.int
+    server_version: _builtins.str
+    """The server's release (the durable-rpc package version)."""
+    @_builtins.property
+    def capabilities(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Stable names of what the server supports (docs/engine.md lists them)."""
+
+    def __init__(
+        self,
+        *,
+        protocol_version: _builtins.int = ...,
+        min_protocol_version: _builtins.int = ...,
+        capabilities: _abc.Iterable[_builtins.str] | None = ...,
+        server_version: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["capabilities", b"capabilities", "min_protocol_version", b"min_protocol_version", "protocol_version", b"protocol_version", "server_version", b"server_version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetServerInfoResponse: _TypeAlias = GetServerInfoResponse  # noqa: Y015
 
 @_typing.final
 class WorkerHeartbeatRequest(_message.Message):

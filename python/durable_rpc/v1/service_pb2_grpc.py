@@ -786,6 +786,11 @@ class WorkerServiceStub(object):
                 request_serializer=durable__rpc_dot_v1_dot_service__pb2.RespondQueryTaskRequest.SerializeToString,
                 response_deserializer=durable__rpc_dot_v1_dot_service__pb2.RespondQueryTaskResponse.FromString,
                 _registered_method=True)
+        self.GetServerInfo = channel.unary_unary(
+                '/durable_rpc.v1.WorkerService/GetServerInfo',
+                request_serializer=durable__rpc_dot_v1_dot_service__pb2.GetServerInfoRequest.SerializeToString,
+                response_deserializer=durable__rpc_dot_v1_dot_service__pb2.GetServerInfoResponse.FromString,
+                _registered_method=True)
 
 
 class WorkerServiceServicer(object):
@@ -886,6 +891,15 @@ class WorkerServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetServerInfo(self, request, context):
+        """The server's worker-protocol range, capabilities and version (docs/engine.md,
+        "Protocol and capabilities"). Any valid key may ask; it changes nothing. A worker
+        asks it before RegisterWorker, to fail clearly against a server too old for it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WorkerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -958,6 +972,11 @@ def add_WorkerServiceServicer_to_server(servicer, server):
                     servicer.RespondQueryTask,
                     request_deserializer=durable__rpc_dot_v1_dot_service__pb2.RespondQueryTaskRequest.FromString,
                     response_serializer=durable__rpc_dot_v1_dot_service__pb2.RespondQueryTaskResponse.SerializeToString,
+            ),
+            'GetServerInfo': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetServerInfo,
+                    request_deserializer=durable__rpc_dot_v1_dot_service__pb2.GetServerInfoRequest.FromString,
+                    response_serializer=durable__rpc_dot_v1_dot_service__pb2.GetServerInfoResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1339,6 +1358,33 @@ class WorkerService(object):
             '/durable_rpc.v1.WorkerService/RespondQueryTask',
             durable__rpc_dot_v1_dot_service__pb2.RespondQueryTaskRequest.SerializeToString,
             durable__rpc_dot_v1_dot_service__pb2.RespondQueryTaskResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetServerInfo(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/durable_rpc.v1.WorkerService/GetServerInfo',
+            durable__rpc_dot_v1_dot_service__pb2.GetServerInfoRequest.SerializeToString,
+            durable__rpc_dot_v1_dot_service__pb2.GetServerInfoResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -325,6 +325,11 @@ class WorkerServiceStub:
     Query tasks are not persisted and carry no lease: answer with RespondQueryTask.
     """
     RespondQueryTask: _grpc.UnaryUnaryMultiCallable[_service_pb2.RespondQueryTaskRequest, _service_pb2.RespondQueryTaskResponse]
+    GetServerInfo: _grpc.UnaryUnaryMultiCallable[_service_pb2.GetServerInfoRequest, _service_pb2.GetServerInfoResponse]
+    """The server's worker-protocol range, capabilities and version (docs/engine.md,
+    "Protocol and capabilities"). Any valid key may ask; it changes nothing. A worker
+    asks it before RegisterWorker, to fail clearly against a server too old for it.
+    """
 
 @_typing.type_check_only
 class WorkerServiceAsyncStub(WorkerServiceStub):
@@ -358,6 +363,11 @@ class WorkerServiceAsyncStub(WorkerServiceStub):
     Query tasks are not persisted and carry no lease: answer with RespondQueryTask.
     """
     RespondQueryTask: _aio.UnaryUnaryMultiCallable[_service_pb2.RespondQueryTaskRequest, _service_pb2.RespondQueryTaskResponse]  # type: ignore[assignment]
+    GetServerInfo: _aio.UnaryUnaryMultiCallable[_service_pb2.GetServerInfoRequest, _service_pb2.GetServerInfoResponse]  # type: ignore[assignment]
+    """The server's worker-protocol range, capabilities and version (docs/engine.md,
+    "Protocol and capabilities"). Any valid key may ask; it changes nothing. A worker
+    asks it before RegisterWorker, to fail clearly against a server too old for it.
+    """
 
 class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
     """Used by workers: register, claim tasks under fenced leases, report outcomes."""
@@ -472,5 +482,16 @@ class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _service_pb2.RespondQueryTaskRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_service_pb2.RespondQueryTaskResponse, _abc.Awaitable[_service_pb2.RespondQueryTaskResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def GetServerInfo(
+        self,
+        request: _service_pb2.GetServerInfoRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_service_pb2.GetServerInfoResponse, _abc.Awaitable[_service_pb2.GetServerInfoResponse]]:
+        """The server's worker-protocol range, capabilities and version (docs/engine.md,
+        "Protocol and capabilities"). Any valid key may ask; it changes nothing. A worker
+        asks it before RegisterWorker, to fail clearly against a server too old for it.
+        """
 
 def add_WorkerServiceServicer_to_server(servicer: WorkerServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from opentelemetry.metrics import MeterProvider
 
+from durable_rpc import _protocol
 from durable_rpc._registration import DuplicateRegistrationError, source_of
 from durable_rpc.activity._definition import ActivityDefinition, must_define
 from durable_rpc.activity._failure import failure_from_exception
@@ -52,6 +53,7 @@ from durable_rpc.worker._lease_keeper import LeaseKeeper
 from durable_rpc.worker._live_runs import LiveRun, LiveRuns
 from durable_rpc.worker._outcomes import OutcomeSender
 from durable_rpc.worker._report_retry import DEFAULT_SHUTDOWN_GRACE_S, ReportBackoff
+from durable_rpc.worker._server_info import checked_server_info
 from durable_rpc.worker._server_link import ServerLink, is_transient
 from durable_rpc.worker._task_history import HistoryWarnings, fetch_rest_of_history
 from durable_rpc.worker._task_logs import log_failed_attempt, log_failed_workflow_task
@@ -180,6 +182,10 @@ class Worker:
         self._outcomes = OutcomeSender(client, self.link)
         self._background: list[asyncio.Task[None]] = []
         self._registered = False
+        # What the server said at registration: its info (GetServerInfo), and which of
+        # this worker's capabilities it supports too.
+        self.server_info: service_pb2.GetServerInfoResponse | None = None
+        self.capabilities: tuple[str, ...] = ()
         self._heartbeat_interval = _DEFAULT_WORKER_HEARTBEAT_S
         self._supervisor_token: CancellationToken | None = None
         self._supervisor_task: asyncio.Task[SupervisorReport] | None = None
@@ -249,7 +255,9 @@ class Worker:
 
     async def register(self) -> None:
         """Register definitions (refused with DefinitionChangedError when a fingerprint
-        changed under an existing (name, version))."""
+        changed under an existing (name, version)). Asks the server's info first and
+        raises ProtocolVersionUnsupportedError when the server cannot serve this worker."""
+        self.server_info = await checked_server_info(self.client, self.link)
         request = service_pb2.RegisterWorkerRequest(
             namespace=self.namespace,
             worker_id=self.worker_id,
@@ -263,8 +271,11 @@ class Worker:
             activities=self.activity_names,
             build_id=self.build_id,
             allow_definition_change=self.allow_definition_change,
+            protocol_version=_protocol.PROTOCOL_VERSION,
+            capabilities=_protocol.WORKER_CAPABILITIES,
         )
         response = await call(self.client.worker_service.RegisterWorker, request, self.link)
+        self.capabilities = tuple(response.capabilities)
         interval = response.heartbeat_interval.ToTimedelta().total_seconds()
         self._heartbeat_interval = interval if interval > 0 else _DEFAULT_WORKER_HEARTBEAT_S
         self._registered = True
