@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from durable_rpc.errors import DefinitionRemovedError, InvalidArgumentError
 from durable_rpc.store._api import StartOptions
+from durable_rpc.store._logic import validate_retry_policy
 from durable_rpc.store._removed import definition_removed, removed_message
 from durable_rpc.store._runs import check_start_options, create_run, deliver_signal, open_run_of
 from durable_rpc.store._shared import (
@@ -36,6 +37,10 @@ def start_child(
         raise InvalidArgumentError(
             f"command seq {command.seq}: unknown parent_close_policy {policy!r}"
         )
+    retry = None
+    if spec.HasField("retry_policy"):
+        validate_retry_policy(spec.retry_policy, f"command seq {command.seq}")
+        retry = (spec.retry_policy, 1)
     options = check_start_options(
         StartOptions(
             memo=spec.memo.SerializeToString() if spec.HasField("memo") else None,
@@ -71,6 +76,7 @@ def start_child(
             task_queue=queue,
             input=spec.input,
             parent_close_policy=policy,
+            retry_policy=spec.retry_policy if retry is not None else None,
         ),
     )
     existing = open_run_of(tx, namespace, spec.workflow_id)
@@ -118,6 +124,7 @@ def start_child(
         "",
         dict(spec.trace_context) or None,
         options,
+        retry=retry,
         parent=(parent_run_id, command.seq, parent["workflow_id"], policy),
     )
     decision_input(

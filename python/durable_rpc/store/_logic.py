@@ -142,7 +142,21 @@ def activity_retry_delay_ms(
     schedule_to_close_deadline_ms: int | None,
 ) -> int | None:
     """Delay before the next attempt after ``attempt`` failed, or None for a final failure."""
-    policy = options.retry_policy
+    return retry_delay_ms(
+        options.retry_policy, attempt, failure, now_ms, schedule_to_close_deadline_ms
+    )
+
+
+def retry_delay_ms(
+    policy: options_pb2.RetryPolicy,
+    attempt: int,
+    failure: payload_pb2.Failure,
+    now_ms: int,
+    deadline_ms: int | None,
+) -> int | None:
+    """Delay before the attempt after ``attempt`` (an activity's or a child run's) under
+    ``policy``, or None when ``failure`` is final: non-retryable, attempts exhausted, or
+    the next attempt would start at or after ``deadline_ms``."""
     if failure.non_retryable or failure.type in policy.non_retryable_error_types:
         return None
     if policy.maximum_attempts > 0 and attempt >= policy.maximum_attempts:
@@ -156,10 +170,7 @@ def activity_retry_delay_ms(
     except OverflowError:
         raw = float(maximum)
     delay = int(min(raw, maximum))
-    if (
-        schedule_to_close_deadline_ms is not None
-        and now_ms + delay >= schedule_to_close_deadline_ms
-    ):
+    if deadline_ms is not None and now_ms + delay >= deadline_ms:
         return None
     return delay
 
@@ -177,15 +188,17 @@ def validate_activity_options(options: options_pb2.ActivityOptions, seq: int) ->
         "heartbeat_timeout",
     ):
         _check_duration(getattr(options, field), f"command seq {seq}: {field}")
-    policy = options.retry_policy
+    validate_retry_policy(options.retry_policy, f"command seq {seq}")
+
+
+def validate_retry_policy(policy: options_pb2.RetryPolicy, where: str) -> None:
+    """An activity's or a child workflow's retry policy (``where`` names the command)."""
     for field in ("initial_interval", "maximum_interval"):
-        _check_duration(getattr(policy, field), f"command seq {seq}: retry_policy.{field}")
+        _check_duration(getattr(policy, field), f"{where}: retry_policy.{field}")
     if policy.backoff_coefficient != 0 and policy.backoff_coefficient < 1:
-        raise InvalidArgumentError(
-            f"command seq {seq}: retry_policy.backoff_coefficient must be >= 1"
-        )
+        raise InvalidArgumentError(f"{where}: retry_policy.backoff_coefficient must be >= 1")
     if policy.maximum_attempts < 0:
-        raise InvalidArgumentError(f"command seq {seq}: retry_policy.maximum_attempts < 0")
+        raise InvalidArgumentError(f"{where}: retry_policy.maximum_attempts < 0")
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,7 +29,7 @@ from durable_rpc.store._shared import (
     version_or_default,
 )
 from durable_rpc.store._tx import Row, Tx
-from durable_rpc.v1 import history_pb2, payload_pb2, search_attributes_pb2
+from durable_rpc.v1 import history_pb2, options_pb2, payload_pb2, search_attributes_pb2
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +137,7 @@ def create_run(
     start: CheckedStart | None = None,
     run_id: str | None = None,
     continued_from_run_id: str = "",
+    retry: tuple[options_pb2.RetryPolicy, int] | None = None,
     parent: tuple[str, int, str, str] | None = None,
     request_recorded: bool = False,
     build_id: str | None = None,
@@ -144,6 +145,8 @@ def create_run(
 ) -> tuple[str, int]:
     """Insert a running run with its WorkflowStarted event and first workflow task;
     returns (run_id, now). The caller checked that no run of the id is open.
+    ``retry`` (policy, attempt): a child's retry policy and which attempt this run is
+    (``_child_retry``).
     ``run_id`` (default: a fresh UUID) and ``continued_from_run_id`` are given by
     continue-as-new. ``parent`` (run id, seq, workflow id, close policy) links a child
     workflow to its parent. ``request_recorded``: the caller already recorded
@@ -195,6 +198,8 @@ def create_run(
         started_extra.update(
             parent_run_id=parent[0], parent_seq=parent[1], parent_workflow_id=parent[2]
         )
+    if retry is not None:
+        started_extra.update(retry_policy=retry[0], attempt=retry[1])
     if start is not None:
         limits = [
             (ms, kind)

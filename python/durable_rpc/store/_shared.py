@@ -210,7 +210,12 @@ def close_run(
     tx.notes.closed.append((namespace, run_id))
     if status != "continued_as_new":  # its outcome names the next run: read it instead
         tx.notes.outcomes[(namespace, run_id)] = RunOutcome(run_id, status, result, failure)
-    if closed is not None and closed["parent_run_id"] and status != "continued_as_new":
+    if (
+        closed is not None
+        and closed["parent_run_id"]
+        and status != "continued_as_new"
+        and not (status == "failed" and _retried(tx, namespace, run_id, failure, now))
+    ):
         _notify_parent(
             tx,
             namespace,
@@ -235,6 +240,14 @@ _CHILD_CLOSE_EVENTS: dict[str, tuple[str, type[Message]]] = {
     "terminated": ("child_workflow_terminated", history_pb2.ChildWorkflowTerminated),
     "timed_out": ("child_workflow_timed_out", history_pb2.ChildWorkflowTimedOut),
 }
+
+
+def _retried(tx: Tx, namespace: str, run_id: str, failure: bytes | None, now: int) -> bool:
+    """Whether failed child run ``run_id`` is retried (then the parent hears nothing)."""
+    # Imported here: _child_retry starts runs (_runs), which close runs through this module.
+    from durable_rpc.store._child_retry import retry_child_run
+
+    return retry_child_run(tx, namespace, run_id, failure, now)
 
 
 def _notify_parent(

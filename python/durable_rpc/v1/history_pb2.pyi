@@ -283,6 +283,8 @@ class WorkflowStarted(_message.Message):
     PARENT_RUN_ID_FIELD_NUMBER: _builtins.int
     PARENT_SEQ_FIELD_NUMBER: _builtins.int
     PARENT_WORKFLOW_ID_FIELD_NUMBER: _builtins.int
+    RETRY_POLICY_FIELD_NUMBER: _builtins.int
+    ATTEMPT_FIELD_NUMBER: _builtins.int
     workflow_type: _builtins.str
     workflow_version: _builtins.str
     workflow_id: _builtins.str
@@ -309,6 +311,7 @@ class WorkflowStarted(_message.Message):
     """
     parent_seq: _builtins.int
     parent_workflow_id: _builtins.str
+    attempt: _builtins.int
     @_builtins.property
     def input(self) -> _payload_pb2.Payload:
         """The workflow's arguments, as one array-valued payload."""
@@ -331,6 +334,13 @@ class WorkflowStarted(_message.Message):
 
     @_builtins.property
     def run_timeout(self) -> _duration_pb2.Duration: ...
+    @_builtins.property
+    def retry_policy(self) -> _options_pb2.RetryPolicy:
+        """Set on a child run started with a retry policy (StartChildWorkflow.retry_policy):
+        the policy, and which attempt this run is (1 = the first; a retry is a new run of
+        the same workflow id with attempt + 1). Unset on other runs.
+        """
+
     def __init__(
         self,
         *,
@@ -352,10 +362,12 @@ class WorkflowStarted(_message.Message):
         parent_run_id: _builtins.str = ...,
         parent_seq: _builtins.int = ...,
         parent_workflow_id: _builtins.str = ...,
+        retry_policy: _options_pb2.RetryPolicy | None = ...,
+        attempt: _builtins.int = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["execution_timeout", b"execution_timeout", "input", b"input", "memo", b"memo", "run_timeout", b"run_timeout", "search_attributes", b"search_attributes"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["execution_timeout", b"execution_timeout", "input", b"input", "memo", b"memo", "retry_policy", b"retry_policy", "run_timeout", b"run_timeout", "search_attributes", b"search_attributes"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["continued_from_run_id", b"continued_from_run_id", "definition_fingerprint", b"definition_fingerprint", "execution_timeout", b"execution_timeout", "input", b"input", "memo", b"memo", "parent_run_id", b"parent_run_id", "parent_seq", b"parent_seq", "parent_workflow_id", b"parent_workflow_id", "random_seed_run_id", b"random_seed_run_id", "request_id", b"request_id", "run_id", b"run_id", "run_timeout", b"run_timeout", "search_attributes", b"search_attributes", "task_queue", b"task_queue", "trace_context", b"trace_context", "workflow_id", b"workflow_id", "workflow_type", b"workflow_type", "workflow_version", b"workflow_version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "continued_from_run_id", b"continued_from_run_id", "definition_fingerprint", b"definition_fingerprint", "execution_timeout", b"execution_timeout", "input", b"input", "memo", b"memo", "parent_run_id", b"parent_run_id", "parent_seq", b"parent_seq", "parent_workflow_id", b"parent_workflow_id", "random_seed_run_id", b"random_seed_run_id", "request_id", b"request_id", "retry_policy", b"retry_policy", "run_id", b"run_id", "run_timeout", b"run_timeout", "search_attributes", b"search_attributes", "task_queue", b"task_queue", "trace_context", b"trace_context", "workflow_id", b"workflow_id", "workflow_type", b"workflow_type", "workflow_version", b"workflow_version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -878,6 +890,7 @@ class ChildWorkflowInitiated(_message.Message):
     TASK_QUEUE_FIELD_NUMBER: _builtins.int
     INPUT_FIELD_NUMBER: _builtins.int
     PARENT_CLOSE_POLICY_FIELD_NUMBER: _builtins.int
+    RETRY_POLICY_FIELD_NUMBER: _builtins.int
     seq: _builtins.int
     workflow_type: _builtins.str
     workflow_version: _builtins.str
@@ -887,6 +900,10 @@ class ChildWorkflowInitiated(_message.Message):
     """"TERMINATE", "REQUEST_CANCEL" or "ABANDON"."""
     @_builtins.property
     def input(self) -> _payload_pb2.Payload: ...
+    @_builtins.property
+    def retry_policy(self) -> _options_pb2.RetryPolicy:
+        """The command's retry policy (unset = none)."""
+
     def __init__(
         self,
         *,
@@ -897,10 +914,11 @@ class ChildWorkflowInitiated(_message.Message):
         task_queue: _builtins.str = ...,
         input: _payload_pb2.Payload | None = ...,
         parent_close_policy: _builtins.str = ...,
+        retry_policy: _options_pb2.RetryPolicy | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["input", b"input"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["input", b"input", "retry_policy", b"retry_policy"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["input", b"input", "parent_close_policy", b"parent_close_policy", "seq", b"seq", "task_queue", b"task_queue", "workflow_id", b"workflow_id", "workflow_type", b"workflow_type", "workflow_version", b"workflow_version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["input", b"input", "parent_close_policy", b"parent_close_policy", "retry_policy", b"retry_policy", "seq", b"seq", "task_queue", b"task_queue", "workflow_id", b"workflow_id", "workflow_type", b"workflow_type", "workflow_version", b"workflow_version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

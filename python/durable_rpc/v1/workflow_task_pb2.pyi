@@ -844,6 +844,7 @@ class StartChildWorkflow(_message.Message):
     MEMO_FIELD_NUMBER: _builtins.int
     SEARCH_ATTRIBUTES_FIELD_NUMBER: _builtins.int
     TRACE_CONTEXT_FIELD_NUMBER: _builtins.int
+    RETRY_POLICY_FIELD_NUMBER: _builtins.int
     workflow_type: _builtins.str
     workflow_version: _builtins.str
     """Empty = "1"."""
@@ -870,6 +871,15 @@ class StartChildWorkflow(_message.Message):
         child run's spans join the parent's trace.
         """
 
+    @_builtins.property
+    def retry_policy(self) -> _options_pb2.RetryPolicy:
+        """Retries of a failed child run (the RetryPolicy of activities; unset = none): the
+        server starts a new run of the same child workflow id once the backoff passed
+        (database time), counting attempts in WorkflowStarted.attempt; the parent sees only
+        the final outcome. Only a failed run is retried (not a cancelled, terminated or
+        timed-out one); non-retryable failures and types end the retries.
+        """
+
     def __init__(
         self,
         *,
@@ -884,10 +894,11 @@ class StartChildWorkflow(_message.Message):
         memo: _search_attributes_pb2.Memo | None = ...,
         search_attributes: _search_attributes_pb2.SearchAttributes | None = ...,
         trace_context: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        retry_policy: _options_pb2.RetryPolicy | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["execution_timeout", b"execution_timeout", "input", b"input", "memo", b"memo", "run_timeout", b"run_timeout", "search_attributes", b"search_attributes"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["execution_timeout", b"execution_timeout", "input", b"input", "memo", b"memo", "retry_policy", b"retry_policy", "run_timeout", b"run_timeout", "search_attributes", b"search_attributes"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["execution_timeout", b"execution_timeout", "input", b"input", "memo", b"memo", "parent_close_policy", b"parent_close_policy", "run_timeout", b"run_timeout", "search_attributes", b"search_attributes", "task_queue", b"task_queue", "trace_context", b"trace_context", "workflow_id", b"workflow_id", "workflow_type", b"workflow_type", "workflow_version", b"workflow_version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["execution_timeout", b"execution_timeout", "input", b"input", "memo", b"memo", "parent_close_policy", b"parent_close_policy", "retry_policy", b"retry_policy", "run_timeout", b"run_timeout", "search_attributes", b"search_attributes", "task_queue", b"task_queue", "trace_context", b"trace_context", "workflow_id", b"workflow_id", "workflow_type", b"workflow_type", "workflow_version", b"workflow_version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -14,6 +14,7 @@ from durable_rpc.workflow._children import (
     ParentClosePolicy,
     start,
 )
+from durable_rpc.workflow._retry import RetryPolicy
 
 _R = TypeVar("_R")
 
@@ -30,6 +31,7 @@ async def start_child_workflow(
     run_timeout: timedelta | None = None,
     memo: Mapping[str, Any] | None = None,
     search_attributes: Mapping[str, Any] | None = None,
+    retry_policy: RetryPolicy | None = None,
 ) -> ChildWorkflowHandle[_R]: ...
 @overload
 async def start_child_workflow(
@@ -43,6 +45,7 @@ async def start_child_workflow(
     run_timeout: timedelta | None = None,
     memo: Mapping[str, Any] | None = None,
     search_attributes: Mapping[str, Any] | None = None,
+    retry_policy: RetryPolicy | None = None,
 ) -> ChildWorkflowHandle[Any]: ...
 async def start_child_workflow(
     workflow: Callable[..., Any] | str,
@@ -55,6 +58,7 @@ async def start_child_workflow(
     run_timeout: timedelta | None = None,
     memo: Mapping[str, Any] | None = None,
     search_attributes: Mapping[str, Any] | None = None,
+    retry_policy: RetryPolicy | None = None,
 ) -> ChildWorkflowHandle[Any]:
     """Start child workflow ``workflow`` (``Child.run`` or a type name) with ``args``
     and return its handle once the server started it (in the same transaction as this
@@ -63,7 +67,9 @@ async def start_child_workflow(
     (e.g. a run of ``id`` is open). When this run closes, ``parent_close_policy`` is
     applied to the child if it is still open. ``execution_timeout``, ``run_timeout``,
     ``memo`` and ``search_attributes`` are the child run's, as with a client's
-    ``start_workflow``."""
+    ``start_workflow``. ``retry_policy`` (the activities' RetryPolicy) retries a failed
+    child run: the server starts a new run of the same child id after the backoff, and
+    the handle's result is the last attempt's outcome."""
     instance = current()
     pending = start(
         instance,
@@ -73,7 +79,9 @@ async def start_child_workflow(
         task_queue=task_queue,
         parent_close_policy=parent_close_policy,
         result_type=result_type,
-        options=ChildStartOptions(execution_timeout, run_timeout, memo, search_attributes),
+        options=ChildStartOptions(
+            execution_timeout, run_timeout, memo, search_attributes, retry_policy
+        ),
     )
     handle: ChildWorkflowHandle[Any] = ChildWorkflowHandle(instance, pending)
     try:
@@ -96,6 +104,7 @@ async def execute_child_workflow(
     run_timeout: timedelta | None = None,
     memo: Mapping[str, Any] | None = None,
     search_attributes: Mapping[str, Any] | None = None,
+    retry_policy: RetryPolicy | None = None,
 ) -> _R: ...
 @overload
 async def execute_child_workflow(
@@ -109,6 +118,7 @@ async def execute_child_workflow(
     run_timeout: timedelta | None = None,
     memo: Mapping[str, Any] | None = None,
     search_attributes: Mapping[str, Any] | None = None,
+    retry_policy: RetryPolicy | None = None,
 ) -> Any: ...
 async def execute_child_workflow(
     workflow: Callable[..., Any] | str,
@@ -121,6 +131,7 @@ async def execute_child_workflow(
     run_timeout: timedelta | None = None,
     memo: Mapping[str, Any] | None = None,
     search_attributes: Mapping[str, Any] | None = None,
+    retry_policy: RetryPolicy | None = None,
 ) -> Any:
     """Start a child workflow and wait for its result (typed from the run method's
     return hint, or ``result_type``). Raises ChildWorkflowStartError when it could not
@@ -138,6 +149,7 @@ async def execute_child_workflow(
         run_timeout=run_timeout,
         memo=memo,
         search_attributes=search_attributes,
+        retry_policy=retry_policy,
     )
     try:
         return await handle.result()

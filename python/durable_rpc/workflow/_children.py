@@ -24,6 +24,7 @@ from durable_rpc.search_attributes import memo_to_proto
 from durable_rpc.search_attributes import to_proto as sa_to_proto
 from durable_rpc.v1 import payload_pb2, workflow_task_pb2
 from durable_rpc.workflow._external import send
+from durable_rpc.workflow._retry import RetryPolicy
 
 if TYPE_CHECKING:
     from durable_rpc.workflow._runtime import WorkflowInstance
@@ -217,6 +218,7 @@ class ChildStartOptions:
     run_timeout: timedelta | None = None
     memo: Mapping[str, Any] | None = None
     search_attributes: Mapping[str, Any] | None = None
+    retry_policy: RetryPolicy | None = None
 
     def apply(self, spec: workflow_task_pb2.StartChildWorkflow) -> None:
         for name, value in (
@@ -231,6 +233,8 @@ class ChildStartOptions:
             spec.memo.CopyFrom(memo_to_proto(self.memo))
         if self.search_attributes:
             spec.search_attributes.CopyFrom(sa_to_proto(self.search_attributes))
+        if self.retry_policy is not None:
+            spec.retry_policy.CopyFrom(self.retry_policy.to_proto())
 
 
 def start(
