@@ -71,3 +71,29 @@ def test_schedule_errors_name_their_reason(server: ServerProcess) -> None:
     assert bad.returncode != 0 and "INVALID_ARGUMENT" in bad.stderr, bad.stderr
     missing = run_cli("schedule", "trigger", "nope", address=server.address)
     assert missing.returncode != 0 and "NOT_FOUND" in missing.stderr, missing.stderr
+
+
+def test_schedule_overlap_buffer_all_and_cancel_other(server: ServerProcess) -> None:
+    for overlap in ("buffer_all", "cancel_other"):
+        cli(
+            server,
+            "schedule",
+            "create",
+            overlap,
+            "--workflow",
+            "Report",
+            "--task-queue",
+            "q",
+            "--interval",
+            "1h",
+            "--overlap",
+            overlap,
+        )
+        assert overlap.upper() in cli(server, "schedule", "list")
+        assert "started" in cli(server, "schedule", "trigger", overlap)
+        # The first run is open (no worker here): the second trigger waits for it.
+        assert "buffered" in cli(server, "schedule", "trigger", overlap)
+        described = json.loads(cli(server, "schedule", "describe", overlap, "--json"))
+        schedule = described["schedule"]
+        assert schedule["definition"]["overlap"] == f"SCHEDULE_OVERLAP_{overlap.upper()}"
+        assert [a["action"] for a in schedule["recentActions"]] == ["buffered", "started"]

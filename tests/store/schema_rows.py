@@ -24,6 +24,8 @@ NOT_PER_RUN = {
     # to the most recent ones as new ones come (store/_ops_schedules.py).
     "schedules",
     "schedule_actions",
+    # A schedule's waiting due times: taken out as they start, deleted with the schedule.
+    "schedule_buffer",
 }
 
 

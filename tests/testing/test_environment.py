@@ -10,6 +10,7 @@ from datetime import timedelta
 import pytest
 
 from durable_rpc import ActivityError, RetryPolicy, Worker, activity, workflow
+from durable_rpc.store import SQLiteStore
 from durable_rpc.testing import WorkflowEnvironment
 from tests.testing.golden_workflows import ACTIVITIES, WORKFLOWS, GoldenHello, GoldenSignal
 
@@ -112,6 +113,17 @@ async def test_retries_until_schedule_to_close_under_skipping() -> None:
     # Retried every few hours of skipped time, then given up within the one-day budget.
     assert cause == "RuntimeError"
     assert 5 * 3600 <= elapsed <= 24 * 3600
+
+
+async def test_skips_asked_at_once_jump_once() -> None:
+    # The automatic skipper and a test's sleep may ask in the same group-commit batch:
+    # each must see the clock the previous one moved, not add the same gap again.
+    store = SQLiteStore(":memory:")
+    async with store:
+        target = await store.now_ms() + 3_600_000
+        reports = await asyncio.gather(*(store.skip_time(target) for _ in range(4)))
+        assert [r.db_now_ms >= target for r in reports] == [True] * 4
+        assert target <= await store.now_ms() < target + 60_000
 
 
 async def test_explicit_sleep_with_auto_skipping_off() -> None:

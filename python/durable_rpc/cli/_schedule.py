@@ -25,7 +25,14 @@ from durable_rpc.v1 import schedule_service_pb2 as pb
 
 _HEADERS = ["schedule", "workflow", "spec", "overlap", "paused", "next due"]
 _ACTION_HEADERS = ["due", "action", "workflow id", "run id"]
-_OVERLAPS = ["skip", "buffer_one", "allow_all", "terminate_other"]
+_OVERLAPS = [
+    "skip",
+    "buffer_one",
+    "buffer_all",
+    "allow_all",
+    "cancel_other",
+    "terminate_other",
+]
 
 namespace_option = click.option(
     "--namespace", default="default", show_default=True, help="Namespace of the schedule."

@@ -18,11 +18,16 @@ from durable_rpc.v1 import schedule_service_pb2 as pb
 
 
 class ScheduleOverlap(enum.Enum):
-    """What a due time does while the schedule's last run is still open."""
+    """What a due time does while the schedule's last run is still open: SKIP it;
+    BUFFER_ONE (the newest waits) or BUFFER_ALL (every one waits, started oldest first) for
+    the run to close; ALLOW_ALL (start anyway); CANCEL_OTHER (request the open run's
+    cancellation, start when it closed); TERMINATE_OTHER (terminate it, start now)."""
 
     SKIP = pb.SCHEDULE_OVERLAP_SKIP
     BUFFER_ONE = pb.SCHEDULE_OVERLAP_BUFFER_ONE
+    BUFFER_ALL = pb.SCHEDULE_OVERLAP_BUFFER_ALL
     ALLOW_ALL = pb.SCHEDULE_OVERLAP_ALLOW_ALL
+    CANCEL_OTHER = pb.SCHEDULE_OVERLAP_CANCEL_OTHER
     TERMINATE_OTHER = pb.SCHEDULE_OVERLAP_TERMINATE_OTHER
 
 

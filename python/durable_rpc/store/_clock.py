@@ -4,13 +4,21 @@ A test environment skips time only when every remaining task waits on time alone
 is queued (claimable work a worker is about to take) and nothing is leased (work running
 right now, whose lease a jump would expire). Both questions are answered from indexes
 (``tasks_due`` and ``tasks_next_due``/``tasks_queue_deadline``), never a table scan.
+
+Schedules count as work too: a due schedule slot not fired yet, or a waiting (buffered)
+due time whose run closed, is work the schedule loop is about to do, so the clock does
+not jump while one exists. A jump stops at the next schedule slot, so each fires at its
+own moment; but a slot alone is no reason to jump (schedules fire forever: automatic
+skipping would never end), only something a run waits on, or a test's explicit sleep.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from durable_rpc.store._logic import earliest
+from durable_rpc.store._schedule_buffer import READY_SQL
 from durable_rpc.store._tx import Tx
 
 
@@ -22,6 +30,8 @@ class SkipReport:
     db_now_ms: int
     #: False when queued or leased work prevented the skip.
     idle: bool
+    #: A schedule has something to start now (the schedule loop should run).
+    schedule_due: bool = False
 
 
 # The invariant "due_ms is non-NULL exactly while queued, leased or waiting" lets the
@@ -34,12 +44,37 @@ _NEXT_DUE_SQL = "SELECT MIN(due_ms) AS m FROM tasks WHERE state IN ('waiting', '
 _NEXT_DEADLINE_SQL = (
     "SELECT MIN(queue_deadline_ms) AS m FROM tasks WHERE queue_deadline_ms IS NOT NULL"
 )
+# The index schedules_by_fire_at (NULL while paused).
+_NEXT_SCHEDULE_SQL = "SELECT MIN(fire_at_ms) AS m FROM schedules WHERE fire_at_ms IS NOT NULL"
 
 
-def idle_next_due_ms(tx: Tx) -> tuple[bool, int | None]:
-    """(idle, earliest due time): idle when nothing is queued or leased; the due time is
-    the earliest timer, backoff or activity deadline (None when nothing waits at all)."""
+def schedule_due(tx: Tx, now_ms: int) -> bool:
+    """Whether a schedule has something to start at ``now_ms``: a due slot, or a waiting
+    due time whose run closed."""
+    nxt = tx.value(_NEXT_SCHEDULE_SQL)
+    if nxt is not None and int(nxt) <= now_ms:
+        return True
+    return tx.one(f"{READY_SQL} LIMIT 1") is not None
+
+
+class Idleness(NamedTuple):
+    #: Nothing is queued or leased, and no schedule has something to start now.
+    idle: bool
+    #: The earliest timer, backoff or activity deadline (None: nothing waits on time).
+    next_due_ms: int | None = None
+    #: The earliest schedule slot: where a jump must stop.
+    next_schedule_ms: int | None = None
+    #: A schedule has something to start now.
+    schedule_due: bool = False
+
+
+def idleness(tx: Tx, now_ms: int) -> Idleness:
+    """Whether the clock may jump at ``now_ms``, and the due times a jump goes to or stops
+    at."""
+    if schedule_due(tx, now_ms):
+        return Idleness(idle=False, schedule_due=True)
     if tx.one(_BUSY_SQL) is not None:
-        return False, None
+        return Idleness(idle=False)
     due = earliest(tx.value(_NEXT_DUE_SQL), tx.value(_NEXT_DEADLINE_SQL))
-    return True, due
+    nxt = tx.value(_NEXT_SCHEDULE_SQL)
+    return Idleness(True, due, None if nxt is None else int(nxt))

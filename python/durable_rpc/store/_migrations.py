@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from durable_rpc.store._queue_limits import task_queue_limits_table
+from durable_rpc.store._schedule_buffer import schedule_buffer_table
 
 #: The database clock in integer milliseconds since the epoch (SQLite).
 SQLITE_NOW_MS = "CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)"
@@ -441,6 +442,7 @@ SQLITE_MIGRATIONS: tuple[Migration, ...] = (
     Migration(13, "build pins of queries", _v13()),
     Migration(14, "schedules", _v_schedules("BLOB", "INTEGER")),
     Migration(15, "task-queue activity limits", task_queue_limits_table("INTEGER")),
+    Migration(16, "schedule buffers (BUFFER_ALL, CANCEL_OTHER)", schedule_buffer_table("INTEGER")),
 )
 
 

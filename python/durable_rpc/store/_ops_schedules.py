@@ -19,6 +19,7 @@ from durable_rpc.errors import InvalidArgumentError, NotFoundError
 from durable_rpc.store._logic import failure_bytes
 from durable_rpc.store._ops_base import _SqlOpsBase
 from durable_rpc.store._runs import check_start, create_run, open_run_of, record_start_request
+from durable_rpc.store._schedule_buffer import BUFFERING, clear, push, ready, take_oldest, waiting
 from durable_rpc.store._schedule_records import (
     ScheduleAction,
     ScheduleDefinition,
@@ -38,6 +39,7 @@ from durable_rpc.store._shared import (
     LIST_LIMIT_MAX,
     append_event,
     close_run,
+    request_cancel_run,
     require,
     require_namespace,
 )
@@ -132,12 +134,17 @@ def _record(tx: Tx, row: Row, due: int, action: str, workflow_id: str, run_id: s
 
 
 def _last_run_open(tx: Tx, row: Row) -> Row | None:
+    """The schedule's last run if it is open, read under its row lock (TERMINATE_OTHER and
+    CANCEL_OTHER write to it)."""
     if not row["last_run_id"]:
         return None
-    return tx.one(
-        "SELECT * FROM runs WHERE namespace = ? AND run_id = ? AND status = 'running'",
+    run = tx.one(
+        "SELECT * FROM runs WHERE namespace = ? AND run_id = ? AND status = 'running'"
+        f"{tx.row_lock_suffix}",
         (row["namespace"], row["last_run_id"]),
     )
+    tx.remember_run(run)
+    return run
 
 
 def _start(tx: Tx, row: Row, due: int) -> str:
@@ -185,18 +192,23 @@ def _start(tx: Tx, row: Row, due: int) -> str:
 
 def _fire(tx: Tx, row: Row, due: int, overlap: str) -> int:
     """Applies the overlap policy to one due time; returns how many runs started."""
+    ns, sid = row["namespace"], row["schedule_id"]
     open_run = None if overlap == "ALLOW_ALL" else _last_run_open(tx, row)
+    if overlap in BUFFERING and (open_run is not None or waiting(tx, ns, sid)):
+        # Waits behind the open run, and behind earlier waiting due times (so they start
+        # in due order). CANCEL_OTHER also asks the open run to stop; the start still
+        # waits for it to close (a cancelled run may run its cleanup first).
+        if overlap == "CANCEL_OTHER" and open_run is not None:
+            reason = f"cancelled by schedule {sid!r} (overlap CANCEL_OTHER)"
+            request_cancel_run(tx, ns, open_run, reason, tx.now_ms())
+        if push(tx, ns, sid, due, overlap):
+            _record(tx, row, due, "buffered", "", "")
+        else:
+            _record(tx, row, due, "skipped", "", "")  # BUFFER_ALL's buffer is full
+        return 0
     if open_run is not None:
         if overlap == "SKIP":
             _record(tx, row, due, "skipped", open_run["workflow_id"], open_run["run_id"])
-            return 0
-        if overlap == "BUFFER_ONE":
-            # Keeps the newest due time waiting for the open run (one at most).
-            tx.run(
-                "UPDATE schedules SET buffered_due_ms = ? WHERE namespace = ? AND schedule_id = ?",
-                (due, row["namespace"], row["schedule_id"]),
-            )
-            _record(tx, row, due, "buffered", "", "")
             return 0
         # TERMINATE_OTHER: the open run ends before the new one starts.
         now = tx.now_ms()
@@ -274,8 +286,7 @@ class _ScheduleOps(_SqlOpsBase):
             tx.run(
                 "UPDATE schedules SET workflow_type = ?, workflow_version = ?, task_queue = ?, "
                 "input = ?, spec = ?, overlap = ?, catchup_window_ms = ?, anchor_ms = ?, "
-                "next_due_ms = ?, fire_at_ms = ?, buffered_due_ms = NULL "
-                "WHERE namespace = ? AND schedule_id = ?",
+                "next_due_ms = ?, fire_at_ms = ? WHERE namespace = ? AND schedule_id = ?",
                 (
                     definition.workflow_type,
                     definition.workflow_version,
@@ -291,12 +302,14 @@ class _ScheduleOps(_SqlOpsBase):
                     schedule_id,
                 ),
             )
+            clear(tx, namespace, schedule_id)  # waiting due times were the old spec's
 
         await self._write(op)
 
     async def delete_schedule(self, namespace: str, schedule_id: str) -> None:
         def op(tx: Tx) -> None:
             _schedule(tx, namespace, schedule_id)
+            clear(tx, namespace, schedule_id)
             tx.run(
                 "DELETE FROM schedule_actions WHERE namespace = ? AND schedule_id = ?",
                 (namespace, schedule_id),
@@ -388,59 +401,77 @@ class _ScheduleOps(_SqlOpsBase):
         return await self._read(op)
 
     async def fire_schedules(self) -> ScheduleFiring:
-        """Fires every due schedule slot and every buffered start whose run closed."""
+        """Starts every waiting (buffered) due time whose run closed, then fires every due
+        schedule slot: in this order, so a due time coming in the same pass as the close
+        waits behind the buffered ones."""
 
         def op(tx: Tx) -> ScheduleFiring:
             now = tx.now_ms()
             started = 0
+            for ns, sid in ready(tx, FIRE_BATCH):
+                started += _start_buffered(tx, ns, sid)
             for row in tx.all(
                 "SELECT * FROM schedules WHERE fire_at_ms IS NOT NULL AND fire_at_ms <= ? "
                 "ORDER BY fire_at_ms LIMIT ?",
                 (now, FIRE_BATCH),
             ):
                 started += _fire_due(tx, row, now)
-            for row in tx.all(
-                "SELECT s.* FROM schedules s WHERE s.buffered_due_ms IS NOT NULL AND NOT "
-                "EXISTS (SELECT 1 FROM runs r WHERE r.namespace = s.namespace "
-                "AND r.run_id = s.last_run_id AND r.status = 'running') LIMIT ?",
-                (FIRE_BATCH,),
-            ):
-                # Conditional: another replica's pass may have started it meanwhile.
-                if tx.run(
-                    "UPDATE schedules SET buffered_due_ms = NULL WHERE namespace = ? "
-                    "AND schedule_id = ? AND buffered_due_ms = ?",
-                    (row["namespace"], row["schedule_id"], row["buffered_due_ms"]),
-                ):
-                    started += 1 if _start(tx, row, row["buffered_due_ms"]) == "started" else 0
             nxt = tx.value("SELECT MIN(fire_at_ms) FROM schedules")
             return ScheduleFiring(now, started, None if nxt is None else int(nxt))
 
         return await self._write(op)
 
 
+def _start_buffered(tx: Tx, namespace: str, schedule_id: str) -> int:
+    """Starts the schedule's oldest waiting due time if its last run is (still) closed."""
+    # The schedule's row lock orders this against another replica's pass: whichever comes
+    # second reads the run the first one started, and finds it open.
+    row = tx.one(
+        f"SELECT * FROM schedules WHERE namespace = ? AND schedule_id = ?{tx.row_lock_suffix}",
+        (namespace, schedule_id),
+    )
+    if row is None or row["paused"] or _last_run_open(tx, row) is not None:
+        return 0
+    due = take_oldest(tx, namespace, schedule_id)
+    if due is None:
+        return 0
+    return 1 if _start(tx, row, due) == "started" else 0
+
+
 def _fire_due(tx: Tx, row: Row, now: int) -> int:
     """Fires one schedule's due times up to now (a bounded batch of them)."""
     spec, sid = _spec(row), row["schedule_id"]
     due, fire_at, started = row["next_due_ms"], row["fire_at_ms"], 0
+    window = row["catchup_window_ms"]
     claimed_from = fire_at
     fired: list[int] = []
+    missed: list[int] = []
     while fire_at <= now and len(fired) < FIRE_BATCH:
-        if now - due > row["catchup_window_ms"]:
-            # Missed by more than the catchup window: skip to the first due time inside it.
-            _record(tx, row, due, "missed", "", "")
-            due, fire_at = _slot(sid, spec, row["anchor_ms"], now - row["catchup_window_ms"] - 1)
+        if now - due > window:
+            # Missed by more than the catchup window: each is recorded (up to the number
+            # describe keeps: a long outage of a short interval is not walked due time by
+            # due time), then the slot skips to the first due time inside the window.
+            while now - due > window and len(missed) < RECENT_ACTIONS:
+                missed.append(due)
+                due = next_due(spec, row["anchor_ms"], due)
+            if now - due > window:
+                due = next_due(spec, row["anchor_ms"], now - window - 1)
+            fire_at = due + jitter(sid, due, spec.jitter_ms)
             continue
         fired.append(due)
         due, fire_at = _slot(sid, spec, row["anchor_ms"], due)
-    # The fenced claim: only the pass that read this slot moves it.
+    # The fenced claim: only the pass that read this slot moves it (and records what it
+    # missed: a pass whose claim lost records nothing).
     if not tx.run(
         "UPDATE schedules SET next_due_ms = ?, fire_at_ms = ? WHERE namespace = ? "
         "AND schedule_id = ? AND fire_at_ms = ?",
         (due, fire_at, row["namespace"], sid, claimed_from),
     ):
         return 0
+    for one in missed:
+        _record(tx, row, one, "missed", "", "")
     for one in fired:
-        # Re-read: the previous due time may have changed last_run_id / buffered_due_ms.
+        # Re-read: the previous due time may have changed last_run_id.
         current = tx.one(
             "SELECT * FROM schedules WHERE namespace = ? AND schedule_id = ?",
             (row["namespace"], sid),

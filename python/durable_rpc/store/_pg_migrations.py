@@ -25,6 +25,7 @@ from durable_rpc.store._migrations import (
 )
 from durable_rpc.store._pg_hot_sql import BUILD_PIN_FUNCTIONS, HOT_PATH_FUNCTIONS
 from durable_rpc.store._queue_limits import pg_migration as queue_limits_pg_migration
+from durable_rpc.store._schedule_buffer import schedule_buffer_table
 
 #: The database clock in integer milliseconds since the epoch (PostgreSQL). The real
 #: time at evaluation (clock_timestamp), not the transaction's start (now()): a
@@ -187,4 +188,5 @@ PG_MIGRATIONS: tuple[Migration, ...] = (
     Migration(13, "build pins of queries", _v13()),
     Migration(14, "schedules", _v_schedules("BYTEA", "BIGINT")),
     Migration(15, "task-queue activity limits", queue_limits_pg_migration()),
+    Migration(16, "schedule buffers (BUFFER_ALL, CANCEL_OTHER)", schedule_buffer_table("BIGINT")),
 )

@@ -16,7 +16,14 @@ from croniter import croniter
 
 from durable_rpc.errors import InvalidArgumentError
 
-OVERLAP_POLICIES = ("SKIP", "BUFFER_ONE", "ALLOW_ALL", "TERMINATE_OTHER")
+OVERLAP_POLICIES = (
+    "SKIP",
+    "BUFFER_ONE",
+    "BUFFER_ALL",
+    "ALLOW_ALL",
+    "CANCEL_OTHER",
+    "TERMINATE_OTHER",
+)
 # A backfill is one transaction; a range with more due times than this is refused
 # rather than holding the write lock for an unbounded time.
 BACKFILL_MAX = 1000

@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 from durable_rpc.errors import DurableRpcError, InternalError, StoreUnavailableError
 from durable_rpc.store._api import ApiKeyLookup, StoreOptions
-from durable_rpc.store._clock import SkipReport, idle_next_due_ms
+from durable_rpc.store._clock import SkipReport, idleness
 from durable_rpc.store._key_cache import KeyCache
 from durable_rpc.store._migrations import SQLITE_MIGRATIONS, SQLITE_NOW_MS, check_ordered
 from durable_rpc.store._ops import SqlStore
@@ -546,12 +546,22 @@ class SQLiteStore(SqlStore):
         """
 
         def op(tx: Tx) -> SkipReport:
-            now = tx.now_ms()
-            idle, due = idle_next_due_ms(tx)
-            if not idle:
-                return SkipReport(skipped_ms=0, db_now_ms=now, idle=False)
+            # Not tx.now_ms(): that is the group-commit batch's instant, read before any
+            # jump an earlier operation of this batch made (the automatic skipper and a
+            # test's sleep race), and adding the gap from it again would jump twice.
+            row = tx.one(f"SELECT {SQLITE_NOW_MS} + ? AS now_ms", (self._clock_offset_ms,))
+            assert row is not None
+            now = int(row["now_ms"])
+            state = idleness(tx, now)
+            if not state.idle:
+                return SkipReport(
+                    skipped_ms=0, db_now_ms=now, idle=False, schedule_due=state.schedule_due
+                )
+            due = state.next_due_ms
             if until_ms is not None:
                 due = until_ms if due is None else min(due, until_ms)
+            if due is not None and state.next_schedule_ms is not None:
+                due = min(due, state.next_schedule_ms)  # each slot fires at its moment
             if due is None or due <= now:
                 return SkipReport(skipped_ms=0, db_now_ms=now, idle=True)
             self._clock_offset_ms += due - now

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import time
 from types import TracebackType
 
 from durable_rpc.client import Client
@@ -42,14 +43,25 @@ class WorkflowEnvironment:
         return await cls._start(namespace, time_skipping=False)
 
     @classmethod
-    async def start_time_skipping(cls, *, namespace: str = "default") -> WorkflowEnvironment:
-        """An environment whose clock jumps to the next timer, backoff or deadline as soon
-        as nothing is queued or running; see :attr:`auto_time_skipping` and :meth:`sleep`."""
-        return await cls._start(namespace, time_skipping=True)
+    async def start_time_skipping(
+        cls, *, namespace: str = "default", start_time: dt.datetime | None = None
+    ) -> WorkflowEnvironment:
+        """An environment whose clock jumps to the next timer, backoff, deadline or
+        schedule firing as soon as nothing is queued or running; see
+        :attr:`auto_time_skipping` and :meth:`sleep`. ``start_time`` (timezone-aware) sets
+        where the server's clock starts (default: now), e.g. just before a DST change."""
+        offset_ms = 0
+        if start_time is not None:
+            if start_time.tzinfo is None:
+                raise ValueError("start_time must be timezone-aware")
+            offset_ms = round(start_time.timestamp() * 1000) - round(time.time() * 1000)
+        return await cls._start(namespace, time_skipping=True, clock_offset_ms=offset_ms)
 
     @classmethod
-    async def _start(cls, namespace: str, *, time_skipping: bool) -> WorkflowEnvironment:
-        store = SQLiteStore(":memory:")
+    async def _start(
+        cls, namespace: str, *, time_skipping: bool, clock_offset_ms: int = 0
+    ) -> WorkflowEnvironment:
+        store = SQLiteStore(":memory:", clock_offset_ms=clock_offset_ms)
         config = ServerConfig(
             db_url="sqlite://:memory:",
             listen="127.0.0.1:0",

@@ -4,7 +4,10 @@ It polls the store (a few index probes on the in-memory database every few ms) r
 than reacting to notifications: "nothing queued or leased" is a property of the whole
 store, and an atomic check-and-jump on the store's writer thread (``skip_time``) is what
 makes it safe, not the moment the check happens. After a jump the server's due loop is
-told to run at once, so timers fire, backoffs end and pollers wake.
+told to run at once, so timers fire, backoffs end and pollers wake. A schedule with
+something to start (a due slot, a buffered start whose run closed) holds the clock until
+the schedule loop started it, and wakes that loop (it would otherwise look again only
+after its real-time bound), so each firing happens at its own moment of the clock.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ class TimeSkipper:
     async def skip_once(self, until_ms: int | None = None) -> tuple[bool, int]:
         """One attempt: (idle, database time after). Wakes the due loop after a jump."""
         report = await self._store.skip_time(until_ms)
-        if report.skipped_ms > 0:
+        if report.skipped_ms > 0 or report.schedule_due:
             self._server.process_due_now()
         return report.idle, report.db_now_ms
 

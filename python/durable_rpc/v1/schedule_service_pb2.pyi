@@ -38,9 +38,19 @@ class _ScheduleOverlapEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Sched
     """Start anyway."""
     SCHEDULE_OVERLAP_TERMINATE_OTHER: _ScheduleOverlap.ValueType  # 4
     """Terminate the open run, then start."""
+    SCHEDULE_OVERLAP_BUFFER_ALL: _ScheduleOverlap.ValueType  # 5
+    """Keep every such due time (at most 1,000 waiting; more are recorded as skipped) and
+    start them one at a time, oldest first, each when the previous run closes.
+    """
+    SCHEDULE_OVERLAP_CANCEL_OTHER: _ScheduleOverlap.ValueType  # 6
+    """Request cancellation of the open run and start the newest such due time when that
+    run closes (however it closes: a run that ignores the request delays the start).
+    """
 
 class ScheduleOverlap(_ScheduleOverlap, metaclass=_ScheduleOverlapEnumTypeWrapper):
-    """What to do when a due time comes while the schedule's last run is still open."""
+    """What to do when a due time comes while the schedule's last run is still open (or, for
+    the buffering policies, while earlier due times still wait in the buffer).
+    """
 
 SCHEDULE_OVERLAP_UNSPECIFIED: ScheduleOverlap.ValueType  # 0
 """Default: SKIP."""
@@ -52,6 +62,14 @@ SCHEDULE_OVERLAP_ALLOW_ALL: ScheduleOverlap.ValueType  # 3
 """Start anyway."""
 SCHEDULE_OVERLAP_TERMINATE_OTHER: ScheduleOverlap.ValueType  # 4
 """Terminate the open run, then start."""
+SCHEDULE_OVERLAP_BUFFER_ALL: ScheduleOverlap.ValueType  # 5
+"""Keep every such due time (at most 1,000 waiting; more are recorded as skipped) and
+start them one at a time, oldest first, each when the previous run closes.
+"""
+SCHEDULE_OVERLAP_CANCEL_OTHER: ScheduleOverlap.ValueType  # 6
+"""Request cancellation of the open run and start the newest such due time when that
+run closes (however it closes: a run that ignores the request delays the start).
+"""
 Global___ScheduleOverlap: _TypeAlias = ScheduleOverlap  # noqa: Y015
 
 @_typing.final
