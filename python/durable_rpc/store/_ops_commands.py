@@ -188,7 +188,7 @@ class _CommandOps(_SqlOpsBase):
             close_run(tx, namespace, run_id, "cancelled", now, failure=cancelled)
             return True
         if kind == "continue_as_new":
-            continue_as_new(tx, namespace, run, command.continue_as_new.input, now)
+            continue_as_new(tx, namespace, run, command.continue_as_new, now)
             return True
         if kind == "start_child_workflow":
             start_child(tx, namespace, run, command, now)

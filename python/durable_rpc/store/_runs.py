@@ -29,7 +29,13 @@ from durable_rpc.store._shared import (
     version_or_default,
 )
 from durable_rpc.store._tx import Row, Tx
-from durable_rpc.v1 import history_pb2, options_pb2, payload_pb2, search_attributes_pb2
+from durable_rpc.v1 import (
+    history_pb2,
+    options_pb2,
+    payload_pb2,
+    search_attributes_pb2,
+    workflow_task_pb2,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,16 +317,34 @@ def deliver_signal(
 
 
 def continue_as_new(
-    tx: Tx, namespace: str, run: Row, payload: payload_pb2.Payload, now: int
+    tx: Tx, namespace: str, run: Row, command: workflow_task_pb2.ContinueAsNew, now: int
 ) -> str:
     """Closes ``run`` as continued_as_new and starts its successor in the same
     transaction; returns the new run id.
 
     The new run keeps the workflow id, type, version, task queue, memo, trace context
     and the run's current search attributes (upserts included), and starts a fresh
-    history. The run timeout applies afresh to each run; the execution timeout spans
-    the chain (the new run gets what is left of it).
+    history; the command's ``task_queue`` / ``workflow_type`` (with its
+    ``workflow_version``, default "1") override the queue and the type. A routed run
+    keeps no build pin (the pinned build may not serve that queue or type). The run
+    timeout applies afresh to each run; the execution timeout spans the chain (the new
+    run gets what is left of it).
     """
+    payload = command.input
+    if command.workflow_version and not command.workflow_type:
+        raise InvalidArgumentError(
+            "continue_as_new: workflow_version "
+            f"{command.workflow_version!r} needs a workflow_type (empty = this run's type "
+            "and version)"
+        )
+    workflow_type: str = command.workflow_type or run["workflow_type"]
+    version: str = (
+        version_or_default(command.workflow_version)
+        if command.workflow_type
+        else run["workflow_version"]
+    )
+    task_queue: str = command.task_queue or run["task_queue"]
+    routed = bool(command.task_queue or command.workflow_type)
     old_run_id: str = run["run_id"]
     first = tx.one(
         "SELECT data FROM history WHERE namespace = ? AND run_id = ? AND event_id = 1",
@@ -350,16 +374,22 @@ def continue_as_new(
         old_run_id,
         now,
         "workflow_continued_as_new",
-        history_pb2.WorkflowContinuedAsNew(new_run_id=new_run_id, input=payload),
+        history_pb2.WorkflowContinuedAsNew(
+            new_run_id=new_run_id,
+            input=payload,
+            task_queue=command.task_queue,
+            workflow_type=command.workflow_type,
+            workflow_version=version if command.workflow_type else "",
+        ),
     )
     close_run(tx, namespace, old_run_id, "continued_as_new", now)
     create_run(
         tx,
         namespace,
         run["workflow_id"],
-        run["workflow_type"],
-        run["workflow_version"],
-        run["task_queue"],
+        workflow_type,
+        version,
+        task_queue,
         payload,
         "",
         dict(started.trace_context),
@@ -376,6 +406,6 @@ def continue_as_new(
             if run["parent_run_id"]
             else None
         ),
-        build_id=carried_pin(run),
+        build_id=None if routed else carried_pin(run),
     )
     return new_run_id

@@ -790,7 +790,16 @@ class WorkflowContinuedAsNew(_message.Message):
 
     NEW_RUN_ID_FIELD_NUMBER: _builtins.int
     INPUT_FIELD_NUMBER: _builtins.int
+    TASK_QUEUE_FIELD_NUMBER: _builtins.int
+    WORKFLOW_TYPE_FIELD_NUMBER: _builtins.int
+    WORKFLOW_VERSION_FIELD_NUMBER: _builtins.int
     new_run_id: _builtins.str
+    task_queue: _builtins.str
+    """Where the new run went when the command overrode it (ContinueAsNew.task_queue /
+    workflow_type); empty = this run's.
+    """
+    workflow_type: _builtins.str
+    workflow_version: _builtins.str
     @_builtins.property
     def input(self) -> _payload_pb2.Payload:
         """The new run's arguments, as one array-valued payload."""
@@ -800,10 +809,13 @@ class WorkflowContinuedAsNew(_message.Message):
         *,
         new_run_id: _builtins.str = ...,
         input: _payload_pb2.Payload | None = ...,
+        task_queue: _builtins.str = ...,
+        workflow_type: _builtins.str = ...,
+        workflow_version: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["input", b"input"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["input", b"input", "new_run_id", b"new_run_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["input", b"input", "new_run_id", b"new_run_id", "task_queue", b"task_queue", "workflow_type", b"workflow_type", "workflow_version", b"workflow_version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

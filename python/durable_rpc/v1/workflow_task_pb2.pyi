@@ -365,6 +365,16 @@ class ContinueAsNew(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     INPUT_FIELD_NUMBER: _builtins.int
+    TASK_QUEUE_FIELD_NUMBER: _builtins.int
+    WORKFLOW_TYPE_FIELD_NUMBER: _builtins.int
+    WORKFLOW_VERSION_FIELD_NUMBER: _builtins.int
+    task_queue: _builtins.str
+    """Routing overrides of the new run: empty = this run's task queue / workflow type.
+    The new run of another type takes that type's version `workflow_version` (empty =
+    "1"); without a type override the version is this run's.
+    """
+    workflow_type: _builtins.str
+    workflow_version: _builtins.str
     @_builtins.property
     def input(self) -> _payload_pb2.Payload:
         """The new run's arguments, as one array-valued payload."""
@@ -373,10 +383,13 @@ class ContinueAsNew(_message.Message):
         self,
         *,
         input: _payload_pb2.Payload | None = ...,
+        task_queue: _builtins.str = ...,
+        workflow_type: _builtins.str = ...,
+        workflow_version: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["input", b"input"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["input", b"input"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["input", b"input", "task_queue", b"task_queue", "workflow_type", b"workflow_type", "workflow_version", b"workflow_version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

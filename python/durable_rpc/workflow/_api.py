@@ -40,16 +40,37 @@ def info() -> WorkflowInfo:
     return current().current_info()
 
 
-def continue_as_new(*args: Any) -> NoReturn:
+def continue_as_new(
+    *args: Any,
+    task_queue: str | None = None,
+    workflow: Callable[..., Any] | str | None = None,
+) -> NoReturn:
     """End this run and start a fresh one of the same workflow with ``args``.
 
     The new run keeps the workflow id, type, version, task queue, memo and search
     attributes and starts with an empty history (so an unbounded loop stays cheap to
-    replay); ``handle.result()`` follows the chain to the final run. Raises
-    ContinueAsNewError (a BaseException): do not catch it.
+    replay); ``handle.result()`` follows the chain to the final run. ``task_queue``
+    sends the new run to another task queue, ``workflow`` (``Other.run`` or a type
+    name) makes it a run of another workflow type (and that definition's version; "1"
+    for a name); both are recorded in the history. Raises ContinueAsNewError (a
+    BaseException): do not catch it.
     """
     current()
-    raise ContinueAsNewError(tuple(args))
+    if task_queue is not None and not task_queue:
+        raise ValueError("task_queue must not be empty (None keeps this run's)")
+    workflow_type = workflow_version = ""
+    if workflow is not None:
+        if isinstance(workflow, str) and not workflow:
+            raise ValueError("workflow must not be empty (None keeps this run's)")
+        from durable_rpc.client._refs import workflow_ref
+
+        workflow_type, workflow_version, _ = workflow_ref(workflow)
+    raise ContinueAsNewError(
+        tuple(args),
+        task_queue=task_queue or "",
+        workflow_type=workflow_type,
+        workflow_version=workflow_version,
+    )
 
 
 def upsert_search_attributes(values: Mapping[str, Any]) -> None:

@@ -60,7 +60,10 @@ class CompletionMixin(InstanceState):
         self._terminal(
             workflow_task_pb2.Command(
                 continue_as_new=workflow_task_pb2.ContinueAsNew(
-                    input=payload_pb2.Payload(data=data)
+                    input=payload_pb2.Payload(data=data),
+                    task_queue=request.task_queue,
+                    workflow_type=request.workflow_type,
+                    workflow_version=request.workflow_version,
                 )
             )
         )

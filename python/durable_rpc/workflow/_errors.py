@@ -71,9 +71,20 @@ class RestrictedOperationError(RuntimeError):
 
 class ContinueAsNewError(BaseException):
     """Raised by ``workflow.continue_as_new()``: ends the run as continued_as_new and
-    starts a fresh run of the same workflow with ``args``. A BaseException so ``except
-    Exception`` in workflow code does not swallow it."""
+    starts a fresh run with ``args``, of the same workflow unless ``workflow_type`` (and
+    ``workflow_version``) or ``task_queue`` route it elsewhere ("" = this run's). A
+    BaseException so ``except Exception`` in workflow code does not swallow it."""
 
-    def __init__(self, args: tuple[object, ...]) -> None:
+    def __init__(
+        self,
+        args: tuple[object, ...],
+        *,
+        task_queue: str = "",
+        workflow_type: str = "",
+        workflow_version: str = "",
+    ) -> None:
         super().__init__("continue as new")
         self.new_args = args
+        self.task_queue = task_queue
+        self.workflow_type = workflow_type
+        self.workflow_version = workflow_version

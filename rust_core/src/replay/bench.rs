@@ -108,9 +108,15 @@ pub fn command_of(attrs: &Attributes) -> Option<Command> {
                 }),
             }),
         ),
-        Attributes::WorkflowContinuedAsNew(c) => {
-            (0, Kind::ContinueAsNew(ContinueAsNew { input: c.input }))
-        }
+        Attributes::WorkflowContinuedAsNew(c) => (
+            0,
+            Kind::ContinueAsNew(ContinueAsNew {
+                input: c.input,
+                task_queue: c.task_queue,
+                workflow_type: c.workflow_type,
+                workflow_version: c.workflow_version,
+            }),
+        ),
         Attributes::ChildWorkflowInitiated(c) => (
             c.seq,
             Kind::StartChildWorkflow(StartChildWorkflow {

@@ -62,9 +62,12 @@ pub(crate) enum Recorded {
         update_id: String,
         failed: bool,
     },
-    /// `workflow.continue_as_new()`: the input is not part of the identity (like a
-    /// completion's result).
-    WorkflowContinuedAsNew,
+    /// `workflow.continue_as_new()`: the routing overrides (empty = none) are the
+    /// identity; the input is not (like a completion's result).
+    WorkflowContinuedAsNew {
+        task_queue: String,
+        workflow_type: String,
+    },
     /// A child workflow start: its type and id are the identity (not its input).
     ChildWorkflowInitiated {
         seq: i64,
@@ -125,7 +128,10 @@ impl Recorded {
                 update_id: u.update_id.clone(),
                 failed: matches!(u.outcome, Some(update_completed::Outcome::Failure(_))),
             },
-            Attributes::WorkflowContinuedAsNew(_) => Recorded::WorkflowContinuedAsNew,
+            Attributes::WorkflowContinuedAsNew(c) => Recorded::WorkflowContinuedAsNew {
+                task_queue: c.task_queue.clone(),
+                workflow_type: c.workflow_type.clone(),
+            },
             Attributes::ChildWorkflowInitiated(c) => Recorded::ChildWorkflowInitiated {
                 seq: c.seq,
                 workflow_type: c.workflow_type.clone(),
@@ -179,7 +185,10 @@ impl Recorded {
                 update_id: u.update_id.clone(),
                 failed: matches!(u.outcome, Some(complete_update::Outcome::Failure(_))),
             },
-            Kind::ContinueAsNew(_) => Recorded::WorkflowContinuedAsNew,
+            Kind::ContinueAsNew(c) => Recorded::WorkflowContinuedAsNew {
+                task_queue: c.task_queue.clone(),
+                workflow_type: c.workflow_type.clone(),
+            },
             Kind::StartChildWorkflow(c) => Recorded::ChildWorkflowInitiated {
                 seq: command.seq,
                 workflow_type: c.workflow_type.clone(),
@@ -252,7 +261,21 @@ impl fmt::Display for Recorded {
                 let outcome = if *failed { "failure" } else { "result" };
                 write!(f, "CompleteUpdate(id={update_id:?}, {outcome})")
             }
-            Recorded::WorkflowContinuedAsNew => f.write_str("ContinueAsNew"),
+            Recorded::WorkflowContinuedAsNew {
+                task_queue,
+                workflow_type,
+            } => {
+                f.write_str("ContinueAsNew")?;
+                match (task_queue.is_empty(), workflow_type.is_empty()) {
+                    (true, true) => Ok(()),
+                    (false, true) => write!(f, "(task_queue={task_queue:?})"),
+                    (true, false) => write!(f, "(workflow_type={workflow_type:?})"),
+                    (false, false) => write!(
+                        f,
+                        "(task_queue={task_queue:?}, workflow_type={workflow_type:?})"
+                    ),
+                }
+            }
             Recorded::ChildWorkflowInitiated {
                 seq,
                 workflow_type,

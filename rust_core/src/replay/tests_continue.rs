@@ -29,6 +29,7 @@ fn history() -> History {
                 data: b"[3]".to_vec(),
                 external: None,
             }),
+            ..Default::default()
         }),
     ];
     numbered(events.into())
@@ -42,6 +43,7 @@ fn continue_as_new(data: &[u8]) -> Command {
                 data: data.to_vec(),
                 external: None,
             }),
+            ..Default::default()
         })),
     }
 }
@@ -99,4 +101,32 @@ fn missing_continue_as_new_is_nondeterminism() {
     };
     assert_eq!(e.expected, "ContinueAsNew");
     assert_eq!(e.actual, "nothing");
+}
+
+#[test]
+fn the_routing_overrides_are_identity() {
+    // Recorded without overrides: code that now routes the new run elsewhere diverges.
+    let mut m = ReplayMachine::new(history(), ts(9)).unwrap();
+    m.next_activation().unwrap().unwrap();
+    let routed = Command {
+        seq: 0,
+        kind: Some(Kind::ContinueAsNew(ContinueAsNew {
+            task_queue: "other".into(),
+            workflow_type: "finisher".into(),
+            ..Default::default()
+        })),
+    };
+    let err = m
+        .complete_activation(ActivationCompletion {
+            commands: vec![routed],
+        })
+        .unwrap_err();
+    let ReplayError::Nondeterminism(e) = err else {
+        panic!("expected nondeterminism, got {err:?}");
+    };
+    assert_eq!(e.expected, "ContinueAsNew");
+    assert_eq!(
+        e.actual,
+        "ContinueAsNew(task_queue=\"other\", workflow_type=\"finisher\")"
+    );
 }
