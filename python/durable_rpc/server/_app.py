@@ -208,7 +208,9 @@ class Server:
     async def start(self) -> None:
         metric_interceptors = self._start_metrics()
         await self.store.open()
-        notifier = Notifier(asyncio.get_running_loop(), self._due.schedule)
+        notifier = Notifier(
+            asyncio.get_running_loop(), self._due.schedule, self._schedules.run_closed
+        )
         self._notifier = notifier
         self.store.set_listener(notifier)
         server = grpc.aio.server(

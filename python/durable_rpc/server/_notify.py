@@ -154,10 +154,17 @@ async def wait(future: asyncio.Future[Any], timeout: float) -> bool:
 class Notifier:
     """The server's StoreListener: routes store events to long-poll waiters."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, on_due: Callable[[int], None]) -> None:
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        on_due: Callable[[int], None],
+        on_closed: Callable[[str, str], None] | None = None,
+    ) -> None:
         self._loop = loop
         self._loop_thread = threading.get_ident()
         self._on_due = on_due
+        #: Told of every closed run (namespace, run id), on the event loop.
+        self._on_closed = on_closed
         self.tasks = Waiters()
         self.closed_runs = Waiters()
         #: Callers of QueryWorkflow waiting for their answer, by (namespace, query id).
@@ -195,6 +202,8 @@ class Notifier:
             while len(self._outcomes) > _KEPT_OUTCOMES:
                 self._outcomes.popitem(last=False)
         self.closed_runs.notify_every(key)
+        if self._on_closed is not None:
+            self._on_closed(*key)
 
     def outcome_of(self, namespace: str, run_id: str) -> RunOutcome | None:
         """The outcome of a run this process closed recently (terminal: never stale)."""

@@ -165,6 +165,8 @@ class ScheduleService(schedule_service_pb2_grpc.ScheduleServiceServicer):
             _validate.namespace(request.namespace),
             _validate.name("schedule_id", request.schedule_id),
         )
+        if action == "buffered":
+            self._wake()  # the loop learns which run's close to look again at
         return pb.TriggerScheduleResponse(action=action)
 
     async def BackfillSchedule(

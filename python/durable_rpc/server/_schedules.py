@@ -4,7 +4,9 @@ The store decides what is due by its own clock and fences each firing, so any nu
 replicas may run this loop; the process clock only decides when to look. The loop
 sleeps until the earliest due slot the store reported, at most ``MAX_SLEEP_S`` (what a
 schedule created on another replica waits at most before this one sees it), and is
-woken early by a change made through this server (``wake``).
+woken early by a change made through this server (``wake``) and by the close of a run
+that buffered due times wait for (``run_closed``, from the server's notifier: closes on
+any replica reach it on PostgreSQL), so a buffered start follows the close at once.
 """
 
 from __future__ import annotations
@@ -26,14 +28,28 @@ GRANULARITY_S = 0.01
 
 
 class ScheduleLoop:
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, max_sleep_s: float = MAX_SLEEP_S) -> None:
         self._store = store
+        self._max_sleep_s = max_sleep_s
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        #: The open runs the last pass found buffered due times waiting for.
+        self._waiting_on: frozenset[tuple[str, str]] = frozenset()
 
     def wake(self) -> None:
         """A schedule was created, updated or unpaused here (or the clock skipped)."""
         self._changed.set()
+
+    @property
+    def waiting_on(self) -> frozenset[tuple[str, str]]:
+        """The open runs the last pass found buffered due times waiting for."""
+        return self._waiting_on
+
+    def run_closed(self, namespace: str, run_id: str) -> None:
+        """A run closed (on the event loop): look again if due times wait for it. A set
+        lookup: every run's close comes here."""
+        if (namespace, run_id) in self._waiting_on:
+            self._changed.set()
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="durable-rpc-schedule-loop")
@@ -53,10 +69,11 @@ class ScheduleLoop:
                 log.warning("firing schedules failed: %s", exc)
                 await asyncio.sleep(ERROR_SLEEP_S)
                 continue
-            delay = MAX_SLEEP_S
+            self._waiting_on = firing.waiting_on
+            delay = self._max_sleep_s
             if firing.next_fire_ms is not None:
                 until = max(0.0, (firing.next_fire_ms - firing.db_now_ms) / 1000)
-                delay = min(MAX_SLEEP_S, until + GRANULARITY_S)
+                delay = min(self._max_sleep_s, until + GRANULARITY_S)
             started = time.monotonic()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), timeout=delay)

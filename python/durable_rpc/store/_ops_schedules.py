@@ -19,7 +19,15 @@ from durable_rpc.errors import InvalidArgumentError, NotFoundError
 from durable_rpc.store._logic import failure_bytes
 from durable_rpc.store._ops_base import _SqlOpsBase
 from durable_rpc.store._runs import check_start, create_run, open_run_of, record_start_request
-from durable_rpc.store._schedule_buffer import BUFFERING, clear, push, ready, take_oldest, waiting
+from durable_rpc.store._schedule_buffer import (
+    BUFFERING,
+    blocking,
+    clear,
+    push,
+    ready,
+    take_oldest,
+    waiting,
+)
 from durable_rpc.store._schedule_records import (
     ScheduleAction,
     ScheduleDefinition,
@@ -53,6 +61,9 @@ NEXT_TIMES = 5
 # Due times one schedule fires in one pass (a long outage under ALLOW_ALL catches up over
 # several passes, each a bounded transaction).
 FIRE_BATCH = 100
+# Open runs a pass reports as blocking waiting due times (more are found by the loop's
+# look-again bound).
+WAITING_ON_MAX = 1000
 
 
 def _check(definition: ScheduleDefinition) -> None:
@@ -417,7 +428,9 @@ class _ScheduleOps(_SqlOpsBase):
             ):
                 started += _fire_due(tx, row, now)
             nxt = tx.value("SELECT MIN(fire_at_ms) FROM schedules")
-            return ScheduleFiring(now, started, None if nxt is None else int(nxt))
+            return ScheduleFiring(
+                now, started, None if nxt is None else int(nxt), blocking(tx, WAITING_ON_MAX)
+            )
 
         return await self._write(op)
 

@@ -99,3 +99,15 @@ def ready(tx: Tx, limit: int) -> list[tuple[str, str]]:
         (row["namespace"], row["schedule_id"])
         for row in tx.all(f"{READY_SQL} ORDER BY b.namespace, b.schedule_id LIMIT ?", (limit,))
     ]
+
+
+def blocking(tx: Tx, limit: int) -> frozenset[tuple[str, str]]:
+    """(namespace, run id) of the open runs that unpaused schedules' waiting due times wait
+    for (at most ``limit``): the schedule loop looks again when one of them closes."""
+    rows = tx.all(
+        "SELECT DISTINCT s.namespace, s.last_run_id FROM schedule_buffer b "
+        "JOIN schedules s ON s.namespace = b.namespace AND s.schedule_id = b.schedule_id "
+        "WHERE s.paused = 0 AND s.last_run_id IS NOT NULL LIMIT ?",
+        (limit,),
+    )
+    return frozenset((row["namespace"], row["last_run_id"]) for row in rows)

@@ -49,3 +49,6 @@ class ScheduleFiring:
     db_now_ms: int
     started: int
     next_fire_ms: int | None
+    #: (namespace, run id) of the open runs that waiting (buffered) due times wait for:
+    #: the close of one is when to look again.
+    waiting_on: frozenset[tuple[str, str]] = frozenset()
