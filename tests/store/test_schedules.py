@@ -13,6 +13,7 @@ import pytest
 from durable_rpc.errors import InvalidArgumentError, NotFoundError
 from durable_rpc.store import SQLiteStore, Store
 from durable_rpc.store._migrations import SQLITE_MIGRATIONS
+from durable_rpc.store._schedule_buffer import BUFFER_MAX
 from durable_rpc.store._schedule_records import ScheduleDefinition
 from durable_rpc.store._schedule_spec import ScheduleSpec, jitter, run_workflow_id
 from durable_rpc.store._tx import Tx
@@ -239,6 +240,23 @@ async def test_jitter_delays_each_firing_deterministically_within_its_bound(
     assert all(0 <= d < 30_000 for d in delays) and len(delays) > 150
     assert jitter("j", due, 30_000) == jitter("j", due, 30_000)
     assert (await fire_slot(store, "j")) == due + jitter("j", due, 30_000)
+
+
+async def test_buffer_all_keeps_at_most_buffer_max_due_times_waiting(store: Store) -> None:
+    # A 1 ms interval behind an open run: passes of 100 due times each fill the buffer to
+    # its bound; the due times beyond it are recorded as skipped, not kept.
+    await store.create_schedule(NS, "f", every(1, "BUFFER_ALL"))
+    first = (await store.describe_schedule(NS, "f")).next_due_ms[0]
+    await wait_db_time(store, first + BUFFER_MAX + 300)
+    for _ in range(13):  # 1,300 due times: one started, 1,000 waiting, the rest skipped
+        await store.fire_schedules()
+
+    def op(tx: Tx) -> int:
+        return int(tx.value("SELECT COUNT(*) FROM schedule_buffer WHERE schedule_id = 'f'"))
+
+    assert await store._read(op) == BUFFER_MAX  # type: ignore[attr-defined]
+    actions = [a.action for a in (await store.describe_schedule(NS, "f")).recent_actions]
+    assert actions == ["skipped"] * len(actions) and actions
 
 
 async def fire_slot(store: Store, schedule_id: str) -> int:
