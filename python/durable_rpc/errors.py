@@ -89,6 +89,13 @@ class HistoryLimitExceededError(ResourceExhaustedError):
     reason = "HISTORY_LIMIT_EXCEEDED"
 
 
+class AdmissionLimitError(ResourceExhaustedError):
+    """The namespace's admission policy (open runs, start rate) refuses a new start: its
+    policy is to refuse, not to queue, over the limit. Retry later."""
+
+    reason = "ADMISSION_LIMIT"
+
+
 class UnimplementedError(DurableRpcError):
     """The server does not implement this RPC (it is newer than the server)."""
 
@@ -181,6 +188,7 @@ STATUS_BY_REASON: dict[str, grpc.StatusCode] = {
     StoreUnavailableError.reason: grpc.StatusCode.UNAVAILABLE,
     ResourceExhaustedError.reason: grpc.StatusCode.RESOURCE_EXHAUSTED,
     HistoryLimitExceededError.reason: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    AdmissionLimitError.reason: grpc.StatusCode.RESOURCE_EXHAUSTED,
     UnimplementedError.reason: grpc.StatusCode.UNIMPLEMENTED,
     InternalError.reason: grpc.StatusCode.INTERNAL,
     QueryFailedError.reason: grpc.StatusCode.FAILED_PRECONDITION,
@@ -210,6 +218,7 @@ ERROR_BY_REASON: dict[str, type[DurableRpcError]] = {
         StoreUnavailableError,
         ResourceExhaustedError,
         HistoryLimitExceededError,
+        AdmissionLimitError,
         UnimplementedError,
         InternalError,
         QueryFailedError,

@@ -1,6 +1,6 @@
 """Workflows and activities for the end-to-end tests, runnable as a worker process:
 
-    python -m tests.e2e.apps ADDRESS TASK_QUEUE [--release] [--variant v1|v2]
+    python -m tests.e2e.apps ADDRESS TASK_QUEUE [--release] [--variant v1|v2] [--namespace NS]
 
 Activities append one line per execution to $DURABLE_RPC_TEST_LOG so tests can count
 executions across processes. A "blocking" activity waits forever unless the worker was
@@ -238,10 +238,11 @@ async def main() -> None:
     parser.add_argument("task_queue")
     parser.add_argument("--release", action="store_true")
     parser.add_argument("--variant", default="v1", choices=["v1", "v2"])
+    parser.add_argument("--namespace", default="default")
     args = parser.parse_args()
     RELEASED = args.release
     evolving = EvolvingV1 if args.variant == "v1" else EvolvingV2
-    client = await Client.connect(args.address)
+    client = await Client.connect(args.address, namespace=args.namespace)
     worker = Worker(
         client,
         task_queue=args.task_queue,

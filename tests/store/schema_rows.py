@@ -18,6 +18,8 @@ NOT_PER_RUN = {
     "schema_version",
     # Configuration of a namespace's task queues, set and removed by operators.
     "task_queue_limits",
+    # A namespace's admission policy (its limit, rate and token bucket), set by operators.
+    "namespace_admission",
     # Transient: each row expires by its own expires_at_ms (process_due deletes it).
     "queries",
     # A schedule's rows outlive its runs: deleted with the schedule; actions are trimmed

@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from durable_rpc.cli._admin import namespace, token
+from durable_rpc.cli._admission import admission
 from durable_rpc.cli._definitions import definition
 from durable_rpc.cli._errors import DEBUG_ENV, explain
 from durable_rpc.cli._fleet import task_queue, worker
@@ -50,6 +51,7 @@ cli.add_command(replay)
 cli.add_command(selfcheck)
 cli.add_command(server)
 cli.add_command(workflow)
+namespace.add_command(admission)
 cli.add_command(namespace)
 cli.add_command(token)
 cli.add_command(worker)

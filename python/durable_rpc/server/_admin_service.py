@@ -14,6 +14,7 @@ from google.protobuf import duration_pb2
 from durable_rpc.auth import Principal, new_key
 from durable_rpc.errors import InvalidArgumentError
 from durable_rpc.server import _convert, _validate
+from durable_rpc.server._admin_admission import AdminAdmissionMixin
 from durable_rpc.server._admin_definitions import AdminDefinitionsMixin
 from durable_rpc.server._admin_fleet import AdminFleetMixin
 from durable_rpc.server._admin_limits import AdminLimitsMixin
@@ -76,6 +77,7 @@ def _visible(principal: Principal | None, name: str) -> bool:
 class AdminService(
     AdminFleetMixin,
     AdminLimitsMixin,
+    AdminAdmissionMixin,
     AdminDefinitionsMixin,
     admin_service_pb2_grpc.AdminServiceServicer,
 ):

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 from durable_rpc.errors import InvalidArgumentError
+from durable_rpc.store._admission_records import Admission
 from durable_rpc.store._api import (
     RUN_STATUSES,
     ActivityCompletion,
@@ -60,6 +61,7 @@ from durable_rpc.store._fleet_records import (
 from durable_rpc.store._sqlite import SQLiteStore
 
 __all__ = [
+    "Admission",
     "QueueBacklog",
     "ServedDefinition",
     "TaskQueueDescription",

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TYPE_CHECKING, Literal, Protocol
 
+from durable_rpc.store._admission_records import Admission
 from durable_rpc.store._definition_records import DefinitionRecord
 from durable_rpc.store._fleet_records import (
     TaskQueueDescription,
@@ -134,6 +135,10 @@ class StoreStats:
     #: Activity claims that found a visible task but left it queued: its task queue's
     #: concurrency limit was reached (``_queue_limits``).
     deferred_claims: int = 0
+    #: Starts deferred (queued, not yet admitted) and refused by their namespace's
+    #: admission policy (``_admission``).
+    deferred_starts: int = 0
+    refused_starts: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -722,6 +727,30 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def list_task_queue_limits(self, namespace: str) -> list[TaskQueueLimit]:
         """The namespace's limits, by task queue."""
+
+    # namespace admission (see _ops_admission, _admission)
+    @abc.abstractmethod
+    async def set_namespace_admission(
+        self,
+        namespace: str,
+        max_open_runs: int | None,
+        starts_per_period: int | None,
+        period_ms: int | None,
+        over_limit: str,
+    ) -> Admission:
+        """Sets the namespace's admission policy: at most ``max_open_runs`` admitted open
+        runs, at most ``starts_per_period`` starts admitted per ``period_ms`` (a token
+        bucket), over the limit ``queue`` (the run waits, not yet admitted) or
+        ``refuse`` (AdmissionLimitError). Room it frees admits waiting runs at once.
+        InvalidArgumentError for a policy out of bounds or with neither limit."""
+
+    @abc.abstractmethod
+    async def remove_namespace_admission(self, namespace: str) -> None:
+        """Removes the policy (idempotent); every waiting run is admitted."""
+
+    @abc.abstractmethod
+    async def get_namespace_admission(self, namespace: str) -> Admission | None:
+        """The policy with its admitted open runs and waiting runs (None: no policy)."""
 
     # definitions (see _ops_definitions)
     @abc.abstractmethod

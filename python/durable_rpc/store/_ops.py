@@ -18,6 +18,7 @@ from opentelemetry.metrics import MeterProvider
 from durable_rpc.store._api import StoreListener, StoreOptions, StoreStats
 from durable_rpc.store._ops_activities import _ActivityOps
 from durable_rpc.store._ops_admin import _AdminOps
+from durable_rpc.store._ops_admission import _AdmissionOps
 from durable_rpc.store._ops_commands import _CommandOps
 from durable_rpc.store._ops_definitions import _DefinitionOps
 from durable_rpc.store._ops_due import _DueOps
@@ -49,6 +50,7 @@ class SqlStore(
     _WorkerOps,
     _FleetOps,
     _LimitOps,
+    _AdmissionOps,
     _DefinitionOps,
     _QueryOps,
     _UpdateOps,

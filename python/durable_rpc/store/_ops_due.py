@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from durable_rpc.store._admission import admit_waiting, due_namespaces, next_admit_ms
 from durable_rpc.store._api import DueReport, TaskKind
 from durable_rpc.store._logic import (
     ACTIVITY_TIMEOUT_ERROR,
@@ -220,7 +221,13 @@ class _DueOps(_ActivityOps):
                     ),
                 )
 
+            # 7. Namespaces whose runs wait for admission's next token (rate): admit them
+            # (``admit_waiting`` locks the policy row: once across replicas).
+            for namespace in due_namespaces(tx, now):
+                admit_waiting(tx, namespace)
+
             next_due = earliest(
+                next_admit_ms(tx),
                 tx.value("SELECT MIN(deadline_ms) AS m FROM runs WHERE deadline_ms IS NOT NULL"),
                 tx.value("SELECT MIN(due_ms) AS m FROM tasks WHERE state IN ('waiting', 'leased')"),
                 tx.value(

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from durable_rpc.errors import (
+    AdmissionLimitError,
     InvalidArgumentError,
     WorkflowAlreadyStartedError,
     WorkflowNotRunningError,
@@ -108,7 +109,11 @@ class _RunOps(_LeaseOps):
                 checked,
                 run_id=new_run_id,
                 request_recorded=True,
+                admitted=False,
             )
+            self._stats.deferred_starts += tx.deferred_starts
+            if tx.deferred_starts:  # no workflow task to claim until it is admitted
+                return StartResult(run_id, started=True)
             refuse_input(tx, self._options.history, namespace, run_id, "start")
             if claim_for is None:
                 return StartResult(run_id, started=True)
@@ -127,7 +132,11 @@ class _RunOps(_LeaseOps):
             tx.notes.tasks.discard((namespace, task_queue, "workflow"))
             return run_id, claim
 
-        done = await self._write(op)
+        try:
+            done = await self._write(op)
+        except AdmissionLimitError:
+            self._stats.refused_starts += 1
+            raise
         if isinstance(done, StartResult):
             return done
         run_id, claim = done
@@ -218,7 +227,9 @@ class _RunOps(_LeaseOps):
                 request_id,
                 trace_context,
                 checked,
+                admitted=False,
             )
+            self._stats.deferred_starts += tx.deferred_starts
             # Recorded right after WorkflowStarted and before any workflow task ran, so
             # the first activation carries both: handlers see it before the main method.
             deliver_signal(
@@ -227,7 +238,11 @@ class _RunOps(_LeaseOps):
             refuse_input(tx, self._options.history, namespace, run_id, "signal-with-start")
             return SignalWithStartResult(run_id, started=True, delivered=True)
 
-        return await self._write(op)
+        try:
+            return await self._write(op)
+        except AdmissionLimitError:
+            self._stats.refused_starts += 1
+            raise
 
     async def request_cancel(
         self, namespace: str, workflow_id: str, run_id: str | None, reason: str
@@ -236,6 +251,21 @@ class _RunOps(_LeaseOps):
             run = find_run(tx, namespace, workflow_id, run_id)
             if run["status"] != "running":
                 raise WorkflowNotRunningError(f"run {run['run_id']} is {run['status']}")
+            if run["admission"] is not None:
+                # Not yet admitted: no code of it ever ran, so nothing needs to learn of the
+                # request; it closes as cancelled at once (and frees no room: it held none).
+                now = tx.now_ms()
+                append_event(
+                    tx,
+                    namespace,
+                    run["run_id"],
+                    now,
+                    "workflow_cancelled",
+                    history_pb2.WorkflowCancelled(),
+                )
+                failure = failure_bytes(reason or "cancelled before admission", "CancelledError")
+                close_run(tx, namespace, run["run_id"], "cancelled", now, failure=failure)
+                return True
             # Running activities learn about it from their next heartbeat.
             request_cancel_run(tx, namespace, run, reason, tx.now_ms())
             return not run["cancel_requested"]

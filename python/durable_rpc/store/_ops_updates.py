@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from durable_rpc.errors import ResourceExhaustedError
+from durable_rpc.errors import AdmissionLimitError, ResourceExhaustedError
 from durable_rpc.store._api import (
     HistoryLimits,
     PendingUpdateRequest,
@@ -208,7 +208,9 @@ class _UpdateOps(_SqlOpsBase):
                     update_id,
                     trace_context,
                     checked,
+                    admitted=False,
                 )
+                self._stats.deferred_starts += tx.deferred_starts
                 # Its first workflow task (queued by create_run) carries the request.
                 new_run = {"run_id": run_id, "task_queue": task_queue, "pending_updates": 0}
                 refuse_input(tx, self._options.history, namespace, run_id, "start")
@@ -227,7 +229,11 @@ class _UpdateOps(_SqlOpsBase):
             )
             return UpdateWithStartResult(str(run["run_id"]), started=False)
 
-        return await self._write(op)
+        try:
+            return await self._write(op)
+        except AdmissionLimitError:
+            self._stats.refused_starts += 1
+            raise
 
     async def update_rejection(self, namespace: str, run_id: str, update_id: str) -> bytes | None:
         def op(tx: Tx) -> bytes | None:

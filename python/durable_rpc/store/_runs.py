@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from google.protobuf import duration_pb2
 
 from durable_rpc.errors import DefinitionRemovedError, InternalError, InvalidArgumentError
+from durable_rpc.store._admission import ADMISSION_PROBE, admit_new_run
 from durable_rpc.store._api import StartOptions
 from durable_rpc.store._build_pins import carried_pin
 from durable_rpc.store._logic import parse_payload
@@ -148,6 +149,7 @@ def create_run(
     request_recorded: bool = False,
     build_id: str | None = None,
     random_seed_run_id: str = "",
+    admitted: bool = True,
 ) -> tuple[str, int]:
     """Insert a running run with its WorkflowStarted event and first workflow task;
     returns (run_id, now). The caller checked that no run of the id is open.
@@ -158,7 +160,10 @@ def create_run(
     workflow to its parent. ``request_recorded``: the caller already recorded
     ``request_id`` (``record_start_request``). ``build_id``: the build the run is pinned
     to from its start (continue-as-new of a pinned run; None: undecided, ``_build_pins``).
-    ``random_seed_run_id``: a redriven run's (WorkflowStarted.random_seed_run_id)."""
+    ``random_seed_run_id``: a redriven run's (WorkflowStarted.random_seed_run_id).
+    ``admitted=False``: a client's start, which its namespace's admission policy (if
+    any) admits, defers or refuses (``_admission``); children and continue-as-new pass
+    True (always admitted, counted)."""
     now = tx.now_ms()
     run_id = run_id or str(uuid.uuid4())
     # The definition's fingerprint (registered by workers; '' if none is) and whether an
@@ -171,7 +176,7 @@ def create_run(
         "definitions WHERE namespace = ? AND name = ? AND version = ?), ''), 0, 1, ?) "
         "RETURNING definition_fingerprint, (SELECT d.removed_at_ms FROM definitions d "
         "WHERE d.namespace = runs.namespace AND d.name = runs.workflow_type "
-        "AND d.version = runs.workflow_version) AS removed_at_ms",
+        f"AND d.version = runs.workflow_version) AS removed_at_ms, {ADMISSION_PROBE}",
         (
             namespace,
             run_id,
@@ -190,6 +195,8 @@ def create_run(
     if inserted["removed_at_ms"] is not None:
         # The transaction rolls back: nothing of the run is kept.
         raise DefinitionRemovedError(removed_message(workflow_type, version, "started"))
+    if not admitted and inserted["admission_on"] and admit_new_run(tx, namespace, run_id):
+        tx.deferred_starts += 1
     fingerprint = inserted["definition_fingerprint"]
     tx.remember_history_length(namespace, run_id, 0, 0)
     started_extra: dict[str, object] = {}

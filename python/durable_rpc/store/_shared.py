@@ -13,6 +13,7 @@ from durable_rpc.errors import (
     NotFoundError,
     WorkflowNotRunningError,
 )
+from durable_rpc.store._admission import ADMISSION_PROBE, admit_waiting
 from durable_rpc.store._api import LeaseRef, RunInfo, RunOutcome
 from durable_rpc.store._logic import INPUT_EVENT_KINDS, lease_lost_message, make_event
 from durable_rpc.store._tx import Row, Tx
@@ -162,7 +163,8 @@ def ensure_workflow_task(tx: Tx, namespace: str, run_id: str, task_queue: str, n
         "attempt, fencing_token, created_at_ms, workflow_type, workflow_version, build_id) "
         "SELECT ?, ?, 'workflow', ?, 'queued', ?, ?, 1, 0, ?, r.workflow_type, "
         "r.workflow_version, NULLIF(r.build_id, '') FROM runs r "
-        "WHERE r.namespace = ? AND r.run_id = ? "
+        # A run not yet admitted (``_admission``) gets its first task when admitted.
+        "WHERE r.namespace = ? AND r.run_id = ? AND r.admission IS NULL "
         "AND NOT EXISTS (SELECT 1 FROM tasks WHERE namespace = ? AND run_id = ? "
         f"AND kind = 'workflow' AND state IN {ACTIVE}) ON CONFLICT DO NOTHING",
         (namespace, run_id, task_queue, now, now, now, namespace, run_id, namespace, run_id),
@@ -189,11 +191,12 @@ def close_run(
     # locked by it, so no child of this run can start meanwhile).
     closed = tx.one(
         "UPDATE runs SET status = ?, close_time_ms = ?, result = ?, failure = ?, "
-        "deadline_ms = NULL, pending_updates = 0 WHERE namespace = ? AND run_id = ? "
+        "deadline_ms = NULL, pending_updates = 0, admission = NULL "
+        "WHERE namespace = ? AND run_id = ? "
         "RETURNING parent_run_id, parent_seq, pending_updates, "
         "EXISTS (SELECT 1 FROM runs AS child "
         "WHERE child.namespace = runs.namespace AND child.parent_run_id = runs.run_id "
-        "AND child.status = 'running') AS open_children",
+        f"AND child.status = 'running') AS open_children, {ADMISSION_PROBE}",
         (status, now, result, failure, namespace, run_id),
     )
     tx.run(
@@ -229,6 +232,10 @@ def close_run(
         )
     if closed is None or closed["open_children"]:
         _apply_parent_close_policy(tx, namespace, run_id, now)
+    if closed is not None and closed["admission_on"] and status != "continued_as_new":
+        # The room this run held goes to the next waiting run, in this transaction (a
+        # continue-as-new's successor keeps it).
+        admit_waiting(tx, namespace)
 
 
 #: ParentClosePolicy values (StartChildWorkflow.parent_close_policy).

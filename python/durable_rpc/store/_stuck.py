@@ -4,6 +4,8 @@ Read from the run's open task rows (its workflow task, activity attempts, timers
 open children, inside describe's snapshot; every time is the database clock's. The first
 that applies, in this order:
 
+0. not yet admitted by its namespace's admission policy (``_admission``): the limit
+   that holds it and how many earlier starts wait before it;
 1. its workflow task failing (the last error, the attempt, when the next one is due);
 2. its workflow task leased by worker W until T;
 3. its workflow task claimable but no live worker registers its definition (the existing
@@ -21,6 +23,7 @@ import datetime as dt
 
 from google.protobuf.message import DecodeError
 
+from durable_rpc.store._admission import deferred_reason
 from durable_rpc.store._api import StoreOptions
 from durable_rpc.store._liveness import LIVE_WORKER, live_since
 from durable_rpc.store._ops_leases import definition_unavailable_reason
@@ -38,6 +41,8 @@ def stuck_reason(
     """The sentence for ``run`` (a ``runs`` row), '' when closed or making progress."""
     if run["status"] != "running":
         return ""
+    if run["admission"] is not None:
+        return deferred_reason(tx, namespace, run)
     now = tx.now_ms()
     run_id = run["run_id"]
     task = tx.one(

@@ -77,6 +77,9 @@ class Tx(abc.ABC):
         # signal delivered or not): replay needs a task's command events together behind
         # its marker, so these are appended after the last command (``decision_input``).
         self.decision_inputs: list[Callable[[], None]] = []
+        # Starts this transaction deferred by their namespace's admission (``_admission``):
+        # the operation adds them to StoreStats (a deferral is counted, never silent).
+        self.deferred_starts = 0
         # Namespaces this store has already seen exist (shared by its transactions).
         # Namespaces are never deleted, so a positive answer can be remembered and the
         # existence check, once per operation, skipped.

@@ -34,6 +34,9 @@ class TxMetrics:
     - ``durable_rpc.activity_claims_deferred`` counter {store}: activity claims that left a
       visible task queued because its task queue's concurrency limit was reached
       (``_queue_limits``): a deferral, never silent.
+    - ``durable_rpc.workflow_starts_deferred`` / ``durable_rpc.workflow_starts_refused``
+      counters {store}: starts their namespace's admission policy queued as not yet
+      admitted, or refused with ADMISSION_LIMIT (``_admission``).
     """
 
     def __init__(
@@ -66,6 +69,18 @@ class TxMetrics:
             unit="{claim}",
             description="Activity claims deferred by a task queue's concurrency limit",
         )
+        meter.create_observable_counter(
+            "durable_rpc.workflow_starts_deferred",
+            callbacks=[self._observe_deferred_starts],
+            unit="{start}",
+            description="Workflow starts queued, not yet admitted, by namespace admission",
+        )
+        meter.create_observable_counter(
+            "durable_rpc.workflow_starts_refused",
+            callbacks=[self._observe_refused_starts],
+            unit="{start}",
+            description="Workflow starts refused by namespace admission (ADMISSION_LIMIT)",
+        )
         # Built once: the label sets are few and fixed (this runs on every commit).
         self._labels = {
             outcome: {"store": store, "outcome": outcome}
@@ -88,3 +103,9 @@ class TxMetrics:
 
     def _observe_deferred(self, options: CallbackOptions) -> Iterable[Observation]:
         return [Observation(self._stats.deferred_claims, {"store": self._store})]
+
+    def _observe_deferred_starts(self, options: CallbackOptions) -> Iterable[Observation]:
+        return [Observation(self._stats.deferred_starts, {"store": self._store})]
+
+    def _observe_refused_starts(self, options: CallbackOptions) -> Iterable[Observation]:
+        return [Observation(self._stats.refused_starts, {"store": self._store})]

@@ -10,6 +10,7 @@ from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import message as _message
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -20,6 +21,30 @@ else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class _AdmissionOverLimit:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _AdmissionOverLimitEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_AdmissionOverLimit.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    ADMISSION_OVER_LIMIT_UNSPECIFIED: _AdmissionOverLimit.ValueType  # 0
+    """QUEUE."""
+    ADMISSION_OVER_LIMIT_QUEUE: _AdmissionOverLimit.ValueType  # 1
+    """The run is created not yet admitted and admitted in start order when room frees."""
+    ADMISSION_OVER_LIMIT_REFUSE: _AdmissionOverLimit.ValueType  # 2
+    """The start is refused: RESOURCE_EXHAUSTED, reason ADMISSION_LIMIT; nothing is kept."""
+
+class AdmissionOverLimit(_AdmissionOverLimit, metaclass=_AdmissionOverLimitEnumTypeWrapper):
+    """What a start over a namespace's admission policy gets."""
+
+ADMISSION_OVER_LIMIT_UNSPECIFIED: AdmissionOverLimit.ValueType  # 0
+"""QUEUE."""
+ADMISSION_OVER_LIMIT_QUEUE: AdmissionOverLimit.ValueType  # 1
+"""The run is created not yet admitted and admitted in start order when room frees."""
+ADMISSION_OVER_LIMIT_REFUSE: AdmissionOverLimit.ValueType  # 2
+"""The start is refused: RESOURCE_EXHAUSTED, reason ADMISSION_LIMIT; nothing is kept."""
+Global___AdmissionOverLimit: _TypeAlias = AdmissionOverLimit  # noqa: Y015
 
 @_typing.final
 class Namespace(_message.Message):
@@ -1011,3 +1036,178 @@ class RestoreDefinitionResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RestoreDefinitionResponse: _TypeAlias = RestoreDefinitionResponse  # noqa: Y015
+
+@_typing.final
+class NamespaceAdmission(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MAX_OPEN_RUNS_FIELD_NUMBER: _builtins.int
+    STARTS_PER_PERIOD_FIELD_NUMBER: _builtins.int
+    PERIOD_FIELD_NUMBER: _builtins.int
+    OVER_LIMIT_FIELD_NUMBER: _builtins.int
+    OPEN_RUNS_FIELD_NUMBER: _builtins.int
+    WAITING_RUNS_FIELD_NUMBER: _builtins.int
+    UPDATE_TIME_FIELD_NUMBER: _builtins.int
+    max_open_runs: _builtins.int
+    """Open runs admitted at once (0: no limit). Child runs and continue-as-new
+    successors count but are never held back.
+    """
+    starts_per_period: _builtins.int
+    """Starts admitted per `period` (0: no rate)."""
+    over_limit: Global___AdmissionOverLimit.ValueType
+    open_runs: _builtins.int
+    """Admitted open runs and runs waiting for admission now."""
+    waiting_runs: _builtins.int
+    @_builtins.property
+    def period(self) -> _duration_pb2.Duration: ...
+    @_builtins.property
+    def update_time(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        max_open_runs: _builtins.int = ...,
+        starts_per_period: _builtins.int = ...,
+        period: _duration_pb2.Duration | None = ...,
+        over_limit: Global___AdmissionOverLimit.ValueType = ...,
+        open_runs: _builtins.int = ...,
+        waiting_runs: _builtins.int = ...,
+        update_time: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["period", b"period", "update_time", b"update_time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_open_runs", b"max_open_runs", "open_runs", b"open_runs", "over_limit", b"over_limit", "period", b"period", "starts_per_period", b"starts_per_period", "update_time", b"update_time", "waiting_runs", b"waiting_runs"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NamespaceAdmission: _TypeAlias = NamespaceAdmission  # noqa: Y015
+
+@_typing.final
+class SetNamespaceAdmissionRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    MAX_OPEN_RUNS_FIELD_NUMBER: _builtins.int
+    STARTS_PER_PERIOD_FIELD_NUMBER: _builtins.int
+    PERIOD_FIELD_NUMBER: _builtins.int
+    OVER_LIMIT_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    max_open_runs: _builtins.int
+    """0 (no limit) or 1 to 10,000,000."""
+    starts_per_period: _builtins.int
+    """0 (no rate) or 1 to 1,000,000, with `period` from 1 ms to one day. A policy needs
+    a limit or a rate. Anything else: INVALID_ARGUMENT.
+    """
+    over_limit: Global___AdmissionOverLimit.ValueType
+    @_builtins.property
+    def period(self) -> _duration_pb2.Duration: ...
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        max_open_runs: _builtins.int = ...,
+        starts_per_period: _builtins.int = ...,
+        period: _duration_pb2.Duration | None = ...,
+        over_limit: Global___AdmissionOverLimit.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["period", b"period"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_open_runs", b"max_open_runs", "namespace", b"namespace", "over_limit", b"over_limit", "period", b"period", "starts_per_period", b"starts_per_period"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetNamespaceAdmissionRequest: _TypeAlias = SetNamespaceAdmissionRequest  # noqa: Y015
+
+@_typing.final
+class SetNamespaceAdmissionResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ADMISSION_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def admission(self) -> Global___NamespaceAdmission: ...
+    def __init__(
+        self,
+        *,
+        admission: Global___NamespaceAdmission | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["admission", b"admission"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["admission", b"admission"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetNamespaceAdmissionResponse: _TypeAlias = SetNamespaceAdmissionResponse  # noqa: Y015
+
+@_typing.final
+class GetNamespaceAdmissionRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespace", b"namespace"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetNamespaceAdmissionRequest: _TypeAlias = GetNamespaceAdmissionRequest  # noqa: Y015
+
+@_typing.final
+class GetNamespaceAdmissionResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ADMISSION_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def admission(self) -> Global___NamespaceAdmission:
+        """Unset: the namespace admits every start."""
+
+    def __init__(
+        self,
+        *,
+        admission: Global___NamespaceAdmission | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["admission", b"admission"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["admission", b"admission"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetNamespaceAdmissionResponse: _TypeAlias = GetNamespaceAdmissionResponse  # noqa: Y015
+
+@_typing.final
+class RemoveNamespaceAdmissionRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespace", b"namespace"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RemoveNamespaceAdmissionRequest: _TypeAlias = RemoveNamespaceAdmissionRequest  # noqa: Y015
+
+@_typing.final
+class RemoveNamespaceAdmissionResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RemoveNamespaceAdmissionResponse: _TypeAlias = RemoveNamespaceAdmissionResponse  # noqa: Y015

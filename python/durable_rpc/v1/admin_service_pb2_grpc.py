@@ -97,6 +97,21 @@ class AdminServiceStub(object):
                 request_serializer=durable__rpc_dot_v1_dot_admin__service__pb2.ListTaskQueueLimitsRequest.SerializeToString,
                 response_deserializer=durable__rpc_dot_v1_dot_admin__service__pb2.ListTaskQueueLimitsResponse.FromString,
                 _registered_method=True)
+        self.SetNamespaceAdmission = channel.unary_unary(
+                '/durable_rpc.v1.AdminService/SetNamespaceAdmission',
+                request_serializer=durable__rpc_dot_v1_dot_admin__service__pb2.SetNamespaceAdmissionRequest.SerializeToString,
+                response_deserializer=durable__rpc_dot_v1_dot_admin__service__pb2.SetNamespaceAdmissionResponse.FromString,
+                _registered_method=True)
+        self.GetNamespaceAdmission = channel.unary_unary(
+                '/durable_rpc.v1.AdminService/GetNamespaceAdmission',
+                request_serializer=durable__rpc_dot_v1_dot_admin__service__pb2.GetNamespaceAdmissionRequest.SerializeToString,
+                response_deserializer=durable__rpc_dot_v1_dot_admin__service__pb2.GetNamespaceAdmissionResponse.FromString,
+                _registered_method=True)
+        self.RemoveNamespaceAdmission = channel.unary_unary(
+                '/durable_rpc.v1.AdminService/RemoveNamespaceAdmission',
+                request_serializer=durable__rpc_dot_v1_dot_admin__service__pb2.RemoveNamespaceAdmissionRequest.SerializeToString,
+                response_deserializer=durable__rpc_dot_v1_dot_admin__service__pb2.RemoveNamespaceAdmissionResponse.FromString,
+                _registered_method=True)
         self.ListDefinitions = channel.unary_unary(
                 '/durable_rpc.v1.AdminService/ListDefinitions',
                 request_serializer=durable__rpc_dot_v1_dot_admin__service__pb2.ListDefinitionsRequest.SerializeToString,
@@ -202,6 +217,32 @@ class AdminServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetNamespaceAdmission(self, request, context):
+        """Sets the namespace's admission policy: at most `max_open_runs` admitted open runs
+        and at most `starts_per_period` starts admitted per `period` (a token bucket of that
+        size, on the database clock). A start over it (StartWorkflow, SignalWithStart,
+        UpdateWithStart) waits as a run not yet admitted (QUEUE: it exists, gets no workflow
+        task until admitted, in start order) or is refused (REFUSE: RESOURCE_EXHAUSTED,
+        reason ADMISSION_LIMIT). Room a raised limit frees admits waiting runs at once.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetNamespaceAdmission(self, request, context):
+        """The namespace's admission policy with its admitted open runs and waiting runs.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RemoveNamespaceAdmission(self, request, context):
+        """Removes the policy (idempotent): every waiting run is admitted.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListDefinitions(self, request, context):
         """Definitions (name, version, fingerprint) and what references them.
         """
@@ -283,6 +324,21 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.ListTaskQueueLimits,
                     request_deserializer=durable__rpc_dot_v1_dot_admin__service__pb2.ListTaskQueueLimitsRequest.FromString,
                     response_serializer=durable__rpc_dot_v1_dot_admin__service__pb2.ListTaskQueueLimitsResponse.SerializeToString,
+            ),
+            'SetNamespaceAdmission': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetNamespaceAdmission,
+                    request_deserializer=durable__rpc_dot_v1_dot_admin__service__pb2.SetNamespaceAdmissionRequest.FromString,
+                    response_serializer=durable__rpc_dot_v1_dot_admin__service__pb2.SetNamespaceAdmissionResponse.SerializeToString,
+            ),
+            'GetNamespaceAdmission': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetNamespaceAdmission,
+                    request_deserializer=durable__rpc_dot_v1_dot_admin__service__pb2.GetNamespaceAdmissionRequest.FromString,
+                    response_serializer=durable__rpc_dot_v1_dot_admin__service__pb2.GetNamespaceAdmissionResponse.SerializeToString,
+            ),
+            'RemoveNamespaceAdmission': grpc.unary_unary_rpc_method_handler(
+                    servicer.RemoveNamespaceAdmission,
+                    request_deserializer=durable__rpc_dot_v1_dot_admin__service__pb2.RemoveNamespaceAdmissionRequest.FromString,
+                    response_serializer=durable__rpc_dot_v1_dot_admin__service__pb2.RemoveNamespaceAdmissionResponse.SerializeToString,
             ),
             'ListDefinitions': grpc.unary_unary_rpc_method_handler(
                     servicer.ListDefinitions,
@@ -605,6 +661,87 @@ class AdminService(object):
             '/durable_rpc.v1.AdminService/ListTaskQueueLimits',
             durable__rpc_dot_v1_dot_admin__service__pb2.ListTaskQueueLimitsRequest.SerializeToString,
             durable__rpc_dot_v1_dot_admin__service__pb2.ListTaskQueueLimitsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetNamespaceAdmission(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/durable_rpc.v1.AdminService/SetNamespaceAdmission',
+            durable__rpc_dot_v1_dot_admin__service__pb2.SetNamespaceAdmissionRequest.SerializeToString,
+            durable__rpc_dot_v1_dot_admin__service__pb2.SetNamespaceAdmissionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetNamespaceAdmission(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/durable_rpc.v1.AdminService/GetNamespaceAdmission',
+            durable__rpc_dot_v1_dot_admin__service__pb2.GetNamespaceAdmissionRequest.SerializeToString,
+            durable__rpc_dot_v1_dot_admin__service__pb2.GetNamespaceAdmissionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RemoveNamespaceAdmission(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/durable_rpc.v1.AdminService/RemoveNamespaceAdmission',
+            durable__rpc_dot_v1_dot_admin__service__pb2.RemoveNamespaceAdmissionRequest.SerializeToString,
+            durable__rpc_dot_v1_dot_admin__service__pb2.RemoveNamespaceAdmissionResponse.FromString,
             options,
             channel_credentials,
             insecure,

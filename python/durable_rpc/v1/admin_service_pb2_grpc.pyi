@@ -65,6 +65,18 @@ class AdminServiceStub:
     """
     ListTaskQueueLimits: _grpc.UnaryUnaryMultiCallable[_admin_service_pb2.ListTaskQueueLimitsRequest, _admin_service_pb2.ListTaskQueueLimitsResponse]
     """The namespace's task-queue limits, by task queue."""
+    SetNamespaceAdmission: _grpc.UnaryUnaryMultiCallable[_admin_service_pb2.SetNamespaceAdmissionRequest, _admin_service_pb2.SetNamespaceAdmissionResponse]
+    """Sets the namespace's admission policy: at most `max_open_runs` admitted open runs
+    and at most `starts_per_period` starts admitted per `period` (a token bucket of that
+    size, on the database clock). A start over it (StartWorkflow, SignalWithStart,
+    UpdateWithStart) waits as a run not yet admitted (QUEUE: it exists, gets no workflow
+    task until admitted, in start order) or is refused (REFUSE: RESOURCE_EXHAUSTED,
+    reason ADMISSION_LIMIT). Room a raised limit frees admits waiting runs at once.
+    """
+    GetNamespaceAdmission: _grpc.UnaryUnaryMultiCallable[_admin_service_pb2.GetNamespaceAdmissionRequest, _admin_service_pb2.GetNamespaceAdmissionResponse]
+    """The namespace's admission policy with its admitted open runs and waiting runs."""
+    RemoveNamespaceAdmission: _grpc.UnaryUnaryMultiCallable[_admin_service_pb2.RemoveNamespaceAdmissionRequest, _admin_service_pb2.RemoveNamespaceAdmissionResponse]
+    """Removes the policy (idempotent): every waiting run is admitted."""
     ListDefinitions: _grpc.UnaryUnaryMultiCallable[_admin_service_pb2.ListDefinitionsRequest, _admin_service_pb2.ListDefinitionsResponse]
     """Definitions (name, version, fingerprint) and what references them."""
     RemoveDefinition: _grpc.UnaryUnaryMultiCallable[_admin_service_pb2.RemoveDefinitionRequest, _admin_service_pb2.RemoveDefinitionResponse]
@@ -113,6 +125,18 @@ class AdminServiceAsyncStub(AdminServiceStub):
     """
     ListTaskQueueLimits: _aio.UnaryUnaryMultiCallable[_admin_service_pb2.ListTaskQueueLimitsRequest, _admin_service_pb2.ListTaskQueueLimitsResponse]  # type: ignore[assignment]
     """The namespace's task-queue limits, by task queue."""
+    SetNamespaceAdmission: _aio.UnaryUnaryMultiCallable[_admin_service_pb2.SetNamespaceAdmissionRequest, _admin_service_pb2.SetNamespaceAdmissionResponse]  # type: ignore[assignment]
+    """Sets the namespace's admission policy: at most `max_open_runs` admitted open runs
+    and at most `starts_per_period` starts admitted per `period` (a token bucket of that
+    size, on the database clock). A start over it (StartWorkflow, SignalWithStart,
+    UpdateWithStart) waits as a run not yet admitted (QUEUE: it exists, gets no workflow
+    task until admitted, in start order) or is refused (REFUSE: RESOURCE_EXHAUSTED,
+    reason ADMISSION_LIMIT). Room a raised limit frees admits waiting runs at once.
+    """
+    GetNamespaceAdmission: _aio.UnaryUnaryMultiCallable[_admin_service_pb2.GetNamespaceAdmissionRequest, _admin_service_pb2.GetNamespaceAdmissionResponse]  # type: ignore[assignment]
+    """The namespace's admission policy with its admitted open runs and waiting runs."""
+    RemoveNamespaceAdmission: _aio.UnaryUnaryMultiCallable[_admin_service_pb2.RemoveNamespaceAdmissionRequest, _admin_service_pb2.RemoveNamespaceAdmissionResponse]  # type: ignore[assignment]
+    """Removes the policy (idempotent): every waiting run is admitted."""
     ListDefinitions: _aio.UnaryUnaryMultiCallable[_admin_service_pb2.ListDefinitionsRequest, _admin_service_pb2.ListDefinitionsResponse]  # type: ignore[assignment]
     """Definitions (name, version, fingerprint) and what references them."""
     RemoveDefinition: _aio.UnaryUnaryMultiCallable[_admin_service_pb2.RemoveDefinitionRequest, _admin_service_pb2.RemoveDefinitionResponse]  # type: ignore[assignment]
@@ -224,6 +248,36 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_admin_service_pb2.ListTaskQueueLimitsResponse, _abc.Awaitable[_admin_service_pb2.ListTaskQueueLimitsResponse]]:
         """The namespace's task-queue limits, by task queue."""
+
+    @_abc_1.abstractmethod
+    def SetNamespaceAdmission(
+        self,
+        request: _admin_service_pb2.SetNamespaceAdmissionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_service_pb2.SetNamespaceAdmissionResponse, _abc.Awaitable[_admin_service_pb2.SetNamespaceAdmissionResponse]]:
+        """Sets the namespace's admission policy: at most `max_open_runs` admitted open runs
+        and at most `starts_per_period` starts admitted per `period` (a token bucket of that
+        size, on the database clock). A start over it (StartWorkflow, SignalWithStart,
+        UpdateWithStart) waits as a run not yet admitted (QUEUE: it exists, gets no workflow
+        task until admitted, in start order) or is refused (REFUSE: RESOURCE_EXHAUSTED,
+        reason ADMISSION_LIMIT). Room a raised limit frees admits waiting runs at once.
+        """
+
+    @_abc_1.abstractmethod
+    def GetNamespaceAdmission(
+        self,
+        request: _admin_service_pb2.GetNamespaceAdmissionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_service_pb2.GetNamespaceAdmissionResponse, _abc.Awaitable[_admin_service_pb2.GetNamespaceAdmissionResponse]]:
+        """The namespace's admission policy with its admitted open runs and waiting runs."""
+
+    @_abc_1.abstractmethod
+    def RemoveNamespaceAdmission(
+        self,
+        request: _admin_service_pb2.RemoveNamespaceAdmissionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_service_pb2.RemoveNamespaceAdmissionResponse, _abc.Awaitable[_admin_service_pb2.RemoveNamespaceAdmissionResponse]]:
+        """Removes the policy (idempotent): every waiting run is admitted."""
 
     @_abc_1.abstractmethod
     def ListDefinitions(
