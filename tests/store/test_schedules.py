@@ -242,6 +242,34 @@ async def test_jitter_delays_each_firing_deterministically_within_its_bound(
     assert (await fire_slot(store, "j")) == due + jitter("j", due, 30_000)
 
 
+async def waiting_due_times(store: Store, schedule_id: str) -> int:
+    def op(tx: Tx) -> int:
+        return int(
+            tx.value("SELECT COUNT(*) FROM schedule_buffer WHERE schedule_id = ?", (schedule_id,))
+        )
+
+    return await store._read(op)  # type: ignore[attr-defined, no-any-return]
+
+
+async def test_update_and_delete_drop_the_waiting_due_times(store: Store) -> None:
+    await store.create_schedule(NS, "u", every(60_000, "BUFFER_ALL"))
+    assert await store.trigger_schedule(NS, "u") == "started"
+    await wait_db_time(store, await store.now_ms() + 2)  # the next trigger: another due time
+    assert await store.trigger_schedule(NS, "u") == "buffered"
+    assert await waiting_due_times(store, "u") == 1
+    # An update replaces the spec: the old spec's waiting due times go with it.
+    await store.update_schedule(NS, "u", every(60_000, "BUFFER_ALL"))
+    assert await waiting_due_times(store, "u") == 0
+    first = (await started_due_times(store, "u"))[0]
+    await store.terminate(NS, run_workflow_id("u", first), None, "done")
+    assert (await store.fire_schedules()).started == 0
+    assert await store.trigger_schedule(NS, "u") == "started"
+    await wait_db_time(store, await store.now_ms() + 2)
+    assert await store.trigger_schedule(NS, "u") == "buffered"
+    await store.delete_schedule(NS, "u")
+    assert await waiting_due_times(store, "u") == 0
+
+
 async def test_buffer_all_keeps_at_most_buffer_max_due_times_waiting(store: Store) -> None:
     # A 1 ms interval behind an open run: passes of 100 due times each fill the buffer to
     # its bound; the due times beyond it are recorded as skipped, not kept.
@@ -251,10 +279,7 @@ async def test_buffer_all_keeps_at_most_buffer_max_due_times_waiting(store: Stor
     for _ in range(13):  # 1,300 due times: one started, 1,000 waiting, the rest skipped
         await store.fire_schedules()
 
-    def op(tx: Tx) -> int:
-        return int(tx.value("SELECT COUNT(*) FROM schedule_buffer WHERE schedule_id = 'f'"))
-
-    assert await store._read(op) == BUFFER_MAX  # type: ignore[attr-defined]
+    assert await waiting_due_times(store, "f") == BUFFER_MAX
     actions = [a.action for a in (await store.describe_schedule(NS, "f")).recent_actions]
     assert actions == ["skipped"] * len(actions) and actions
 
