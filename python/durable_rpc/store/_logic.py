@@ -253,6 +253,9 @@ def validate_commands(commands: Sequence[workflow_task_pb2.Command]) -> CommandP
         if kind == "upsert_search_attributes":
             # Carries no seq; its values are validated when applied (_search).
             continue
+        if kind == "upsert_memo":
+            # Carries no seq; its keys are validated when applied (_memo).
+            continue
         if kind in ("accept_update", "complete_update"):
             # Updates take no seq; they are identified by their update id.
             update = getattr(command, kind)

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from durable_rpc.errors import InvalidArgumentError
 from durable_rpc.store._children import request_child_cancel, signal_external, start_child
 from durable_rpc.store._logic import activity_timeouts, duration_ms, earliest, failure_bytes
+from durable_rpc.store._memo import upsert_memo
 from durable_rpc.store._ops_base import _SqlOpsBase
 from durable_rpc.store._ops_updates import settle_update
 from durable_rpc.store._runs import continue_as_new
@@ -121,6 +122,9 @@ class _CommandOps(_SqlOpsBase):
                 history_pb2.SearchAttributesUpserted(search_attributes=upsert),
             )
             write_search_attributes(tx, namespace, run_id, rows)
+            return False
+        if kind == "upsert_memo":
+            upsert_memo(tx, namespace, run_id, command.upsert_memo.memo, now)
             return False
         if kind == "accept_update":
             accepted = command.accept_update

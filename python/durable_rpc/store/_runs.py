@@ -366,7 +366,12 @@ def continue_as_new(
         spent = now - int(run["start_time_ms"])
         execution_ms = max(1, started.execution_timeout.ToMilliseconds() - spent)
     run_ms = started.run_timeout.ToMilliseconds() if started.HasField("run_timeout") else None
-    memo = started.memo.SerializeToString() if started.HasField("memo") else None
+    # The run's current memo, as for search attributes: read again, since an upsert_memo
+    # of this same decision may have changed it after ``run`` was read.
+    current = tx.one(
+        "SELECT memo FROM runs WHERE namespace = ? AND run_id = ?", (namespace, old_run_id)
+    )
+    memo = bytes(current["memo"]) if current is not None and current["memo"] else None
     checked = CheckedStart(
         memo=memo or None,
         search_rows=parse_search_attributes(attrs),

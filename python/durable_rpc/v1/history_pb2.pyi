@@ -81,6 +81,7 @@ class HistoryEvent(_message.Message):
     MARKER_RECORDED_FIELD_NUMBER: _builtins.int
     SEARCH_ATTRIBUTES_UPSERTED_FIELD_NUMBER: _builtins.int
     WORKFLOW_TIMED_OUT_FIELD_NUMBER: _builtins.int
+    MEMO_UPSERTED_FIELD_NUMBER: _builtins.int
     UPDATE_ACCEPTED_FIELD_NUMBER: _builtins.int
     UPDATE_COMPLETED_FIELD_NUMBER: _builtins.int
     WORKFLOW_CONTINUED_AS_NEW_FIELD_NUMBER: _builtins.int
@@ -140,6 +141,10 @@ class HistoryEvent(_message.Message):
     @_builtins.property
     def workflow_timed_out(self) -> Global___WorkflowTimedOut:
         """The run passed its execution or run timeout (closed by the server)."""
+
+    @_builtins.property
+    def memo_upserted(self) -> Global___MemoUpserted:
+        """A command event: workflow.upsert_memo()."""
 
     @_builtins.property
     def update_accepted(self) -> Global___UpdateAccepted:
@@ -213,6 +218,7 @@ class HistoryEvent(_message.Message):
         marker_recorded: Global___MarkerRecorded | None = ...,
         search_attributes_upserted: Global___SearchAttributesUpserted | None = ...,
         workflow_timed_out: Global___WorkflowTimedOut | None = ...,
+        memo_upserted: Global___MemoUpserted | None = ...,
         update_accepted: Global___UpdateAccepted | None = ...,
         update_completed: Global___UpdateCompleted | None = ...,
         workflow_continued_as_new: Global___WorkflowContinuedAsNew | None = ...,
@@ -231,11 +237,11 @@ class HistoryEvent(_message.Message):
         external_signal_delivered: Global___ExternalSignalDelivered | None = ...,
         external_signal_failed: Global___ExternalSignalFailed | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["activity_cancel_requested", b"activity_cancel_requested", "activity_cancelled", b"activity_cancelled", "activity_completed", b"activity_completed", "activity_failed", b"activity_failed", "activity_scheduled", b"activity_scheduled", "attributes", b"attributes", "cancel_requested", b"cancel_requested", "child_cancel_requested", b"child_cancel_requested", "child_workflow_cancelled", b"child_workflow_cancelled", "child_workflow_completed", b"child_workflow_completed", "child_workflow_failed", b"child_workflow_failed", "child_workflow_initiated", b"child_workflow_initiated", "child_workflow_start_failed", b"child_workflow_start_failed", "child_workflow_started", b"child_workflow_started", "child_workflow_terminated", b"child_workflow_terminated", "child_workflow_timed_out", b"child_workflow_timed_out", "event_time", b"event_time", "external_signal_delivered", b"external_signal_delivered", "external_signal_failed", b"external_signal_failed", "external_signal_initiated", b"external_signal_initiated", "marker_recorded", b"marker_recorded", "search_attributes_upserted", b"search_attributes_upserted", "signal_received", b"signal_received", "timer_cancelled", b"timer_cancelled", "timer_fired", b"timer_fired", "timer_started", b"timer_started", "update_accepted", b"update_accepted", "update_completed", b"update_completed", "workflow_cancelled", b"workflow_cancelled", "workflow_completed", b"workflow_completed", "workflow_continued_as_new", b"workflow_continued_as_new", "workflow_failed", b"workflow_failed", "workflow_started", b"workflow_started", "workflow_task_completed", b"workflow_task_completed", "workflow_terminated", b"workflow_terminated", "workflow_timed_out", b"workflow_timed_out"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["activity_cancel_requested", b"activity_cancel_requested", "activity_cancelled", b"activity_cancelled", "activity_completed", b"activity_completed", "activity_failed", b"activity_failed", "activity_scheduled", b"activity_scheduled", "attributes", b"attributes", "cancel_requested", b"cancel_requested", "child_cancel_requested", b"child_cancel_requested", "child_workflow_cancelled", b"child_workflow_cancelled", "child_workflow_completed", b"child_workflow_completed", "child_workflow_failed", b"child_workflow_failed", "child_workflow_initiated", b"child_workflow_initiated", "child_workflow_start_failed", b"child_workflow_start_failed", "child_workflow_started", b"child_workflow_started", "child_workflow_terminated", b"child_workflow_terminated", "child_workflow_timed_out", b"child_workflow_timed_out", "event_time", b"event_time", "external_signal_delivered", b"external_signal_delivered", "external_signal_failed", b"external_signal_failed", "external_signal_initiated", b"external_signal_initiated", "marker_recorded", b"marker_recorded", "memo_upserted", b"memo_upserted", "search_attributes_upserted", b"search_attributes_upserted", "signal_received", b"signal_received", "timer_cancelled", b"timer_cancelled", "timer_fired", b"timer_fired", "timer_started", b"timer_started", "update_accepted", b"update_accepted", "update_completed", b"update_completed", "workflow_cancelled", b"workflow_cancelled", "workflow_completed", b"workflow_completed", "workflow_continued_as_new", b"workflow_continued_as_new", "workflow_failed", b"workflow_failed", "workflow_started", b"workflow_started", "workflow_task_completed", b"workflow_task_completed", "workflow_terminated", b"workflow_terminated", "workflow_timed_out", b"workflow_timed_out"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity_cancel_requested", b"activity_cancel_requested", "activity_cancelled", b"activity_cancelled", "activity_completed", b"activity_completed", "activity_failed", b"activity_failed", "activity_scheduled", b"activity_scheduled", "attributes", b"attributes", "cancel_requested", b"cancel_requested", "child_cancel_requested", b"child_cancel_requested", "child_workflow_cancelled", b"child_workflow_cancelled", "child_workflow_completed", b"child_workflow_completed", "child_workflow_failed", b"child_workflow_failed", "child_workflow_initiated", b"child_workflow_initiated", "child_workflow_start_failed", b"child_workflow_start_failed", "child_workflow_started", b"child_workflow_started", "child_workflow_terminated", b"child_workflow_terminated", "child_workflow_timed_out", b"child_workflow_timed_out", "event_id", b"event_id", "event_time", b"event_time", "external_signal_delivered", b"external_signal_delivered", "external_signal_failed", b"external_signal_failed", "external_signal_initiated", b"external_signal_initiated", "marker_recorded", b"marker_recorded", "search_attributes_upserted", b"search_attributes_upserted", "signal_received", b"signal_received", "timer_cancelled", b"timer_cancelled", "timer_fired", b"timer_fired", "timer_started", b"timer_started", "update_accepted", b"update_accepted", "update_completed", b"update_completed", "workflow_cancelled", b"workflow_cancelled", "workflow_completed", b"workflow_completed", "workflow_continued_as_new", b"workflow_continued_as_new", "workflow_failed", b"workflow_failed", "workflow_started", b"workflow_started", "workflow_task_completed", b"workflow_task_completed", "workflow_terminated", b"workflow_terminated", "workflow_timed_out", b"workflow_timed_out"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity_cancel_requested", b"activity_cancel_requested", "activity_cancelled", b"activity_cancelled", "activity_completed", b"activity_completed", "activity_failed", b"activity_failed", "activity_scheduled", b"activity_scheduled", "attributes", b"attributes", "cancel_requested", b"cancel_requested", "child_cancel_requested", b"child_cancel_requested", "child_workflow_cancelled", b"child_workflow_cancelled", "child_workflow_completed", b"child_workflow_completed", "child_workflow_failed", b"child_workflow_failed", "child_workflow_initiated", b"child_workflow_initiated", "child_workflow_start_failed", b"child_workflow_start_failed", "child_workflow_started", b"child_workflow_started", "child_workflow_terminated", b"child_workflow_terminated", "child_workflow_timed_out", b"child_workflow_timed_out", "event_id", b"event_id", "event_time", b"event_time", "external_signal_delivered", b"external_signal_delivered", "external_signal_failed", b"external_signal_failed", "external_signal_initiated", b"external_signal_initiated", "marker_recorded", b"marker_recorded", "memo_upserted", b"memo_upserted", "search_attributes_upserted", b"search_attributes_upserted", "signal_received", b"signal_received", "timer_cancelled", b"timer_cancelled", "timer_fired", b"timer_fired", "timer_started", b"timer_started", "update_accepted", b"update_accepted", "update_completed", b"update_completed", "workflow_cancelled", b"workflow_cancelled", "workflow_completed", b"workflow_completed", "workflow_continued_as_new", b"workflow_continued_as_new", "workflow_failed", b"workflow_failed", "workflow_started", b"workflow_started", "workflow_task_completed", b"workflow_task_completed", "workflow_terminated", b"workflow_terminated", "workflow_timed_out", b"workflow_timed_out"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_attributes: _TypeAlias = _typing.Literal["workflow_started", "workflow_task_completed", "activity_scheduled", "activity_completed", "activity_failed", "timer_started", "timer_fired", "timer_cancelled", "signal_received", "cancel_requested", "workflow_completed", "workflow_failed", "workflow_cancelled", "workflow_terminated", "marker_recorded", "search_attributes_upserted", "workflow_timed_out", "update_accepted", "update_completed", "workflow_continued_as_new", "activity_cancel_requested", "activity_cancelled", "child_workflow_initiated", "child_cancel_requested", "child_workflow_started", "child_workflow_start_failed", "child_workflow_completed", "child_workflow_failed", "child_workflow_cancelled", "child_workflow_terminated", "child_workflow_timed_out", "external_signal_initiated", "external_signal_delivered", "external_signal_failed"]  # noqa: Y015
+    _WhichOneofReturnType_attributes: _TypeAlias = _typing.Literal["workflow_started", "workflow_task_completed", "activity_scheduled", "activity_completed", "activity_failed", "timer_started", "timer_fired", "timer_cancelled", "signal_received", "cancel_requested", "workflow_completed", "workflow_failed", "workflow_cancelled", "workflow_terminated", "marker_recorded", "search_attributes_upserted", "workflow_timed_out", "memo_upserted", "update_accepted", "update_completed", "workflow_continued_as_new", "activity_cancel_requested", "activity_cancelled", "child_workflow_initiated", "child_cancel_requested", "child_workflow_started", "child_workflow_start_failed", "child_workflow_completed", "child_workflow_failed", "child_workflow_cancelled", "child_workflow_terminated", "child_workflow_timed_out", "external_signal_initiated", "external_signal_delivered", "external_signal_failed"]  # noqa: Y015
     _WhichOneofArgType_attributes: _TypeAlias = _typing.Literal["attributes", b"attributes"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_attributes) -> _WhichOneofReturnType_attributes | None: ...
 
@@ -717,6 +723,30 @@ class SearchAttributesUpserted(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___SearchAttributesUpserted: _TypeAlias = SearchAttributesUpserted  # noqa: Y015
+
+@_typing.final
+class MemoUpserted(_message.Message):
+    """Workflow code merged `memo` into the run's memo (UpsertMemo: a null value removes the
+    key). Replay matches the keys and values.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MEMO_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def memo(self) -> _search_attributes_pb2.Memo: ...
+    def __init__(
+        self,
+        *,
+        memo: _search_attributes_pb2.Memo | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["memo", b"memo"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["memo", b"memo"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MemoUpserted: _TypeAlias = MemoUpserted  # noqa: Y015
 
 @_typing.final
 class WorkflowTimedOut(_message.Message):

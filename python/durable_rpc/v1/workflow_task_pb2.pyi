@@ -41,6 +41,7 @@ class Command(_message.Message):
     CANCEL_WORKFLOW_FIELD_NUMBER: _builtins.int
     RECORD_MARKER_FIELD_NUMBER: _builtins.int
     UPSERT_SEARCH_ATTRIBUTES_FIELD_NUMBER: _builtins.int
+    UPSERT_MEMO_FIELD_NUMBER: _builtins.int
     ACCEPT_UPDATE_FIELD_NUMBER: _builtins.int
     COMPLETE_UPDATE_FIELD_NUMBER: _builtins.int
     CONTINUE_AS_NEW_FIELD_NUMBER: _builtins.int
@@ -67,6 +68,10 @@ class Command(_message.Message):
 
     @_builtins.property
     def upsert_search_attributes(self) -> Global___UpsertSearchAttributes: ...
+    @_builtins.property
+    def upsert_memo(self) -> Global___UpsertMemo:
+        """workflow.upsert_memo(): merges keys into the run's memo (takes no seq)."""
+
     @_builtins.property
     def accept_update(self) -> Global___AcceptUpdate:
         """Workflow updates (numbers 60-69); take no seq."""
@@ -103,6 +108,7 @@ class Command(_message.Message):
         cancel_workflow: Global___CancelWorkflow | None = ...,
         record_marker: Global___RecordMarker | None = ...,
         upsert_search_attributes: Global___UpsertSearchAttributes | None = ...,
+        upsert_memo: Global___UpsertMemo | None = ...,
         accept_update: Global___AcceptUpdate | None = ...,
         complete_update: Global___CompleteUpdate | None = ...,
         continue_as_new: Global___ContinueAsNew | None = ...,
@@ -111,11 +117,11 @@ class Command(_message.Message):
         request_cancel_child_workflow: Global___RequestCancelChildWorkflow | None = ...,
         signal_external_workflow: Global___SignalExternalWorkflow | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["accept_update", b"accept_update", "cancel_timer", b"cancel_timer", "cancel_workflow", b"cancel_workflow", "complete_update", b"complete_update", "complete_workflow", b"complete_workflow", "continue_as_new", b"continue_as_new", "fail_workflow", b"fail_workflow", "kind", b"kind", "record_marker", b"record_marker", "request_cancel_activity", b"request_cancel_activity", "request_cancel_child_workflow", b"request_cancel_child_workflow", "schedule_activity", b"schedule_activity", "signal_external_workflow", b"signal_external_workflow", "start_child_workflow", b"start_child_workflow", "start_timer", b"start_timer", "upsert_search_attributes", b"upsert_search_attributes"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["accept_update", b"accept_update", "cancel_timer", b"cancel_timer", "cancel_workflow", b"cancel_workflow", "complete_update", b"complete_update", "complete_workflow", b"complete_workflow", "continue_as_new", b"continue_as_new", "fail_workflow", b"fail_workflow", "kind", b"kind", "record_marker", b"record_marker", "request_cancel_activity", b"request_cancel_activity", "request_cancel_child_workflow", b"request_cancel_child_workflow", "schedule_activity", b"schedule_activity", "signal_external_workflow", b"signal_external_workflow", "start_child_workflow", b"start_child_workflow", "start_timer", b"start_timer", "upsert_memo", b"upsert_memo", "upsert_search_attributes", b"upsert_search_attributes"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["accept_update", b"accept_update", "cancel_timer", b"cancel_timer", "cancel_workflow", b"cancel_workflow", "complete_update", b"complete_update", "complete_workflow", b"complete_workflow", "continue_as_new", b"continue_as_new", "fail_workflow", b"fail_workflow", "kind", b"kind", "record_marker", b"record_marker", "request_cancel_activity", b"request_cancel_activity", "request_cancel_child_workflow", b"request_cancel_child_workflow", "schedule_activity", b"schedule_activity", "seq", b"seq", "signal_external_workflow", b"signal_external_workflow", "start_child_workflow", b"start_child_workflow", "start_timer", b"start_timer", "upsert_search_attributes", b"upsert_search_attributes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accept_update", b"accept_update", "cancel_timer", b"cancel_timer", "cancel_workflow", b"cancel_workflow", "complete_update", b"complete_update", "complete_workflow", b"complete_workflow", "continue_as_new", b"continue_as_new", "fail_workflow", b"fail_workflow", "kind", b"kind", "record_marker", b"record_marker", "request_cancel_activity", b"request_cancel_activity", "request_cancel_child_workflow", b"request_cancel_child_workflow", "schedule_activity", b"schedule_activity", "seq", b"seq", "signal_external_workflow", b"signal_external_workflow", "start_child_workflow", b"start_child_workflow", "start_timer", b"start_timer", "upsert_memo", b"upsert_memo", "upsert_search_attributes", b"upsert_search_attributes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["schedule_activity", "start_timer", "cancel_timer", "complete_workflow", "fail_workflow", "cancel_workflow", "record_marker", "upsert_search_attributes", "accept_update", "complete_update", "continue_as_new", "request_cancel_activity", "start_child_workflow", "request_cancel_child_workflow", "signal_external_workflow"]  # noqa: Y015
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["schedule_activity", "start_timer", "cancel_timer", "complete_workflow", "fail_workflow", "cancel_workflow", "record_marker", "upsert_search_attributes", "upsert_memo", "accept_update", "complete_update", "continue_as_new", "request_cancel_activity", "start_child_workflow", "request_cancel_child_workflow", "signal_external_workflow"]  # noqa: Y015
     _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
 
@@ -355,6 +361,31 @@ class UpsertSearchAttributes(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___UpsertSearchAttributes: _TypeAlias = UpsertSearchAttributes  # noqa: Y015
+
+@_typing.final
+class UpsertMemo(_message.Message):
+    """Merges `memo` into the run's memo: each key is added or replaced, and a key whose
+    payload is the Avro null is removed. Recorded as a MemoUpserted command event;
+    describe and list show the merged memo once the task's completion committed.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MEMO_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def memo(self) -> _search_attributes_pb2.Memo: ...
+    def __init__(
+        self,
+        *,
+        memo: _search_attributes_pb2.Memo | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["memo", b"memo"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["memo", b"memo"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UpsertMemo: _TypeAlias = UpsertMemo  # noqa: Y015
 
 @_typing.final
 class ContinueAsNew(_message.Message):

@@ -80,6 +80,14 @@ def upsert_search_attributes(values: Mapping[str, Any]) -> None:
     current().upsert_search_attributes(values)
 
 
+def upsert_memo(values: Mapping[str, Any]) -> None:
+    """Merge ``values`` into this run's memo: each key is added or replaced, a key set
+    to None is removed. Recorded in history as a command (replay checks the keys and
+    values); ``info().memo`` shows the merged memo at once, describe and list once the
+    workflow task completed."""
+    current().upsert_memo(values)
+
+
 def now() -> datetime:
     """The workflow clock (tz-aware UTC): the recorded time of the current workflow task,
     identical on every replay."""

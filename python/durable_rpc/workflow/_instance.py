@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from durable_rpc.search_attributes import from_proto as sa_from_proto
+from durable_rpc.search_attributes import memo_from_proto, memo_to_proto
 from durable_rpc.search_attributes import to_proto as sa_to_proto
 from durable_rpc.v1 import payload_pb2, workflow_task_pb2
 from durable_rpc.workflow import _children, _external, _sandbox
@@ -140,6 +141,23 @@ class InstanceState:
                 )
             )
         )
+
+    def upsert_memo(self, values: Mapping[str, Any]) -> None:
+        """Record an UpsertMemo command (a None value removes its key); info().memo sees
+        the merged memo at once."""
+        if not values:
+            raise ValueError("upsert_memo needs at least one key")
+        for key in values:
+            if not isinstance(key, str) or not key:
+                raise ValueError(f"memo keys must be non-empty strings, got {key!r}")
+        memo = memo_to_proto(values)
+        if self.info is not None:
+            for key, value in memo_from_proto(memo).items():
+                if value is None:
+                    self.info.memo.pop(key, None)
+                else:
+                    self.info.memo[key] = value
+        self._emit(workflow_task_pb2.Command(upsert_memo=workflow_task_pb2.UpsertMemo(memo=memo)))
 
     # --- queries --------------------------------------------------------------------
 

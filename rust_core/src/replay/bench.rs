@@ -17,7 +17,7 @@ use crate::proto::{
     complete_update, update_completed, AcceptUpdate, ActivationCompletion, CancelTimer,
     CancelWorkflow, Command, CompleteUpdate, CompleteWorkflow, ContinueAsNew, FailWorkflow,
     History, RecordMarker, RequestCancelActivity, RequestCancelChildWorkflow, ScheduleActivity,
-    SignalExternalWorkflow, StartChildWorkflow, StartTimer, UpsertSearchAttributes,
+    SignalExternalWorkflow, StartChildWorkflow, StartTimer, UpsertMemo, UpsertSearchAttributes,
 };
 
 /// What [`replay_echo`] measured.
@@ -90,6 +90,7 @@ pub fn command_of(attrs: &Attributes) -> Option<Command> {
                 search_attributes: u.search_attributes,
             }),
         ),
+        Attributes::MemoUpserted(u) => (0, Kind::UpsertMemo(UpsertMemo { memo: u.memo })),
         Attributes::UpdateAccepted(u) => (
             0,
             Kind::AcceptUpdate(AcceptUpdate {

@@ -8,7 +8,7 @@ use prost_types::Duration;
 use crate::proto::command::Kind;
 use crate::proto::history_event::Attributes;
 use crate::proto::search_attribute_value::Value;
-use crate::proto::{complete_update, update_completed, Command, SearchAttributes};
+use crate::proto::{complete_update, update_completed, Command, Memo, SearchAttributes};
 
 /// Marker kind of `workflow.side_effect()` values.
 pub(crate) const SIDE_EFFECT: &str = "side_effect";
@@ -49,6 +49,11 @@ pub(crate) enum Recorded {
     },
     /// `fields` is the canonical text of the upserted attributes (sorted by name).
     SearchAttributesUpserted {
+        fields: String,
+    },
+    /// `workflow.upsert_memo()`: `fields` is the canonical text of the merged keys and
+    /// their payload bytes (sorted by key).
+    MemoUpserted {
         fields: String,
     },
     /// An update the validator accepted; the arguments are not part of the identity.
@@ -120,6 +125,9 @@ impl Recorded {
             Attributes::SearchAttributesUpserted(u) => Recorded::SearchAttributesUpserted {
                 fields: search_attributes_text(u.search_attributes.as_ref()),
             },
+            Attributes::MemoUpserted(u) => Recorded::MemoUpserted {
+                fields: memo_text(u.memo.as_ref()),
+            },
             Attributes::UpdateAccepted(u) => Recorded::UpdateAccepted {
                 update_id: u.update_id.clone(),
                 update_name: u.update_name.clone(),
@@ -176,6 +184,9 @@ impl Recorded {
             },
             Kind::UpsertSearchAttributes(u) => Recorded::SearchAttributesUpserted {
                 fields: search_attributes_text(u.search_attributes.as_ref()),
+            },
+            Kind::UpsertMemo(u) => Recorded::MemoUpserted {
+                fields: memo_text(u.memo.as_ref()),
             },
             Kind::AcceptUpdate(u) => Recorded::UpdateAccepted {
                 update_id: u.update_id.clone(),
@@ -253,6 +264,7 @@ impl fmt::Display for Recorded {
             Recorded::SearchAttributesUpserted { fields } => {
                 write!(f, "UpsertSearchAttributes({fields})")
             }
+            Recorded::MemoUpserted { fields } => write!(f, "UpsertMemo({fields})"),
             Recorded::UpdateAccepted {
                 update_id,
                 update_name,
@@ -318,6 +330,7 @@ pub(crate) fn event_kind(attrs: &Attributes) -> &'static str {
         Attributes::WorkflowTerminated(_) => "workflow_terminated",
         Attributes::MarkerRecorded(_) => "marker_recorded",
         Attributes::SearchAttributesUpserted(_) => "search_attributes_upserted",
+        Attributes::MemoUpserted(_) => "memo_upserted",
         Attributes::WorkflowTimedOut(_) => "workflow_timed_out",
         Attributes::UpdateAccepted(_) => "update_accepted",
         Attributes::UpdateCompleted(_) => "update_completed",
@@ -360,6 +373,30 @@ pub(crate) fn search_attributes_text(attrs: Option<&SearchAttributes>) -> String
                 Some(Value::DatetimeValue(t)) => format!("{}.{:09}", t.seconds, t.nanos),
             };
             format!("{name:?}={}:{value}", v.r#type)
+        })
+        .collect();
+    parts.join(", ")
+}
+
+/// Canonical text of an upserted memo: `"key"=<hex of the payload bytes>` sorted by key
+/// (`"key"=null` for the Avro null that removes it), so equal upserts compare equal
+/// whatever the map order on the wire.
+pub(crate) fn memo_text(memo: Option<&Memo>) -> String {
+    let Some(memo) = memo else {
+        return String::new();
+    };
+    let mut keys: Vec<&String> = memo.fields.keys().collect();
+    keys.sort();
+    let parts: Vec<String> = keys
+        .into_iter()
+        .map(|key| {
+            let data = &memo.fields[key].data;
+            // The Avro single-object frame of null: header, fingerprint, union index 0.
+            if data.len() == 11 && data[10] == 0 {
+                return format!("{key:?}=null");
+            }
+            let hex: String = data.iter().map(|b| format!("{b:02x}")).collect();
+            format!("{key:?}={hex}")
         })
         .collect();
     parts.join(", ")

@@ -436,6 +436,7 @@ impl ReplayMachine {
                 | Attributes::WorkflowCancelled(_)
                 | Attributes::MarkerRecorded(_)
                 | Attributes::SearchAttributesUpserted(_)
+                | Attributes::MemoUpserted(_)
                 | Attributes::UpdateAccepted(_)
                 | Attributes::UpdateCompleted(_)
                 | Attributes::WorkflowContinuedAsNew(_)

@@ -10,7 +10,7 @@
 //! `timer_fired`, `signal_received`, `cancel_requested`) become activation jobs.
 //! *Command events* (`activity_scheduled`, `timer_started`, `timer_cancelled`,
 //! `workflow_completed`, `workflow_failed`, `workflow_cancelled`,
-//! `search_attributes_upserted`, `marker_recorded`, `update_accepted`,
+//! `search_attributes_upserted`, `memo_upserted`, `marker_recorded`, `update_accepted`,
 //! `update_completed`) follow a
 //! `workflow_task_completed` marker contiguously, in the order of the commands the
 //! worker sent. `workflow_terminated` and `workflow_timed_out` are terminal and yield no
@@ -46,6 +46,8 @@ mod tests_continuation;
 mod tests_continue;
 #[cfg(test)]
 mod tests_markers;
+#[cfg(test)]
+mod tests_memo;
 #[cfg(test)]
 mod tests_search;
 #[cfg(test)]
