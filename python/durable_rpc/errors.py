@@ -176,6 +176,12 @@ class ProtocolVersionUnsupportedError(DurableRpcError):
     reason = "PROTOCOL_VERSION_UNSUPPORTED"
 
 
+class BudgetInUseError(DurableRpcError):
+    """A budget cannot be removed while a reservation holds or waits for its units."""
+
+    reason = "BUDGET_IN_USE"
+
+
 STATUS_BY_REASON: dict[str, grpc.StatusCode] = {
     LeaseLostError.reason: grpc.StatusCode.FAILED_PRECONDITION,
     WorkflowAlreadyStartedError.reason: grpc.StatusCode.ALREADY_EXISTS,
@@ -201,6 +207,7 @@ STATUS_BY_REASON: dict[str, grpc.StatusCode] = {
     DefinitionInUseError.reason: grpc.StatusCode.FAILED_PRECONDITION,
     DefinitionRemovedError.reason: grpc.StatusCode.FAILED_PRECONDITION,
     WorkflowNotFailedError.reason: grpc.StatusCode.FAILED_PRECONDITION,
+    BudgetInUseError.reason: grpc.StatusCode.FAILED_PRECONDITION,
     ProtocolVersionUnsupportedError.reason: grpc.StatusCode.FAILED_PRECONDITION,
 }
 
@@ -231,6 +238,7 @@ ERROR_BY_REASON: dict[str, type[DurableRpcError]] = {
         DefinitionInUseError,
         DefinitionRemovedError,
         WorkflowNotFailedError,
+        BudgetInUseError,
         ProtocolVersionUnsupportedError,
     )
 }

@@ -108,6 +108,7 @@ fn describe_jobs(activation: &Activation) -> Vec<String> {
             Job::ResolveChildWorkflowStart(c) => format!("child {} started", c.seq),
             Job::ResolveChildWorkflow(c) => format!("child {} {}", c.seq, c.status),
             Job::ResolveSignalExternal(s) => format!("signal {} sent", s.seq),
+            Job::ResolveBudget(b) => format!("budget {} resolved", b.seq),
         })
         .collect()
 }

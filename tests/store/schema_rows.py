@@ -20,6 +20,9 @@ NOT_PER_RUN = {
     "task_queue_limits",
     # A namespace's admission policy (its limit, rate and token bucket), set by operators.
     "namespace_admission",
+    # A namespace's budgets (workflow.reserve()), set and removed by operators; their
+    # reservations (budget_reservations) are per-run and go when the run closes.
+    "budgets",
     # Transient: each row expires by its own expires_at_ms (process_due deletes it).
     "queries",
     # A schedule's rows outlive its runs: deleted with the schedule; actions are trimmed

@@ -9,6 +9,7 @@ import click
 
 from durable_rpc.cli._admin import namespace, token
 from durable_rpc.cli._admission import admission
+from durable_rpc.cli._budgets import budget
 from durable_rpc.cli._definitions import definition
 from durable_rpc.cli._errors import DEBUG_ENV, explain
 from durable_rpc.cli._fleet import task_queue, worker
@@ -52,6 +53,7 @@ cli.add_command(selfcheck)
 cli.add_command(server)
 cli.add_command(workflow)
 namespace.add_command(admission)
+namespace.add_command(budget)
 cli.add_command(namespace)
 cli.add_command(token)
 cli.add_command(worker)

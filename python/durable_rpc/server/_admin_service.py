@@ -15,6 +15,7 @@ from durable_rpc.auth import Principal, new_key
 from durable_rpc.errors import InvalidArgumentError
 from durable_rpc.server import _convert, _validate
 from durable_rpc.server._admin_admission import AdminAdmissionMixin
+from durable_rpc.server._admin_budgets import AdminBudgetsMixin
 from durable_rpc.server._admin_definitions import AdminDefinitionsMixin
 from durable_rpc.server._admin_fleet import AdminFleetMixin
 from durable_rpc.server._admin_limits import AdminLimitsMixin
@@ -78,6 +79,7 @@ class AdminService(
     AdminFleetMixin,
     AdminLimitsMixin,
     AdminAdmissionMixin,
+    AdminBudgetsMixin,
     AdminDefinitionsMixin,
     admin_service_pb2_grpc.AdminServiceServicer,
 ):

@@ -36,6 +36,8 @@ class ServerMetrics(EngineMetrics):
       which its own ``lease_losses`` never reports.
     - ``durable_rpc.definition_unavailable_runs`` gauge {namespace, task_queue}: runs with
       a claimable workflow task whose definition no live worker of the queue registers.
+    - ``durable_rpc.budget_reservations_waiting`` gauge {namespace, budget}: reservations
+      (``workflow.reserve()``) waiting for a budget's units: deferred, not failed.
     """
 
     def __init__(self, meter_provider: metrics.MeterProvider | None = None) -> None:
@@ -63,6 +65,13 @@ class ServerMetrics(EngineMetrics):
             callbacks=[self._observe_unavailable],
             unit="{run}",
             description="Runs ready for a workflow task no live worker can run",
+        )
+        self._budgets_seen: set[tuple[str, str]] = set()
+        meter.create_observable_gauge(
+            "durable_rpc.budget_reservations_waiting",
+            callbacks=[self._observe_budgets],
+            unit="{reservation}",
+            description="Budget reservations waiting for units",
         )
         self._refresher: asyncio.Task[None] | None = None
         self._leases_expired = LocalCounter(
@@ -114,6 +123,17 @@ class ServerMetrics(EngineMetrics):
         return [
             Observation(counts.waiting.get(kind, 0), {TASK_KIND: kind})
             for kind in ("timer", "activity", "workflow")
+        ]
+
+    def _observe_budgets(self, options: CallbackOptions) -> Iterable[Observation]:
+        counts = self._counts
+        if counts is None:
+            return []
+        # A budget once reported stays, at 0 when nothing waits (as the queues below).
+        self._budgets_seen.update(counts.budget_waiting)
+        return [
+            Observation(counts.budget_waiting.get(key, 0), {NAMESPACE: key[0], "budget": key[1]})
+            for key in sorted(self._budgets_seen)
         ]
 
     def _observe_unavailable(self, options: CallbackOptions) -> Iterable[Observation]:

@@ -49,6 +49,7 @@ from durable_rpc.store._api import (
     UpdateWithStartResult,
     WorkflowTaskCompletion,
 )
+from durable_rpc.store._budget_records import Budget
 from durable_rpc.store._definition_records import DefinitionRecord
 from durable_rpc.store._fleet_records import (
     QueueBacklog,
@@ -61,6 +62,7 @@ from durable_rpc.store._fleet_records import (
 from durable_rpc.store._sqlite import SQLiteStore
 
 __all__ = [
+    "Budget",
     "Admission",
     "QueueBacklog",
     "ServedDefinition",

@@ -16,6 +16,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from durable_rpc.store._admission_records import Admission
+from durable_rpc.store._budget_records import Budget
 from durable_rpc.store._definition_records import DefinitionRecord
 from durable_rpc.store._fleet_records import (
     TaskQueueDescription,
@@ -456,6 +457,8 @@ class MetricCounts:
     #: Queued workflow tasks no live worker of their queue registers the definition of,
     #: by (namespace, task queue): runs that are stuck until one starts.
     definition_unavailable: Mapping[tuple[str, str], int]
+    #: Budget reservations waiting for units, by (namespace, budget) (``_budgets``).
+    budget_waiting: Mapping[tuple[str, str], int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -727,6 +730,22 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def list_task_queue_limits(self, namespace: str) -> list[TaskQueueLimit]:
         """The namespace's limits, by task queue."""
+
+    # budgets (see _ops_budgets, _budgets)
+    @abc.abstractmethod
+    async def set_budget(self, namespace: str, name: str, capacity: int) -> Budget:
+        """Creates or changes a budget; a raised capacity grants the waiting reservations
+        that now fit, a lowered one refuses those larger than it. One transaction.
+        InvalidArgumentError for a capacity outside 1..10^15."""
+
+    @abc.abstractmethod
+    async def list_budgets(self, namespace: str) -> list[Budget]:
+        """The namespace's budgets by name, with units held and reservations waiting."""
+
+    @abc.abstractmethod
+    async def remove_budget(self, namespace: str, name: str) -> None:
+        """NotFoundError if there is no such budget; BudgetInUseError while a
+        reservation holds or waits for it."""
 
     # namespace admission (see _ops_admission, _admission)
     @abc.abstractmethod

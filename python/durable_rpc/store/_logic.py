@@ -16,6 +16,9 @@ from durable_rpc.v1 import history_pb2, options_pb2, payload_pb2, workflow_task_
 #: Events delivered to workflow code (a new one after a task's view needs a new task).
 INPUT_EVENT_KINDS: tuple[str, ...] = (
     "workflow_started",
+    # Budgets: a reservation granted or refused (store/_budgets).
+    "budget_reserved",
+    "budget_reserve_failed",
     "activity_completed",
     "activity_failed",
     "timer_fired",
@@ -250,6 +253,14 @@ def validate_commands(commands: Sequence[workflow_task_pb2.Command]) -> CommandP
                     "equal to its seq"
                 )
             continue
+        if kind == "release_budget":
+            # Carries the reservation's own seq (like cancel_timer): no new seq is taken.
+            target = command.release_budget.reservation_seq
+            if target <= 0 or command.seq != target:
+                raise InvalidArgumentError(
+                    f"command #{index}: release_budget needs reservation_seq > 0 equal to its seq"
+                )
+            continue
         if kind == "upsert_search_attributes":
             # Carries no seq; its values are validated when applied (_search).
             continue
@@ -296,6 +307,14 @@ def validate_commands(commands: Sequence[workflow_task_pb2.Command]) -> CommandP
             if not activity.activity_type:
                 raise InvalidArgumentError(f"command seq {seq}: activity_type is empty")
             validate_activity_options(activity.options, seq)
+        elif kind == "reserve_budget":
+            if not command.reserve_budget.budget:
+                raise InvalidArgumentError(f"command seq {seq}: reserve_budget.budget is empty")
+            if command.reserve_budget.amount <= 0:
+                raise InvalidArgumentError(
+                    f"command seq {seq}: reserve_budget.amount must be > 0, "
+                    f"got {command.reserve_budget.amount}"
+                )
         elif kind == "start_timer":
             _check_duration(command.start_timer.duration, f"command seq {seq}: timer duration")
             started_timers.add(seq)

@@ -19,6 +19,7 @@ from durable_rpc.store._api import StoreListener, StoreOptions, StoreStats
 from durable_rpc.store._ops_activities import _ActivityOps
 from durable_rpc.store._ops_admin import _AdminOps
 from durable_rpc.store._ops_admission import _AdmissionOps
+from durable_rpc.store._ops_budgets import _BudgetOps
 from durable_rpc.store._ops_commands import _CommandOps
 from durable_rpc.store._ops_definitions import _DefinitionOps
 from durable_rpc.store._ops_due import _DueOps
@@ -50,6 +51,7 @@ class SqlStore(
     _WorkerOps,
     _FleetOps,
     _LimitOps,
+    _BudgetOps,
     _AdmissionOps,
     _DefinitionOps,
     _QueryOps,

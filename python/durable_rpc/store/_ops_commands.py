@@ -6,6 +6,7 @@ import json
 from collections.abc import Sequence
 
 from durable_rpc.errors import InvalidArgumentError
+from durable_rpc.store import _budgets
 from durable_rpc.store._children import request_child_cancel, signal_external, start_child
 from durable_rpc.store._logic import activity_timeouts, duration_ms, earliest, failure_bytes
 from durable_rpc.store._memo import upsert_memo
@@ -202,6 +203,33 @@ class _CommandOps(_SqlOpsBase):
             return False
         if kind == "signal_external_workflow":
             signal_external(tx, namespace, run, command, now)
+            return False
+        if kind == "reserve_budget":
+            reservation = command.reserve_budget
+            append_event(
+                tx,
+                namespace,
+                run_id,
+                now,
+                "budget_reservation_requested",
+                history_pb2.BudgetReservationRequested(
+                    seq=command.seq, budget=reservation.budget, amount=reservation.amount
+                ),
+            )
+            _budgets.reserve(
+                tx, namespace, run_id, command.seq, reservation.budget, reservation.amount, now
+            )
+            return False
+        if kind == "release_budget":
+            append_event(
+                tx,
+                namespace,
+                run_id,
+                now,
+                "budget_released",
+                history_pb2.BudgetReleased(seq=command.seq),
+            )
+            _budgets.release(tx, namespace, run_id, command.seq, now)
             return False
         raise InvalidArgumentError(f"unsupported command kind {kind!r}")
 

@@ -1,6 +1,6 @@
-"""The counts behind the server's metric gauges: durable waits pending and runs whose
-definition no live worker registers. Read on the server's refresh (a few seconds apart),
-never per scrape or per call."""
+"""The counts behind the server's metric gauges: durable waits pending, runs whose
+definition no live worker registers and budget reservations waiting. Read on the
+server's refresh (a few seconds apart), never per scrape or per call."""
 
 from __future__ import annotations
 
@@ -48,6 +48,19 @@ class _MetricOps(_SqlOpsBase):
                     (tx.now_ms() - live_since_offset,),
                 )
             }
-            return MetricCounts(waiting=waiting, definition_unavailable=unavailable)
+            # Only waiting rows: an index range of budget_reservations_by_budget per
+            # budget, empty without budgets.
+            budget_waiting = {
+                (row["namespace"], row["budget"]): int(row["n"])
+                for row in tx.all(
+                    "SELECT namespace, budget, count(*) AS n FROM budget_reservations "
+                    "WHERE state = 'waiting' GROUP BY namespace, budget"
+                )
+            }
+            return MetricCounts(
+                waiting=waiting,
+                definition_unavailable=unavailable,
+                budget_waiting=budget_waiting,
+            )
 
         return await self._read(op)

@@ -29,7 +29,15 @@ RETENTION_JOB = "retention"
 
 #: The tables holding rows of one run, keyed by (namespace, run_id) (each has an index
 #: with that prefix). ``start_requests`` is keyed by workflow id, deleted apart.
-RUN_TABLES = ("history", "tasks", "signal_requests", "search_attributes", "update_requests")
+RUN_TABLES = (
+    "history",
+    "tasks",
+    "signal_requests",
+    "search_attributes",
+    "update_requests",
+    # Released when the run closes (store/_budgets); listed so a leftover never outlives it.
+    "budget_reservations",
+)
 
 #: A worker's rows, keyed by (namespace, worker_id); ``workers`` last.
 WORKER_TABLES = ("worker_definitions", "worker_activities", "workers")

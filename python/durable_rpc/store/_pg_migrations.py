@@ -9,6 +9,7 @@ whole migration (see ``_postgres``), so each migration is applied exactly once.
 from __future__ import annotations
 
 from durable_rpc.store._admission_pg import pg_migration as admission_pg_migration
+from durable_rpc.store._budgets_pg import pg_migration as budgets_pg_migration
 from durable_rpc.store._migrations import (
     V12_RUNS_STAY_UNVERSIONED,
     Migration,
@@ -191,4 +192,5 @@ PG_MIGRATIONS: tuple[Migration, ...] = (
     Migration(15, "task-queue activity limits", queue_limits_pg_migration()),
     Migration(16, "schedule buffers (BUFFER_ALL, CANCEL_OTHER)", schedule_buffer_table("BIGINT")),
     Migration(17, "namespace admission", admission_pg_migration()),
+    Migration(18, "budgets", budgets_pg_migration()),
 )

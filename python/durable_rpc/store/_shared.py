@@ -15,6 +15,7 @@ from durable_rpc.errors import (
 )
 from durable_rpc.store._admission import ADMISSION_PROBE, admit_waiting
 from durable_rpc.store._api import LeaseRef, RunInfo, RunOutcome
+from durable_rpc.store._budgets import release_run
 from durable_rpc.store._logic import INPUT_EVENT_KINDS, lease_lost_message, make_event
 from durable_rpc.store._tx import Row, Tx
 from durable_rpc.v1 import history_pb2, payload_pb2
@@ -196,9 +197,15 @@ def close_run(
         "RETURNING parent_run_id, parent_seq, pending_updates, "
         "EXISTS (SELECT 1 FROM runs AS child "
         "WHERE child.namespace = runs.namespace AND child.parent_run_id = runs.run_id "
-        f"AND child.status = 'running') AS open_children, {ADMISSION_PROBE}",
+        f"AND child.status = 'running') AS open_children, {ADMISSION_PROBE}, "
+        # Whether it holds or waits for a budget: one index probe in the same statement,
+        # so a run that never reserved costs no statement more (store/_budgets).
+        "EXISTS (SELECT 1 FROM budget_reservations AS b "
+        "WHERE b.namespace = runs.namespace AND b.run_id = runs.run_id) AS reserved",
         (status, now, result, failure, namespace, run_id),
     )
+    if closed is not None and closed["reserved"]:
+        release_run(tx, namespace, run_id, now)
     tx.run(
         "UPDATE tasks SET state = 'cancelled', due_ms = NULL, queue_deadline_ms = NULL, "
         f"cancel_requested = 1 WHERE namespace = ? AND run_id = ? AND state IN {ACTIVE}",

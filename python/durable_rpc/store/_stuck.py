@@ -10,7 +10,9 @@ that applies, in this order:
 2. its workflow task leased by worker W until T;
 3. its workflow task claimable but no live worker registers its definition (the existing
    ``definition_unavailable_reason``); claimable and served: progress, no sentence;
-4. no workflow task (the run waits on something outside it): an activity queued with a
+4. no workflow task (the run waits on something outside it): a budget reservation
+   waiting (``_budgets``: the budget, the amount of its capacity, what is held); an
+   activity queued with a
    live worker that serves it is progress (no sentence); else the first open activity
    by seq: leased by worker W until T, in backoff until T after N attempts (the last
    error), or queued with no live worker registering it; then the earliest timer; then
@@ -25,6 +27,7 @@ from google.protobuf.message import DecodeError
 
 from durable_rpc.store._admission import deferred_reason
 from durable_rpc.store._api import StoreOptions
+from durable_rpc.store._budgets import waiting_reason as budget_waiting_reason
 from durable_rpc.store._liveness import LIVE_WORKER, live_since
 from durable_rpc.store._ops_leases import definition_unavailable_reason
 from durable_rpc.store._shared import ACTIVE
@@ -53,6 +56,9 @@ def stuck_reason(
     )
     if task is not None:
         return _workflow_task(run, task, now, definition_available)
+    budget = budget_waiting_reason(tx, namespace, run_id)
+    if budget:
+        return budget
     activities = tx.all(
         "SELECT seq, activity_type, task_queue, state, attempt, due_ms, expires_at_ms, "
         "worker_id, last_failure FROM tasks WHERE namespace = ? AND run_id = ? "

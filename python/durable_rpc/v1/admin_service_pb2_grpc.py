@@ -97,6 +97,21 @@ class AdminServiceStub(object):
                 request_serializer=durable__rpc_dot_v1_dot_admin__service__pb2.ListTaskQueueLimitsRequest.SerializeToString,
                 response_deserializer=durable__rpc_dot_v1_dot_admin__service__pb2.ListTaskQueueLimitsResponse.FromString,
                 _registered_method=True)
+        self.SetBudget = channel.unary_unary(
+                '/durable_rpc.v1.AdminService/SetBudget',
+                request_serializer=durable__rpc_dot_v1_dot_admin__service__pb2.SetBudgetRequest.SerializeToString,
+                response_deserializer=durable__rpc_dot_v1_dot_admin__service__pb2.SetBudgetResponse.FromString,
+                _registered_method=True)
+        self.ListBudgets = channel.unary_unary(
+                '/durable_rpc.v1.AdminService/ListBudgets',
+                request_serializer=durable__rpc_dot_v1_dot_admin__service__pb2.ListBudgetsRequest.SerializeToString,
+                response_deserializer=durable__rpc_dot_v1_dot_admin__service__pb2.ListBudgetsResponse.FromString,
+                _registered_method=True)
+        self.RemoveBudget = channel.unary_unary(
+                '/durable_rpc.v1.AdminService/RemoveBudget',
+                request_serializer=durable__rpc_dot_v1_dot_admin__service__pb2.RemoveBudgetRequest.SerializeToString,
+                response_deserializer=durable__rpc_dot_v1_dot_admin__service__pb2.RemoveBudgetResponse.FromString,
+                _registered_method=True)
         self.SetNamespaceAdmission = channel.unary_unary(
                 '/durable_rpc.v1.AdminService/SetNamespaceAdmission',
                 request_serializer=durable__rpc_dot_v1_dot_admin__service__pb2.SetNamespaceAdmissionRequest.SerializeToString,
@@ -217,6 +232,31 @@ class AdminServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetBudget(self, request, context):
+        """Creates or changes a namespace budget (workflow.reserve()): `capacity` units that
+        open reservations may hold at once. A raised capacity grants waiting reservations
+        that now fit (FIFO); a lowered one refuses waiting reservations larger than it
+        (BUDGET_AMOUNT_EXCEEDS_CAPACITY) and lets held ones keep their units. Idempotent.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListBudgets(self, request, context):
+        """The namespace's budgets with the units held and the reservations waiting.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RemoveBudget(self, request, context):
+        """Removes a budget no reservation holds or waits for (else FAILED_PRECONDITION,
+        reason BUDGET_IN_USE).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def SetNamespaceAdmission(self, request, context):
         """Sets the namespace's admission policy: at most `max_open_runs` admitted open runs
         and at most `starts_per_period` starts admitted per `period` (a token bucket of that
@@ -324,6 +364,21 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.ListTaskQueueLimits,
                     request_deserializer=durable__rpc_dot_v1_dot_admin__service__pb2.ListTaskQueueLimitsRequest.FromString,
                     response_serializer=durable__rpc_dot_v1_dot_admin__service__pb2.ListTaskQueueLimitsResponse.SerializeToString,
+            ),
+            'SetBudget': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetBudget,
+                    request_deserializer=durable__rpc_dot_v1_dot_admin__service__pb2.SetBudgetRequest.FromString,
+                    response_serializer=durable__rpc_dot_v1_dot_admin__service__pb2.SetBudgetResponse.SerializeToString,
+            ),
+            'ListBudgets': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListBudgets,
+                    request_deserializer=durable__rpc_dot_v1_dot_admin__service__pb2.ListBudgetsRequest.FromString,
+                    response_serializer=durable__rpc_dot_v1_dot_admin__service__pb2.ListBudgetsResponse.SerializeToString,
+            ),
+            'RemoveBudget': grpc.unary_unary_rpc_method_handler(
+                    servicer.RemoveBudget,
+                    request_deserializer=durable__rpc_dot_v1_dot_admin__service__pb2.RemoveBudgetRequest.FromString,
+                    response_serializer=durable__rpc_dot_v1_dot_admin__service__pb2.RemoveBudgetResponse.SerializeToString,
             ),
             'SetNamespaceAdmission': grpc.unary_unary_rpc_method_handler(
                     servicer.SetNamespaceAdmission,
@@ -661,6 +716,87 @@ class AdminService(object):
             '/durable_rpc.v1.AdminService/ListTaskQueueLimits',
             durable__rpc_dot_v1_dot_admin__service__pb2.ListTaskQueueLimitsRequest.SerializeToString,
             durable__rpc_dot_v1_dot_admin__service__pb2.ListTaskQueueLimitsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetBudget(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/durable_rpc.v1.AdminService/SetBudget',
+            durable__rpc_dot_v1_dot_admin__service__pb2.SetBudgetRequest.SerializeToString,
+            durable__rpc_dot_v1_dot_admin__service__pb2.SetBudgetResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListBudgets(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/durable_rpc.v1.AdminService/ListBudgets',
+            durable__rpc_dot_v1_dot_admin__service__pb2.ListBudgetsRequest.SerializeToString,
+            durable__rpc_dot_v1_dot_admin__service__pb2.ListBudgetsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RemoveBudget(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/durable_rpc.v1.AdminService/RemoveBudget',
+            durable__rpc_dot_v1_dot_admin__service__pb2.RemoveBudgetRequest.SerializeToString,
+            durable__rpc_dot_v1_dot_admin__service__pb2.RemoveBudgetResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -65,6 +65,18 @@ class AdminServiceStub:
     """
     ListTaskQueueLimits: _grpc.UnaryUnaryMultiCallable[_admin_service_pb2.ListTaskQueueLimitsRequest, _admin_service_pb2.ListTaskQueueLimitsResponse]
     """The namespace's task-queue limits, by task queue."""
+    SetBudget: _grpc.UnaryUnaryMultiCallable[_admin_service_pb2.SetBudgetRequest, _admin_service_pb2.SetBudgetResponse]
+    """Creates or changes a namespace budget (workflow.reserve()): `capacity` units that
+    open reservations may hold at once. A raised capacity grants waiting reservations
+    that now fit (FIFO); a lowered one refuses waiting reservations larger than it
+    (BUDGET_AMOUNT_EXCEEDS_CAPACITY) and lets held ones keep their units. Idempotent.
+    """
+    ListBudgets: _grpc.UnaryUnaryMultiCallable[_admin_service_pb2.ListBudgetsRequest, _admin_service_pb2.ListBudgetsResponse]
+    """The namespace's budgets with the units held and the reservations waiting."""
+    RemoveBudget: _grpc.UnaryUnaryMultiCallable[_admin_service_pb2.RemoveBudgetRequest, _admin_service_pb2.RemoveBudgetResponse]
+    """Removes a budget no reservation holds or waits for (else FAILED_PRECONDITION,
+    reason BUDGET_IN_USE).
+    """
     SetNamespaceAdmission: _grpc.UnaryUnaryMultiCallable[_admin_service_pb2.SetNamespaceAdmissionRequest, _admin_service_pb2.SetNamespaceAdmissionResponse]
     """Sets the namespace's admission policy: at most `max_open_runs` admitted open runs
     and at most `starts_per_period` starts admitted per `period` (a token bucket of that
@@ -125,6 +137,18 @@ class AdminServiceAsyncStub(AdminServiceStub):
     """
     ListTaskQueueLimits: _aio.UnaryUnaryMultiCallable[_admin_service_pb2.ListTaskQueueLimitsRequest, _admin_service_pb2.ListTaskQueueLimitsResponse]  # type: ignore[assignment]
     """The namespace's task-queue limits, by task queue."""
+    SetBudget: _aio.UnaryUnaryMultiCallable[_admin_service_pb2.SetBudgetRequest, _admin_service_pb2.SetBudgetResponse]  # type: ignore[assignment]
+    """Creates or changes a namespace budget (workflow.reserve()): `capacity` units that
+    open reservations may hold at once. A raised capacity grants waiting reservations
+    that now fit (FIFO); a lowered one refuses waiting reservations larger than it
+    (BUDGET_AMOUNT_EXCEEDS_CAPACITY) and lets held ones keep their units. Idempotent.
+    """
+    ListBudgets: _aio.UnaryUnaryMultiCallable[_admin_service_pb2.ListBudgetsRequest, _admin_service_pb2.ListBudgetsResponse]  # type: ignore[assignment]
+    """The namespace's budgets with the units held and the reservations waiting."""
+    RemoveBudget: _aio.UnaryUnaryMultiCallable[_admin_service_pb2.RemoveBudgetRequest, _admin_service_pb2.RemoveBudgetResponse]  # type: ignore[assignment]
+    """Removes a budget no reservation holds or waits for (else FAILED_PRECONDITION,
+    reason BUDGET_IN_USE).
+    """
     SetNamespaceAdmission: _aio.UnaryUnaryMultiCallable[_admin_service_pb2.SetNamespaceAdmissionRequest, _admin_service_pb2.SetNamespaceAdmissionResponse]  # type: ignore[assignment]
     """Sets the namespace's admission policy: at most `max_open_runs` admitted open runs
     and at most `starts_per_period` starts admitted per `period` (a token bucket of that
@@ -248,6 +272,36 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_admin_service_pb2.ListTaskQueueLimitsResponse, _abc.Awaitable[_admin_service_pb2.ListTaskQueueLimitsResponse]]:
         """The namespace's task-queue limits, by task queue."""
+
+    @_abc_1.abstractmethod
+    def SetBudget(
+        self,
+        request: _admin_service_pb2.SetBudgetRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_service_pb2.SetBudgetResponse, _abc.Awaitable[_admin_service_pb2.SetBudgetResponse]]:
+        """Creates or changes a namespace budget (workflow.reserve()): `capacity` units that
+        open reservations may hold at once. A raised capacity grants waiting reservations
+        that now fit (FIFO); a lowered one refuses waiting reservations larger than it
+        (BUDGET_AMOUNT_EXCEEDS_CAPACITY) and lets held ones keep their units. Idempotent.
+        """
+
+    @_abc_1.abstractmethod
+    def ListBudgets(
+        self,
+        request: _admin_service_pb2.ListBudgetsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_service_pb2.ListBudgetsResponse, _abc.Awaitable[_admin_service_pb2.ListBudgetsResponse]]:
+        """The namespace's budgets with the units held and the reservations waiting."""
+
+    @_abc_1.abstractmethod
+    def RemoveBudget(
+        self,
+        request: _admin_service_pb2.RemoveBudgetRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_service_pb2.RemoveBudgetResponse, _abc.Awaitable[_admin_service_pb2.RemoveBudgetResponse]]:
+        """Removes a budget no reservation holds or waits for (else FAILED_PRECONDITION,
+        reason BUDGET_IN_USE).
+        """
 
     @_abc_1.abstractmethod
     def SetNamespaceAdmission(

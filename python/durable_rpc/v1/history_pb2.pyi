@@ -99,6 +99,10 @@ class HistoryEvent(_message.Message):
     EXTERNAL_SIGNAL_INITIATED_FIELD_NUMBER: _builtins.int
     EXTERNAL_SIGNAL_DELIVERED_FIELD_NUMBER: _builtins.int
     EXTERNAL_SIGNAL_FAILED_FIELD_NUMBER: _builtins.int
+    BUDGET_RESERVATION_REQUESTED_FIELD_NUMBER: _builtins.int
+    BUDGET_RELEASED_FIELD_NUMBER: _builtins.int
+    BUDGET_RESERVED_FIELD_NUMBER: _builtins.int
+    BUDGET_RESERVE_FAILED_FIELD_NUMBER: _builtins.int
     event_id: _builtins.int
     @_builtins.property
     def event_time(self) -> _timestamp_pb2.Timestamp: ...
@@ -196,6 +200,19 @@ class HistoryEvent(_message.Message):
     def external_signal_delivered(self) -> Global___ExternalSignalDelivered: ...
     @_builtins.property
     def external_signal_failed(self) -> Global___ExternalSignalFailed: ...
+    @_builtins.property
+    def budget_reservation_requested(self) -> Global___BudgetReservationRequested:
+        """Budgets (numbers 110-119). Command events: budget_reservation_requested,
+        budget_released. Input events (seq = the reservation's seq): budget_reserved,
+        budget_reserve_failed.
+        """
+
+    @_builtins.property
+    def budget_released(self) -> Global___BudgetReleased: ...
+    @_builtins.property
+    def budget_reserved(self) -> Global___BudgetReserved: ...
+    @_builtins.property
+    def budget_reserve_failed(self) -> Global___BudgetReserveFailed: ...
     def __init__(
         self,
         *,
@@ -236,12 +253,16 @@ class HistoryEvent(_message.Message):
         external_signal_initiated: Global___ExternalSignalInitiated | None = ...,
         external_signal_delivered: Global___ExternalSignalDelivered | None = ...,
         external_signal_failed: Global___ExternalSignalFailed | None = ...,
+        budget_reservation_requested: Global___BudgetReservationRequested | None = ...,
+        budget_released: Global___BudgetReleased | None = ...,
+        budget_reserved: Global___BudgetReserved | None = ...,
+        budget_reserve_failed: Global___BudgetReserveFailed | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["activity_cancel_requested", b"activity_cancel_requested", "activity_cancelled", b"activity_cancelled", "activity_completed", b"activity_completed", "activity_failed", b"activity_failed", "activity_scheduled", b"activity_scheduled", "attributes", b"attributes", "cancel_requested", b"cancel_requested", "child_cancel_requested", b"child_cancel_requested", "child_workflow_cancelled", b"child_workflow_cancelled", "child_workflow_completed", b"child_workflow_completed", "child_workflow_failed", b"child_workflow_failed", "child_workflow_initiated", b"child_workflow_initiated", "child_workflow_start_failed", b"child_workflow_start_failed", "child_workflow_started", b"child_workflow_started", "child_workflow_terminated", b"child_workflow_terminated", "child_workflow_timed_out", b"child_workflow_timed_out", "event_time", b"event_time", "external_signal_delivered", b"external_signal_delivered", "external_signal_failed", b"external_signal_failed", "external_signal_initiated", b"external_signal_initiated", "marker_recorded", b"marker_recorded", "memo_upserted", b"memo_upserted", "search_attributes_upserted", b"search_attributes_upserted", "signal_received", b"signal_received", "timer_cancelled", b"timer_cancelled", "timer_fired", b"timer_fired", "timer_started", b"timer_started", "update_accepted", b"update_accepted", "update_completed", b"update_completed", "workflow_cancelled", b"workflow_cancelled", "workflow_completed", b"workflow_completed", "workflow_continued_as_new", b"workflow_continued_as_new", "workflow_failed", b"workflow_failed", "workflow_started", b"workflow_started", "workflow_task_completed", b"workflow_task_completed", "workflow_terminated", b"workflow_terminated", "workflow_timed_out", b"workflow_timed_out"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["activity_cancel_requested", b"activity_cancel_requested", "activity_cancelled", b"activity_cancelled", "activity_completed", b"activity_completed", "activity_failed", b"activity_failed", "activity_scheduled", b"activity_scheduled", "attributes", b"attributes", "budget_released", b"budget_released", "budget_reservation_requested", b"budget_reservation_requested", "budget_reserve_failed", b"budget_reserve_failed", "budget_reserved", b"budget_reserved", "cancel_requested", b"cancel_requested", "child_cancel_requested", b"child_cancel_requested", "child_workflow_cancelled", b"child_workflow_cancelled", "child_workflow_completed", b"child_workflow_completed", "child_workflow_failed", b"child_workflow_failed", "child_workflow_initiated", b"child_workflow_initiated", "child_workflow_start_failed", b"child_workflow_start_failed", "child_workflow_started", b"child_workflow_started", "child_workflow_terminated", b"child_workflow_terminated", "child_workflow_timed_out", b"child_workflow_timed_out", "event_time", b"event_time", "external_signal_delivered", b"external_signal_delivered", "external_signal_failed", b"external_signal_failed", "external_signal_initiated", b"external_signal_initiated", "marker_recorded", b"marker_recorded", "memo_upserted", b"memo_upserted", "search_attributes_upserted", b"search_attributes_upserted", "signal_received", b"signal_received", "timer_cancelled", b"timer_cancelled", "timer_fired", b"timer_fired", "timer_started", b"timer_started", "update_accepted", b"update_accepted", "update_completed", b"update_completed", "workflow_cancelled", b"workflow_cancelled", "workflow_completed", b"workflow_completed", "workflow_continued_as_new", b"workflow_continued_as_new", "workflow_failed", b"workflow_failed", "workflow_started", b"workflow_started", "workflow_task_completed", b"workflow_task_completed", "workflow_terminated", b"workflow_terminated", "workflow_timed_out", b"workflow_timed_out"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity_cancel_requested", b"activity_cancel_requested", "activity_cancelled", b"activity_cancelled", "activity_completed", b"activity_completed", "activity_failed", b"activity_failed", "activity_scheduled", b"activity_scheduled", "attributes", b"attributes", "cancel_requested", b"cancel_requested", "child_cancel_requested", b"child_cancel_requested", "child_workflow_cancelled", b"child_workflow_cancelled", "child_workflow_completed", b"child_workflow_completed", "child_workflow_failed", b"child_workflow_failed", "child_workflow_initiated", b"child_workflow_initiated", "child_workflow_start_failed", b"child_workflow_start_failed", "child_workflow_started", b"child_workflow_started", "child_workflow_terminated", b"child_workflow_terminated", "child_workflow_timed_out", b"child_workflow_timed_out", "event_id", b"event_id", "event_time", b"event_time", "external_signal_delivered", b"external_signal_delivered", "external_signal_failed", b"external_signal_failed", "external_signal_initiated", b"external_signal_initiated", "marker_recorded", b"marker_recorded", "memo_upserted", b"memo_upserted", "search_attributes_upserted", b"search_attributes_upserted", "signal_received", b"signal_received", "timer_cancelled", b"timer_cancelled", "timer_fired", b"timer_fired", "timer_started", b"timer_started", "update_accepted", b"update_accepted", "update_completed", b"update_completed", "workflow_cancelled", b"workflow_cancelled", "workflow_completed", b"workflow_completed", "workflow_continued_as_new", b"workflow_continued_as_new", "workflow_failed", b"workflow_failed", "workflow_started", b"workflow_started", "workflow_task_completed", b"workflow_task_completed", "workflow_terminated", b"workflow_terminated", "workflow_timed_out", b"workflow_timed_out"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity_cancel_requested", b"activity_cancel_requested", "activity_cancelled", b"activity_cancelled", "activity_completed", b"activity_completed", "activity_failed", b"activity_failed", "activity_scheduled", b"activity_scheduled", "attributes", b"attributes", "budget_released", b"budget_released", "budget_reservation_requested", b"budget_reservation_requested", "budget_reserve_failed", b"budget_reserve_failed", "budget_reserved", b"budget_reserved", "cancel_requested", b"cancel_requested", "child_cancel_requested", b"child_cancel_requested", "child_workflow_cancelled", b"child_workflow_cancelled", "child_workflow_completed", b"child_workflow_completed", "child_workflow_failed", b"child_workflow_failed", "child_workflow_initiated", b"child_workflow_initiated", "child_workflow_start_failed", b"child_workflow_start_failed", "child_workflow_started", b"child_workflow_started", "child_workflow_terminated", b"child_workflow_terminated", "child_workflow_timed_out", b"child_workflow_timed_out", "event_id", b"event_id", "event_time", b"event_time", "external_signal_delivered", b"external_signal_delivered", "external_signal_failed", b"external_signal_failed", "external_signal_initiated", b"external_signal_initiated", "marker_recorded", b"marker_recorded", "memo_upserted", b"memo_upserted", "search_attributes_upserted", b"search_attributes_upserted", "signal_received", b"signal_received", "timer_cancelled", b"timer_cancelled", "timer_fired", b"timer_fired", "timer_started", b"timer_started", "update_accepted", b"update_accepted", "update_completed", b"update_completed", "workflow_cancelled", b"workflow_cancelled", "workflow_completed", b"workflow_completed", "workflow_continued_as_new", b"workflow_continued_as_new", "workflow_failed", b"workflow_failed", "workflow_started", b"workflow_started", "workflow_task_completed", b"workflow_task_completed", "workflow_terminated", b"workflow_terminated", "workflow_timed_out", b"workflow_timed_out"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_attributes: _TypeAlias = _typing.Literal["workflow_started", "workflow_task_completed", "activity_scheduled", "activity_completed", "activity_failed", "timer_started", "timer_fired", "timer_cancelled", "signal_received", "cancel_requested", "workflow_completed", "workflow_failed", "workflow_cancelled", "workflow_terminated", "marker_recorded", "search_attributes_upserted", "workflow_timed_out", "memo_upserted", "update_accepted", "update_completed", "workflow_continued_as_new", "activity_cancel_requested", "activity_cancelled", "child_workflow_initiated", "child_cancel_requested", "child_workflow_started", "child_workflow_start_failed", "child_workflow_completed", "child_workflow_failed", "child_workflow_cancelled", "child_workflow_terminated", "child_workflow_timed_out", "external_signal_initiated", "external_signal_delivered", "external_signal_failed"]  # noqa: Y015
+    _WhichOneofReturnType_attributes: _TypeAlias = _typing.Literal["workflow_started", "workflow_task_completed", "activity_scheduled", "activity_completed", "activity_failed", "timer_started", "timer_fired", "timer_cancelled", "signal_received", "cancel_requested", "workflow_completed", "workflow_failed", "workflow_cancelled", "workflow_terminated", "marker_recorded", "search_attributes_upserted", "workflow_timed_out", "memo_upserted", "update_accepted", "update_completed", "workflow_continued_as_new", "activity_cancel_requested", "activity_cancelled", "child_workflow_initiated", "child_cancel_requested", "child_workflow_started", "child_workflow_start_failed", "child_workflow_completed", "child_workflow_failed", "child_workflow_cancelled", "child_workflow_terminated", "child_workflow_timed_out", "external_signal_initiated", "external_signal_delivered", "external_signal_failed", "budget_reservation_requested", "budget_released", "budget_reserved", "budget_reserve_failed"]  # noqa: Y015
     _WhichOneofArgType_attributes: _TypeAlias = _typing.Literal["attributes", b"attributes"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_attributes) -> _WhichOneofReturnType_attributes | None: ...
 
@@ -1317,3 +1338,105 @@ class ActivityCancelled(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ActivityCancelled: _TypeAlias = ActivityCancelled  # noqa: Y015
+
+@_typing.final
+class BudgetReservationRequested(_message.Message):
+    """A command event: workflow.reserve() asked for `amount` units of budget `budget`."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SEQ_FIELD_NUMBER: _builtins.int
+    BUDGET_FIELD_NUMBER: _builtins.int
+    AMOUNT_FIELD_NUMBER: _builtins.int
+    seq: _builtins.int
+    budget: _builtins.str
+    amount: _builtins.int
+    def __init__(
+        self,
+        *,
+        seq: _builtins.int = ...,
+        budget: _builtins.str = ...,
+        amount: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["amount", b"amount", "budget", b"budget", "seq", b"seq"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BudgetReservationRequested: _TypeAlias = BudgetReservationRequested  # noqa: Y015
+
+@_typing.final
+class BudgetReleased(_message.Message):
+    """A command event: the reservation of `seq` was released (the reserve block exited, or
+    its waiting was abandoned); its units went back to the budget.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SEQ_FIELD_NUMBER: _builtins.int
+    seq: _builtins.int
+    def __init__(
+        self,
+        *,
+        seq: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["seq", b"seq"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BudgetReleased: _TypeAlias = BudgetReleased  # noqa: Y015
+
+@_typing.final
+class BudgetReserved(_message.Message):
+    """An input event: the reservation of `seq` was granted (in the decision that requested
+    it, or later, in the transaction of a release or a run close that freed the units).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SEQ_FIELD_NUMBER: _builtins.int
+    seq: _builtins.int
+    def __init__(
+        self,
+        *,
+        seq: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["seq", b"seq"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BudgetReserved: _TypeAlias = BudgetReserved  # noqa: Y015
+
+@_typing.final
+class BudgetReserveFailed(_message.Message):
+    """An input event: the reservation of `seq` was refused; `reason` is stable
+    (BUDGET_NOT_FOUND, BUDGET_AMOUNT_EXCEEDS_CAPACITY).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SEQ_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    seq: _builtins.int
+    reason: _builtins.str
+    message: _builtins.str
+    def __init__(
+        self,
+        *,
+        seq: _builtins.int = ...,
+        reason: _builtins.str = ...,
+        message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["message", b"message", "reason", b"reason", "seq", b"seq"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BudgetReserveFailed: _TypeAlias = BudgetReserveFailed  # noqa: Y015

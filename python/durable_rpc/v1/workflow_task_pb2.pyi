@@ -49,6 +49,8 @@ class Command(_message.Message):
     START_CHILD_WORKFLOW_FIELD_NUMBER: _builtins.int
     REQUEST_CANCEL_CHILD_WORKFLOW_FIELD_NUMBER: _builtins.int
     SIGNAL_EXTERNAL_WORKFLOW_FIELD_NUMBER: _builtins.int
+    RESERVE_BUDGET_FIELD_NUMBER: _builtins.int
+    RELEASE_BUDGET_FIELD_NUMBER: _builtins.int
     seq: _builtins.int
     @_builtins.property
     def schedule_activity(self) -> Global___ScheduleActivity: ...
@@ -96,6 +98,12 @@ class Command(_message.Message):
     def signal_external_workflow(self) -> Global___SignalExternalWorkflow:
         """Signals to other runs (numbers 100-109)."""
 
+    @_builtins.property
+    def reserve_budget(self) -> Global___ReserveBudget:
+        """Budgets (numbers 110-119): workflow.reserve()."""
+
+    @_builtins.property
+    def release_budget(self) -> Global___ReleaseBudget: ...
     def __init__(
         self,
         *,
@@ -116,12 +124,14 @@ class Command(_message.Message):
         start_child_workflow: Global___StartChildWorkflow | None = ...,
         request_cancel_child_workflow: Global___RequestCancelChildWorkflow | None = ...,
         signal_external_workflow: Global___SignalExternalWorkflow | None = ...,
+        reserve_budget: Global___ReserveBudget | None = ...,
+        release_budget: Global___ReleaseBudget | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["accept_update", b"accept_update", "cancel_timer", b"cancel_timer", "cancel_workflow", b"cancel_workflow", "complete_update", b"complete_update", "complete_workflow", b"complete_workflow", "continue_as_new", b"continue_as_new", "fail_workflow", b"fail_workflow", "kind", b"kind", "record_marker", b"record_marker", "request_cancel_activity", b"request_cancel_activity", "request_cancel_child_workflow", b"request_cancel_child_workflow", "schedule_activity", b"schedule_activity", "signal_external_workflow", b"signal_external_workflow", "start_child_workflow", b"start_child_workflow", "start_timer", b"start_timer", "upsert_memo", b"upsert_memo", "upsert_search_attributes", b"upsert_search_attributes"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["accept_update", b"accept_update", "cancel_timer", b"cancel_timer", "cancel_workflow", b"cancel_workflow", "complete_update", b"complete_update", "complete_workflow", b"complete_workflow", "continue_as_new", b"continue_as_new", "fail_workflow", b"fail_workflow", "kind", b"kind", "record_marker", b"record_marker", "release_budget", b"release_budget", "request_cancel_activity", b"request_cancel_activity", "request_cancel_child_workflow", b"request_cancel_child_workflow", "reserve_budget", b"reserve_budget", "schedule_activity", b"schedule_activity", "signal_external_workflow", b"signal_external_workflow", "start_child_workflow", b"start_child_workflow", "start_timer", b"start_timer", "upsert_memo", b"upsert_memo", "upsert_search_attributes", b"upsert_search_attributes"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["accept_update", b"accept_update", "cancel_timer", b"cancel_timer", "cancel_workflow", b"cancel_workflow", "complete_update", b"complete_update", "complete_workflow", b"complete_workflow", "continue_as_new", b"continue_as_new", "fail_workflow", b"fail_workflow", "kind", b"kind", "record_marker", b"record_marker", "request_cancel_activity", b"request_cancel_activity", "request_cancel_child_workflow", b"request_cancel_child_workflow", "schedule_activity", b"schedule_activity", "seq", b"seq", "signal_external_workflow", b"signal_external_workflow", "start_child_workflow", b"start_child_workflow", "start_timer", b"start_timer", "upsert_memo", b"upsert_memo", "upsert_search_attributes", b"upsert_search_attributes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accept_update", b"accept_update", "cancel_timer", b"cancel_timer", "cancel_workflow", b"cancel_workflow", "complete_update", b"complete_update", "complete_workflow", b"complete_workflow", "continue_as_new", b"continue_as_new", "fail_workflow", b"fail_workflow", "kind", b"kind", "record_marker", b"record_marker", "release_budget", b"release_budget", "request_cancel_activity", b"request_cancel_activity", "request_cancel_child_workflow", b"request_cancel_child_workflow", "reserve_budget", b"reserve_budget", "schedule_activity", b"schedule_activity", "seq", b"seq", "signal_external_workflow", b"signal_external_workflow", "start_child_workflow", b"start_child_workflow", "start_timer", b"start_timer", "upsert_memo", b"upsert_memo", "upsert_search_attributes", b"upsert_search_attributes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["schedule_activity", "start_timer", "cancel_timer", "complete_workflow", "fail_workflow", "cancel_workflow", "record_marker", "upsert_search_attributes", "upsert_memo", "accept_update", "complete_update", "continue_as_new", "request_cancel_activity", "start_child_workflow", "request_cancel_child_workflow", "signal_external_workflow"]  # noqa: Y015
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["schedule_activity", "start_timer", "cancel_timer", "complete_workflow", "fail_workflow", "cancel_workflow", "record_marker", "upsert_search_attributes", "upsert_memo", "accept_update", "complete_update", "continue_as_new", "request_cancel_activity", "start_child_workflow", "request_cancel_child_workflow", "signal_external_workflow", "reserve_budget", "release_budget"]  # noqa: Y015
     _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
 
@@ -532,6 +542,7 @@ class ActivationJob(_message.Message):
     RESOLVE_CHILD_WORKFLOW_START_FIELD_NUMBER: _builtins.int
     RESOLVE_CHILD_WORKFLOW_FIELD_NUMBER: _builtins.int
     RESOLVE_SIGNAL_EXTERNAL_FIELD_NUMBER: _builtins.int
+    RESOLVE_BUDGET_FIELD_NUMBER: _builtins.int
     event_id: _builtins.int
     """The history event this job comes from."""
     @_builtins.property
@@ -558,6 +569,10 @@ class ActivationJob(_message.Message):
     def resolve_signal_external(self) -> Global___ResolveSignalExternalJob:
         """Signals to other runs (numbers 100-109)."""
 
+    @_builtins.property
+    def resolve_budget(self) -> Global___ResolveBudgetJob:
+        """Budgets (numbers 110-119)."""
+
     def __init__(
         self,
         *,
@@ -571,12 +586,13 @@ class ActivationJob(_message.Message):
         resolve_child_workflow_start: Global___ResolveChildWorkflowStartJob | None = ...,
         resolve_child_workflow: Global___ResolveChildWorkflowJob | None = ...,
         resolve_signal_external: Global___ResolveSignalExternalJob | None = ...,
+        resolve_budget: Global___ResolveBudgetJob | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["cancel_workflow", b"cancel_workflow", "do_update", b"do_update", "fire_timer", b"fire_timer", "job", b"job", "resolve_activity", b"resolve_activity", "resolve_child_workflow", b"resolve_child_workflow", "resolve_child_workflow_start", b"resolve_child_workflow_start", "resolve_signal_external", b"resolve_signal_external", "signal_workflow", b"signal_workflow", "start_workflow", b"start_workflow"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["cancel_workflow", b"cancel_workflow", "do_update", b"do_update", "fire_timer", b"fire_timer", "job", b"job", "resolve_activity", b"resolve_activity", "resolve_budget", b"resolve_budget", "resolve_child_workflow", b"resolve_child_workflow", "resolve_child_workflow_start", b"resolve_child_workflow_start", "resolve_signal_external", b"resolve_signal_external", "signal_workflow", b"signal_workflow", "start_workflow", b"start_workflow"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cancel_workflow", b"cancel_workflow", "do_update", b"do_update", "event_id", b"event_id", "fire_timer", b"fire_timer", "job", b"job", "resolve_activity", b"resolve_activity", "resolve_child_workflow", b"resolve_child_workflow", "resolve_child_workflow_start", b"resolve_child_workflow_start", "resolve_signal_external", b"resolve_signal_external", "signal_workflow", b"signal_workflow", "start_workflow", b"start_workflow"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cancel_workflow", b"cancel_workflow", "do_update", b"do_update", "event_id", b"event_id", "fire_timer", b"fire_timer", "job", b"job", "resolve_activity", b"resolve_activity", "resolve_budget", b"resolve_budget", "resolve_child_workflow", b"resolve_child_workflow", "resolve_child_workflow_start", b"resolve_child_workflow_start", "resolve_signal_external", b"resolve_signal_external", "signal_workflow", b"signal_workflow", "start_workflow", b"start_workflow"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_job: _TypeAlias = _typing.Literal["start_workflow", "resolve_activity", "fire_timer", "signal_workflow", "cancel_workflow", "do_update", "resolve_child_workflow_start", "resolve_child_workflow", "resolve_signal_external"]  # noqa: Y015
+    _WhichOneofReturnType_job: _TypeAlias = _typing.Literal["start_workflow", "resolve_activity", "fire_timer", "signal_workflow", "cancel_workflow", "do_update", "resolve_child_workflow_start", "resolve_child_workflow", "resolve_signal_external", "resolve_budget"]  # noqa: Y015
     _WhichOneofArgType_job: _TypeAlias = _typing.Literal["job", b"job"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_job) -> _WhichOneofReturnType_job | None: ...
 
@@ -1002,6 +1018,84 @@ class SignalExternalWorkflow(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___SignalExternalWorkflow: _TypeAlias = SignalExternalWorkflow  # noqa: Y015
+
+@_typing.final
+class ReserveBudget(_message.Message):
+    """Reserves `amount` units of the namespace budget `budget` (the command's seq names the
+    reservation). Granted at once when the units are free and no reservation waits before
+    it (FIFO per budget), else it waits durably; either way a ResolveBudgetJob follows.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BUDGET_FIELD_NUMBER: _builtins.int
+    AMOUNT_FIELD_NUMBER: _builtins.int
+    budget: _builtins.str
+    amount: _builtins.int
+    """> 0 and at most the budget's capacity."""
+    def __init__(
+        self,
+        *,
+        budget: _builtins.str = ...,
+        amount: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["amount", b"amount", "budget", b"budget"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReserveBudget: _TypeAlias = ReserveBudget  # noqa: Y015
+
+@_typing.final
+class ReleaseBudget(_message.Message):
+    """Returns the units of reservation `reservation_seq` (held or still waiting) to its
+    budget; the command's seq equals `reservation_seq` (it takes no new seq).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESERVATION_SEQ_FIELD_NUMBER: _builtins.int
+    reservation_seq: _builtins.int
+    def __init__(
+        self,
+        *,
+        reservation_seq: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["reservation_seq", b"reservation_seq"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReleaseBudget: _TypeAlias = ReleaseBudget  # noqa: Y015
+
+@_typing.final
+class ResolveBudgetJob(_message.Message):
+    """Reservation `seq` was granted (failure unset) or refused (failure set, its type the
+    stable reason: BUDGET_NOT_FOUND, BUDGET_AMOUNT_EXCEEDS_CAPACITY).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SEQ_FIELD_NUMBER: _builtins.int
+    FAILURE_FIELD_NUMBER: _builtins.int
+    seq: _builtins.int
+    @_builtins.property
+    def failure(self) -> _payload_pb2.Failure: ...
+    def __init__(
+        self,
+        *,
+        seq: _builtins.int = ...,
+        failure: _payload_pb2.Failure | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["failure", b"failure"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["failure", b"failure", "seq", b"seq"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ResolveBudgetJob: _TypeAlias = ResolveBudgetJob  # noqa: Y015
 
 @_typing.final
 class ResolveSignalExternalJob(_message.Message):

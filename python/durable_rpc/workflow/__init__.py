@@ -54,6 +54,7 @@ from durable_rpc.workflow._api import (
     uuid4,
     wait_condition,
 )
+from durable_rpc.workflow._budgets import BudgetError, Reservation, reserve
 from durable_rpc.workflow._child_api import execute_child_workflow, start_child_workflow
 from durable_rpc.workflow._children import (
     ChildWorkflowError,
@@ -92,6 +93,9 @@ from durable_rpc.workflow._runtime import WorkflowInfo, WorkflowInstance
 from durable_rpc.workflow._saga import CompensationError, Saga
 
 __all__ = [
+    "BudgetError",
+    "Reservation",
+    "reserve",
     "ChildWorkflowError",
     "ChildWorkflowHandle",
     "ChildWorkflowStartError",

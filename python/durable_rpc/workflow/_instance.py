@@ -13,7 +13,7 @@ from durable_rpc.search_attributes import from_proto as sa_from_proto
 from durable_rpc.search_attributes import memo_from_proto, memo_to_proto
 from durable_rpc.search_attributes import to_proto as sa_to_proto
 from durable_rpc.v1 import payload_pb2, workflow_task_pb2
-from durable_rpc.workflow import _children, _external, _sandbox
+from durable_rpc.workflow import _budgets, _children, _external, _sandbox
 from durable_rpc.workflow._definition import WorkflowDefinition
 from durable_rpc.workflow._errors import RestrictedOperationError
 from durable_rpc.workflow._loop import WorkflowLoop, new_loop
@@ -64,6 +64,8 @@ class InstanceState:
         self._timers: dict[int, asyncio.Future[None]] = {}
         self._children: dict[int, _children.PendingChild] = {}
         self._signals_sent: dict[int, _external.PendingSignal] = {}
+        # Budget reservations entered and not released, by seq (granted or waiting).
+        self._budgets: dict[int, _budgets.PendingReservation] = {}
         # Seqs whose awaiting code was cancelled: their late resolutions are expected.
         self._abandoned: set[int] = set()
         # Local activities waiting for their outcome, by seq (request, future, hint).

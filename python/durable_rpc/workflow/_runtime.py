@@ -30,7 +30,7 @@ from durable_rpc import converter
 from durable_rpc.search_attributes import from_proto as sa_from_proto
 from durable_rpc.search_attributes import memo_from_proto
 from durable_rpc.v1 import workflow_task_pb2
-from durable_rpc.workflow import _children, _external, _sandbox
+from durable_rpc.workflow import _budgets, _children, _external, _sandbox
 from durable_rpc.workflow._activities import ActivitiesMixin
 from durable_rpc.workflow._completion import CompletionMixin
 from durable_rpc.workflow._errors import WorkflowTaskError
@@ -166,6 +166,11 @@ class WorkflowInstance(
         elif kind == "resolve_signal_external":
             try:
                 _external.resolve(self._signals_sent, job.resolve_signal_external)
+            except LookupError as exc:
+                raise WorkflowTaskError(str(exc)) from None
+        elif kind == "resolve_budget":
+            try:
+                _budgets.resolve(self, job.resolve_budget)
             except LookupError as exc:
                 raise WorkflowTaskError(str(exc)) from None
         elif kind == "signal_workflow":

@@ -16,8 +16,9 @@ use crate::proto::history_event::Attributes;
 use crate::proto::{
     complete_update, update_completed, AcceptUpdate, ActivationCompletion, CancelTimer,
     CancelWorkflow, Command, CompleteUpdate, CompleteWorkflow, ContinueAsNew, FailWorkflow,
-    History, RecordMarker, RequestCancelActivity, RequestCancelChildWorkflow, ScheduleActivity,
-    SignalExternalWorkflow, StartChildWorkflow, StartTimer, UpsertMemo, UpsertSearchAttributes,
+    History, RecordMarker, ReleaseBudget, RequestCancelActivity, RequestCancelChildWorkflow,
+    ReserveBudget, ScheduleActivity, SignalExternalWorkflow, StartChildWorkflow, StartTimer,
+    UpsertMemo, UpsertSearchAttributes,
 };
 
 /// What [`replay_echo`] measured.
@@ -140,6 +141,19 @@ pub fn command_of(attrs: &Attributes) -> Option<Command> {
                 run_id: e.run_id,
                 signal_name: e.signal_name,
                 input: e.input,
+            }),
+        ),
+        Attributes::BudgetReservationRequested(b) => (
+            b.seq,
+            Kind::ReserveBudget(ReserveBudget {
+                budget: b.budget,
+                amount: b.amount,
+            }),
+        ),
+        Attributes::BudgetReleased(b) => (
+            b.seq,
+            Kind::ReleaseBudget(ReleaseBudget {
+                reservation_seq: b.seq,
             }),
         ),
         _ => return None,

@@ -89,6 +89,16 @@ pub(crate) enum Recorded {
         workflow_id: String,
         signal_name: String,
     },
+    /// `workflow.reserve()`: the budget and the amount are the identity.
+    BudgetReservationRequested {
+        seq: i64,
+        budget: String,
+        amount: i64,
+    },
+    /// The reservation of `reservation_seq` was released (its own seq).
+    BudgetReleased {
+        reservation_seq: i64,
+    },
 }
 
 impl Recorded {
@@ -153,6 +163,14 @@ impl Recorded {
                 workflow_id: e.workflow_id.clone(),
                 signal_name: e.signal_name.clone(),
             },
+            Attributes::BudgetReservationRequested(b) => Recorded::BudgetReservationRequested {
+                seq: b.seq,
+                budget: b.budget.clone(),
+                amount: b.amount,
+            },
+            Attributes::BudgetReleased(b) => Recorded::BudgetReleased {
+                reservation_seq: b.seq,
+            },
             _ => return None,
         })
     }
@@ -213,6 +231,14 @@ impl Recorded {
                 workflow_id: e.workflow_id.clone(),
                 signal_name: e.signal_name.clone(),
             },
+            Kind::ReserveBudget(b) => Recorded::BudgetReservationRequested {
+                seq: command.seq,
+                budget: b.budget.clone(),
+                amount: b.amount,
+            },
+            Kind::ReleaseBudget(b) => Recorded::BudgetReleased {
+                reservation_seq: b.reservation_seq,
+            },
         })
     }
 
@@ -224,6 +250,8 @@ impl Recorded {
             }
             Recorded::TimerCancelled { timer_seq } => Some(*timer_seq),
             Recorded::ActivityCancelRequested { activity_seq } => Some(*activity_seq),
+            Recorded::BudgetReservationRequested { seq, .. } => Some(*seq),
+            Recorded::BudgetReleased { reservation_seq } => Some(*reservation_seq),
             Recorded::Marker { seq, .. } if *seq != 0 => Some(*seq),
             _ => None,
         }
@@ -307,6 +335,17 @@ impl fmt::Display for Recorded {
                 f,
                 "SignalExternalWorkflow(seq={seq}, id={workflow_id:?}, signal={signal_name:?})"
             ),
+            Recorded::BudgetReservationRequested {
+                seq,
+                budget,
+                amount,
+            } => write!(
+                f,
+                "ReserveBudget(seq={seq}, budget={budget:?}, amount={amount})"
+            ),
+            Recorded::BudgetReleased { reservation_seq } => {
+                write!(f, "ReleaseBudget(reservation_seq={reservation_seq})")
+            }
         }
     }
 }
@@ -349,6 +388,10 @@ pub(crate) fn event_kind(attrs: &Attributes) -> &'static str {
         Attributes::ExternalSignalInitiated(_) => "external_signal_initiated",
         Attributes::ExternalSignalDelivered(_) => "external_signal_delivered",
         Attributes::ExternalSignalFailed(_) => "external_signal_failed",
+        Attributes::BudgetReservationRequested(_) => "budget_reservation_requested",
+        Attributes::BudgetReleased(_) => "budget_released",
+        Attributes::BudgetReserved(_) => "budget_reserved",
+        Attributes::BudgetReserveFailed(_) => "budget_reserve_failed",
     }
 }
 

@@ -13,7 +13,7 @@ use crate::proto::resolve_activity_job::Outcome;
 use crate::proto::{resolve_child_workflow_job, Failure};
 use crate::proto::{
     Activation, ActivationCompletion, ActivationJob, CancelWorkflowJob, Command, DoUpdateJob,
-    FireTimerJob, History, HistoryEvent, RecordedMarker, ResolveActivityJob,
+    FireTimerJob, History, HistoryEvent, RecordedMarker, ResolveActivityJob, ResolveBudgetJob,
     ResolveChildWorkflowJob, ResolveChildWorkflowStartJob, ResolveSignalExternalJob,
     SignalWorkflowJob, StartWorkflowJob,
 };
@@ -425,6 +425,18 @@ impl ReplayMachine {
                         }),
                     })
                 }
+                Attributes::BudgetReserved(reserved) => Job::ResolveBudget(ResolveBudgetJob {
+                    seq: reserved.seq,
+                    failure: None,
+                }),
+                Attributes::BudgetReserveFailed(failed) => Job::ResolveBudget(ResolveBudgetJob {
+                    seq: failed.seq,
+                    failure: Some(Failure {
+                        message: failed.message,
+                        r#type: failed.reason,
+                        ..Default::default()
+                    }),
+                }),
                 // Terminal, delivers nothing.
                 Attributes::WorkflowTerminated(_) | Attributes::WorkflowTimedOut(_) => continue,
                 // Command events were handled above.
@@ -443,7 +455,9 @@ impl ReplayMachine {
                 | Attributes::ActivityCancelRequested(_)
                 | Attributes::ChildWorkflowInitiated(_)
                 | Attributes::ChildCancelRequested(_)
-                | Attributes::ExternalSignalInitiated(_) => continue,
+                | Attributes::ExternalSignalInitiated(_)
+                | Attributes::BudgetReservationRequested(_)
+                | Attributes::BudgetReleased(_) => continue,
             };
             inputs.push(ActivationJob {
                 event_id: id,

@@ -39,6 +39,8 @@ mod tests;
 #[cfg(test)]
 mod tests_activity_cancel;
 #[cfg(test)]
+mod tests_budgets;
+#[cfg(test)]
 mod tests_children;
 #[cfg(test)]
 mod tests_continuation;

@@ -1,0 +1,19 @@
+"""What the store returns about a namespace budget (``_budgets``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Budget:
+    namespace: str
+    name: str
+    #: Units open reservations may hold at once.
+    capacity: int
+    #: Units held now by granted reservations.
+    held: int
+    #: Reservations waiting (FIFO) and the units they ask for.
+    waiting: int
+    waiting_units: int
+    updated_at_ms: int

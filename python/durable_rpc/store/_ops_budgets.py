@@ -1,0 +1,67 @@
+"""Setting, listing and removing namespace budgets (``_budgets`` grants them)."""
+
+from __future__ import annotations
+
+from durable_rpc.errors import BudgetInUseError, NotFoundError
+from durable_rpc.store._budget_records import Budget
+from durable_rpc.store._budgets import (
+    budget_row,
+    check_capacity,
+    describe_budget,
+    grant_waiting,
+    refuse_larger_than,
+)
+from durable_rpc.store._ops_base import _SqlOpsBase
+from durable_rpc.store._shared import require, require_namespace
+from durable_rpc.store._tx import Tx
+
+
+class _BudgetOps(_SqlOpsBase):
+    async def set_budget(self, namespace: str, name: str, capacity: int) -> Budget:
+        require(name, "name")
+        check_capacity(capacity)
+
+        def op(tx: Tx) -> Budget:
+            require_namespace(tx, namespace)
+            now = tx.now_ms()
+            budget_row(tx, namespace, name)  # the lock first, as every grant takes it
+            row = tx.one(
+                "INSERT INTO budgets (namespace, name, capacity, updated_at_ms) "
+                "VALUES (?, ?, ?, ?) ON CONFLICT (namespace, name) DO UPDATE SET "
+                "capacity = excluded.capacity, updated_at_ms = excluded.updated_at_ms "
+                "RETURNING *",
+                (namespace, name, capacity, now),
+            )
+            assert row is not None
+            # Lowered: what can never fit is refused; raised: what fits now is granted.
+            refuse_larger_than(tx, namespace, name, capacity, now)
+            grant_waiting(tx, namespace, name, now)
+            return describe_budget(tx, row)
+
+        return await self._write(op)
+
+    async def list_budgets(self, namespace: str) -> list[Budget]:
+        def op(tx: Tx) -> list[Budget]:
+            require_namespace(tx, namespace)
+            rows = tx.all("SELECT * FROM budgets WHERE namespace = ? ORDER BY name", (namespace,))
+            return [describe_budget(tx, row) for row in rows]
+
+        return await self._read(op)
+
+    async def remove_budget(self, namespace: str, name: str) -> None:
+        require(name, "name")
+
+        def op(tx: Tx) -> None:
+            require_namespace(tx, namespace)
+            row = budget_row(tx, namespace, name)
+            if row is None:
+                raise NotFoundError(f"namespace {namespace!r} has no budget {name!r}")
+            budget = describe_budget(tx, row)
+            if budget.held or budget.waiting:
+                raise BudgetInUseError(
+                    f"budget {name!r} is in use: {budget.held} units held, "
+                    f"{budget.waiting} reservations waiting"
+                )
+            tx.run("DELETE FROM budgets WHERE namespace = ? AND name = ?", (namespace, name))
+
+        await self._write(op)
