@@ -84,6 +84,14 @@ async def test_waiters_are_granted_fifo_by_a_release_and_wake_their_runs(store: 
     assert resolutions(await history(store, "c")) == []
     described = await budget(store)
     assert (described.held, described.waiting, described.waiting_units) == (4000, 2, 3000)
+    # describe names the budget, the amount of its capacity, what is held and who is ahead.
+    assert (await store.describe(NS, "b", None)).stuck_reason == (
+        "Waiting for budget llm-tokens (2000 of 5000; 4000 held)."
+    )
+    assert (await store.describe(NS, "c", None)).stuck_reason == (
+        "Waiting for budget llm-tokens (1000 of 5000; 4000 held; 1 earlier reservation "
+        "waits before it)."
+    )
     # The gauge's count (durable_rpc.budget_reservations_waiting).
     assert (await store.metric_counts()).budget_waiting == {(NS, BUDGET): 2}
     # a's own task (its grant woke it) releases: b and c both fit now, in order.

@@ -252,7 +252,13 @@ def waiting_reason(tx: Tx, namespace: str, run_id: str) -> str:
             (namespace, waiting["budget"], waiting["id"]),
         )
     )
-    queue = f"; {ahead} earlier reservations wait before it" if ahead else ""
+    queue = (
+        ""
+        if not ahead
+        else "; 1 earlier reservation waits before it"
+        if ahead == 1
+        else f"; {ahead} earlier reservations wait before it"
+    )
     return (
         f"Waiting for budget {waiting['budget']} ({waiting['amount']} of "
         f"{waiting['capacity']}; {held} held{queue})."
