@@ -366,6 +366,30 @@ async def test_unavailable_server_backs_off_and_recovers() -> None:
     assert report.completions == 1
 
 
+async def test_a_poll_retried_after_a_transient_failure_keeps_its_request_id() -> None:
+    """Its lost response may hold a claimed task: the server hands that task back only to
+    a retry with the same id (tests/e2e/test_idempotent_polls.py). A poll that ended --
+    with a task or empty -- is followed by a new one."""
+    client = FakeClient()
+    client.service.errors["PollActivityTask"].extend(
+        StoreUnavailableError("down") for _ in range(2)
+    )
+    await client.service.activity_tasks.put(activity_task(62, "double", 2))
+    worker = new_worker(client, workflows=[])
+    one_cycle = WorkflowSupervisorConfig(1).with_backoff(0.01, 0.05)
+    polls = client.service.calls["PollActivityTask"]
+    await run_until(
+        client,
+        worker,
+        lambda: client.service.calls["CompleteActivityTask"] and len(polls) >= 5,
+        one_cycle,
+    )
+    ids = [p.request_id for p in polls[:5]]
+    assert all(ids)
+    assert ids[0] == ids[1] == ids[2]  # failed, failed, then the task
+    assert len({ids[2], ids[3], ids[4]}) == 3  # each ended poll is followed by a new one
+
+
 async def test_rpc_errors_become_domain_errors() -> None:
     async def unavailable(_request: object) -> None:
         raise grpc.aio.AioRpcError(

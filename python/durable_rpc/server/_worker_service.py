@@ -24,6 +24,7 @@ from durable_rpc.server._handoff import Handoffs
 from durable_rpc.server._interceptor import internal_error
 from durable_rpc.server._metrics import ServerMetrics
 from durable_rpc.server._notify import Arrival, Notifier, Wakeup, wait
+from durable_rpc.server._poll_replay import PollReplay
 from durable_rpc.server._queries import QueryRelay
 from durable_rpc.server._task_history import next_page, workflow_task_message
 from durable_rpc.server._validate_message import check_request
@@ -132,6 +133,9 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
         self._workflow_task_lease_ms = workflow_task_lease_ms
         self._shutting_down = shutting_down
         self.handoffs = handoffs or Handoffs(notifier.tasks, store)
+        # Each worker's last claimed poll, for a retry whose response was lost.
+        self._workflow_polls: PollReplay[service_pb2.PollWorkflowTaskResponse] = PollReplay()
+        self._activity_polls: PollReplay[service_pb2.PollActivityTaskResponse] = PollReplay()
         #: Wake-ups being passed on after a successful claim (kept: tasks are weakly held).
         self._passing: set[asyncio.Future[None]] = set()
 
@@ -297,9 +301,11 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
     async def DeregisterWorker(
         self, request: service_pb2.DeregisterWorkerRequest, context: grpc.aio.ServicerContext
     ) -> service_pb2.DeregisterWorkerResponse:
-        await self._store.deregister_worker(
-            _validate.namespace(request.namespace), _validate.name("worker_id", request.worker_id)
-        )
+        namespace = _validate.namespace(request.namespace)
+        worker_id = _validate.name("worker_id", request.worker_id)
+        await self._store.deregister_worker(namespace, worker_id)
+        self._workflow_polls.forget(namespace, worker_id)
+        self._activity_polls.forget(namespace, worker_id)
         return service_pb2.DeregisterWorkerResponse()
 
     async def PollWorkflowTask(
@@ -308,6 +314,12 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
         ns = _validate.namespace(request.namespace)
         queue = _validate.name("task_queue", request.task_queue)
         worker_id = _validate.name("worker_id", request.worker_id)
+        request_id = _validate.name("request_id", request.request_id, required=False)
+        replayed = await self._workflow_polls.replay(
+            ns, worker_id, request_id, self._store.lease_holds
+        )
+        if replayed is not None:
+            return replayed
         task = await self._long_poll(
             (ns, queue, "workflow"),
             lambda: self._store.claim_workflow_task(
@@ -318,7 +330,9 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
         )
         if task is None:
             return service_pb2.PollWorkflowTaskResponse()
-        return self._workflow_task(ns, task)
+        response = self._workflow_task(ns, task)
+        self._workflow_polls.remember(ns, worker_id, request_id, task.lease, response)
+        return response
 
     def _workflow_task(
         self, namespace: str, task: ClaimedWorkflowTask
@@ -406,13 +420,21 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
         queue = _validate.name("task_queue", request.task_queue)
         worker_id = _validate.name("worker_id", request.worker_id)
         types = [_validate.name("activity_types", t) for t in request.activity_types]
+        request_id = _validate.name("request_id", request.request_id, required=False)
+        replayed = await self._activity_polls.replay(
+            ns, worker_id, request_id, self._store.lease_holds
+        )
+        if replayed is not None:
+            return replayed
         task = await self._long_poll(
             (ns, queue, "activity"),
             lambda: self._store.claim_activity_task(ns, queue, worker_id, types),
         )
         if task is None:
             return service_pb2.PollActivityTaskResponse()
-        return self._activity_task(ns, queue, task)
+        response = self._activity_task(ns, queue, task)
+        self._activity_polls.remember(ns, worker_id, request_id, task.lease, response)
+        return response
 
     async def HeartbeatActivityTask(
         self, request: service_pb2.HeartbeatActivityTaskRequest, context: grpc.aio.ServicerContext

@@ -834,6 +834,12 @@ class Store(abc.ABC):
         Fenced like every write after a claim; False when the lease no longer holds."""
 
     @abc.abstractmethod
+    async def lease_holds(self, namespace: str, lease: LeaseRef) -> bool:
+        """Whether ``lease`` is still its task's (leased to that worker under that token,
+        not expired by the database clock), as last committed; changes nothing. A
+        retried poll asks it before it hands the task its lost attempt claimed again."""
+
+    @abc.abstractmethod
     async def has_claimable_task(self, namespace: str, task_queue: str, kind: TaskKind) -> bool:
         """Whether a ``kind`` task of the queue is claimable now by someone (any activity
         type, any definition), as last committed. A woken poll asks it before passing its

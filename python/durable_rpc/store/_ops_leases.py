@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from durable_rpc.store._api import (
     ClaimedActivityTask,
     ClaimedWorkflowTask,
+    LeaseRef,
     PendingUpdateRequest,
     TaskKind,
 )
@@ -117,6 +118,18 @@ class _LeaseOps(_SqlOpsBase):
                 f"AND task_queue = ? AND due_ms IS NOT NULL AND due_ms <= {now} "
                 f"AND state IN {states}{deadline} LIMIT 1",
                 (namespace, kind, task_queue),
+            )
+            return row is not None
+
+        return await self._read_latest(op)
+
+    async def lease_holds(self, namespace: str, lease: LeaseRef) -> bool:
+        def op(tx: Tx) -> bool:
+            row = tx.one(
+                "SELECT 1 AS held FROM tasks WHERE namespace = ? AND task_id = ? "
+                "AND worker_id = ? AND fencing_token = ? AND state = 'leased' "
+                f"AND expires_at_ms > {tx.now_sql()}",
+                (namespace, lease.task_id, lease.worker_id, lease.fencing_token),
             )
             return row is not None
 

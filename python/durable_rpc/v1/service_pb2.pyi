@@ -1311,19 +1311,28 @@ class PollWorkflowTaskRequest(_message.Message):
     NAMESPACE_FIELD_NUMBER: _builtins.int
     TASK_QUEUE_FIELD_NUMBER: _builtins.int
     WORKER_ID_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     task_queue: _builtins.str
     worker_id: _builtins.str
+    request_id: _builtins.str
+    """Kept by every retry of one poll (a fresh one per poll). A retry whose earlier
+    attempt claimed a task -- its response lost on the way -- gets that task again,
+    same fencing token, while its lease is still this worker's, instead of leaving it
+    stranded until the lease lapses. The server keeps each worker's last claimed poll
+    (per kind) in memory: a retry reaching another replica claims afresh. '' = none.
+    """
     def __init__(
         self,
         *,
         namespace: _builtins.str = ...,
         task_queue: _builtins.str = ...,
         worker_id: _builtins.str = ...,
+        request_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespace", b"namespace", "task_queue", b"task_queue", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespace", b"namespace", "request_id", b"request_id", "task_queue", b"task_queue", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1671,9 +1680,12 @@ class PollActivityTaskRequest(_message.Message):
     TASK_QUEUE_FIELD_NUMBER: _builtins.int
     WORKER_ID_FIELD_NUMBER: _builtins.int
     ACTIVITY_TYPES_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     task_queue: _builtins.str
     worker_id: _builtins.str
+    request_id: _builtins.str
+    """As PollWorkflowTaskRequest.request_id."""
     @_builtins.property
     def activity_types(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Activity types this poll takes; empty = any the worker registered (RegisterWorker's
@@ -1688,10 +1700,11 @@ class PollActivityTaskRequest(_message.Message):
         task_queue: _builtins.str = ...,
         worker_id: _builtins.str = ...,
         activity_types: _abc.Iterable[_builtins.str] | None = ...,
+        request_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity_types", b"activity_types", "namespace", b"namespace", "task_queue", b"task_queue", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity_types", b"activity_types", "namespace", b"namespace", "request_id", b"request_id", "task_queue", b"task_queue", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -214,15 +214,18 @@ class WorkflowSupervisor:
     ) -> None:
         errors = 0
         turn = 0
+        # The request id of this cycle's poll of each kind, kept while that poll is
+        # retried (it failed transiently: its response may be lost with a task in it).
+        poll_ids: dict[TaskKind, str] = {}
         while not token.is_cancelled:
             kind = kinds[turn % len(kinds)]
             turn += 1
             try:
                 if kind == "activity":
                     async with self.worker.activity_capacity():
-                        claimed = await self._claim_and_execute(kind, token, report)
+                        claimed = await self._claim_and_execute(kind, token, report, poll_ids)
                 else:
-                    claimed = await self._claim_and_execute(kind, token, report)
+                    claimed = await self._claim_and_execute(kind, token, report, poll_ids)
             except DurableRpcError as error:
                 errors += 1
                 report.errors += 1
@@ -243,9 +246,13 @@ class WorkflowSupervisor:
                     await self.worker.eager_settled(EAGER_HEAD_START_S)
 
     async def _claim_and_execute(
-        self, kind: TaskKind, token: CancellationToken, report: SupervisorReport
+        self,
+        kind: TaskKind,
+        token: CancellationToken,
+        report: SupervisorReport,
+        poll_ids: dict[TaskKind, str],
     ) -> bool:
-        task = await self._poll(kind, token)
+        task = await self._poll(kind, token, poll_ids)
         if task is None:
             return False
         if kind == "query":
@@ -263,15 +270,18 @@ class WorkflowSupervisor:
         report.count(outcome)
         return True
 
-    async def _poll(self, kind: TaskKind, token: CancellationToken) -> Any:
+    async def _poll(
+        self, kind: TaskKind, token: CancellationToken, poll_ids: dict[TaskKind, str]
+    ) -> Any:
         """One long poll, abandoned if the token is cancelled first.
 
         Abandoning can lose a task the server claimed at that very instant; its lease
         then lapses and it is claimed again (the price of not waiting out a long poll).
         """
+        request_id = poll_ids.get(kind) or poll_ids.setdefault(kind, self.worker.new_poll_id())
         polls = {
-            "workflow": self.worker.poll_workflow_task,
-            "activity": self.worker.poll_activity_task,
+            "workflow": lambda: self.worker.poll_workflow_task(request_id),
+            "activity": lambda: self.worker.poll_activity_task(request_id),
             "query": self.worker.poll_query_task,
         }
         poll: asyncio.Future[Any] = asyncio.ensure_future(polls[kind]())
@@ -288,4 +298,8 @@ class WorkflowSupervisor:
             with contextlib.suppress(asyncio.CancelledError, DurableRpcError):
                 await poll
             return None
+        error = poll.exception()
+        if error is None or not is_transient(error):
+            # The poll ended (a task, nothing, a definitive error): the next is a new one.
+            del poll_ids[kind]
         return poll.result()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import itertools
 import logging
 import os
 import socket
@@ -186,6 +187,7 @@ class Worker:
         # this worker's capabilities it supports too.
         self.server_info: service_pb2.GetServerInfoResponse | None = None
         self.capabilities: tuple[str, ...] = ()
+        self._poll_ids = itertools.count(1)
         self._heartbeat_interval = _DEFAULT_WORKER_HEARTBEAT_S
         self._supervisor_token: CancellationToken | None = None
         self._supervisor_task: asyncio.Task[SupervisorReport] | None = None
@@ -363,21 +365,36 @@ class Worker:
 
     # --- claiming -------------------------------------------------------------------
 
-    async def poll_workflow_task(self) -> service_pb2.PollWorkflowTaskResponse | None:
-        """Long-poll for a workflow task; None when the poll ended empty."""
+    def new_poll_id(self) -> str:
+        """A request id for one poll, kept by its retries (unique in this worker)."""
+        return str(next(self._poll_ids))
+
+    async def poll_workflow_task(
+        self, request_id: str = ""
+    ) -> service_pb2.PollWorkflowTaskResponse | None:
+        """Long-poll for a workflow task; None when the poll ended empty. A retry of a
+        poll that failed passes its ``request_id`` again: the server then hands back the
+        task a lost response had claimed (docs/engine.md, "Idempotent polls")."""
         request = service_pb2.PollWorkflowTaskRequest(
-            namespace=self.namespace, task_queue=self.task_queue, worker_id=self.worker_id
+            namespace=self.namespace,
+            task_queue=self.task_queue,
+            worker_id=self.worker_id,
+            request_id=request_id,
         )
         response = await call(self.client.worker_service.PollWorkflowTask, request, self.link)
         return response if response.task_id else None
 
-    async def poll_activity_task(self) -> service_pb2.PollActivityTaskResponse | None:
-        """Long-poll for an activity attempt; None when the poll ended empty."""
+    async def poll_activity_task(
+        self, request_id: str = ""
+    ) -> service_pb2.PollActivityTaskResponse | None:
+        """Long-poll for an activity attempt; None when the poll ended empty
+        (``request_id`` as for :meth:`poll_workflow_task`)."""
         request = service_pb2.PollActivityTaskRequest(
             namespace=self.namespace,
             task_queue=self.task_queue,
             worker_id=self.worker_id,
             activity_types=self.activity_names,
+            request_id=request_id,
         )
         response = await call(self.client.worker_service.PollActivityTask, request, self.link)
         return response if response.task_id else None
