@@ -76,6 +76,7 @@ fn recorded_commands(history: &History) -> Vec<Vec<Command>> {
                     kind: m.kind.clone(),
                     id: m.id.clone(),
                     payload: m.payload.clone(),
+                    details: m.details.clone(),
                 })),
             },
             Some(Attributes::WorkflowCompleted(c)) => Command {

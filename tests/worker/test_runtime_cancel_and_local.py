@@ -91,6 +91,10 @@ def test_local_activity_resolves_in_a_follow_up_and_replays_in_the_same_order() 
     assert kinds(follow_up) == ["record_marker"]
     assert follow_up[0].record_marker.kind == LOCAL_ACTIVITY_MARKER
     recorded = [*first.commands, *follow_up]
+    for command in recorded:
+        # The attempt log (details) is live only: replay re-emits the marker without it.
+        if command.HasField("record_marker"):
+            command.record_marker.ClearField("details")
 
     # Replaying that task: the marker answers, in the recorded order, without a call.
     replayed = instance(LocalAndRemote)

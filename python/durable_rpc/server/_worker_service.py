@@ -75,6 +75,8 @@ def _validate_commands(commands: Sequence[workflow_task_pb2.Command]) -> None:
                 _validate.payload_bytes(f"{field.name}.result", value.result, has=True)
             if field.name == "record_marker" and value.HasField("payload"):
                 _validate.payload_bytes(f"{field.name}.payload", value.payload, has=True)
+            if field.name == "record_marker" and value.HasField("details"):
+                _validate.payload_bytes(f"{field.name}.details", value.details, has=True)
             if field.name == "upsert_memo":
                 for key, memo_value in value.memo.fields.items():
                     _validate.payload_bytes(f"upsert_memo.memo[{key!r}]", memo_value, has=True)

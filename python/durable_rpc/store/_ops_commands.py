@@ -109,6 +109,8 @@ class _CommandOps(_SqlOpsBase):
             event = history_pb2.MarkerRecorded(seq=command.seq, kind=marker.kind, id=marker.id)
             if marker.HasField("payload"):
                 event.payload.CopyFrom(marker.payload)
+            if marker.HasField("details"):
+                event.details.CopyFrom(marker.details)
             append_event(tx, namespace, run_id, now, "marker_recorded", event)
             return False
         if kind == "upsert_search_attributes":

@@ -809,11 +809,16 @@ class MarkerRecorded(_message.Message):
     KIND_FIELD_NUMBER: _builtins.int
     ID_FIELD_NUMBER: _builtins.int
     PAYLOAD_FIELD_NUMBER: _builtins.int
+    DETAILS_FIELD_NUMBER: _builtins.int
     seq: _builtins.int
     kind: _builtins.str
     id: _builtins.str
     @_builtins.property
     def payload(self) -> _payload_pb2.Payload: ...
+    @_builtins.property
+    def details(self) -> _payload_pb2.Payload:
+        """RecordMarker.details: a local activity's attempt log (not part of the identity)."""
+
     def __init__(
         self,
         *,
@@ -821,10 +826,11 @@ class MarkerRecorded(_message.Message):
         kind: _builtins.str = ...,
         id: _builtins.str = ...,
         payload: _payload_pb2.Payload | None = ...,
+        details: _payload_pb2.Payload | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["payload", b"payload"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["details", b"details", "payload", b"payload"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "kind", b"kind", "payload", b"payload", "seq", b"seq"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["details", b"details", "id", b"id", "kind", b"kind", "payload", b"payload", "seq", b"seq"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -211,6 +211,8 @@ async def execute_local_activity(
     start_to_close_timeout: timedelta | float | None = None,
     retry_policy: RetryPolicy | None = None,
     result_type: Any = None,
+    schedule_to_close_timeout: timedelta | float | None = None,
+    heartbeat_timeout: timedelta | float | None = None,
 ) -> Any:
     """Run ``activity`` inside the workflow worker, during the workflow task (not
     through the server's activity queue), and return its result (typed from its return
@@ -218,11 +220,16 @@ async def execute_local_activity(
 
     Attempts run one after another under ``start_to_close_timeout`` each (bounded by
     the workflow task's deadline) and ``retry_policy`` (default: 3 attempts), with the
-    backoff slept locally. The result or final failure is recorded in history (a
-    ``local_activity`` marker) with the workflow task's completion; once recorded it is
-    never run again: replay returns the recorded outcome. Until then it is
-    *at least once*: a worker that dies before the workflow task completes runs it
-    again with the retried task. Keep local activities short and idempotent.
+    backoff slept locally. ``schedule_to_close_timeout`` bounds all attempts together
+    (backoffs included): an attempt still running then fails with
+    LocalActivityTimeoutError and none follows. ``heartbeat_timeout`` fails an attempt
+    that goes that long without calling ``activity.heartbeat()`` (``activity.info()``
+    works too); it is retried like any failure. The result or final failure is
+    recorded in history (a ``local_activity`` marker, with every attempt's outcome in
+    its details) with the workflow task's completion; once recorded it is never run
+    again: replay returns the recorded outcome. Until then it is *at least once*: a
+    worker that dies before the workflow task completes runs it again with the retried
+    task. Keep local activities short and idempotent.
     """
     runtime = current()
     definition = must_define(activity)
@@ -234,6 +241,14 @@ async def execute_local_activity(
     )
     if timeout is not None and timeout <= 0:
         raise ValueError("start_to_close_timeout must be positive")
+    bounds = {
+        name: _positive_seconds(name, value)
+        for name, value in (
+            ("schedule_to_close_timeout", schedule_to_close_timeout),
+            ("heartbeat_timeout", heartbeat_timeout),
+        )
+    }
+    info = runtime.current_info()
 
     def request(seq: int) -> LocalActivityRequest:
         return LocalActivityRequest(
@@ -243,9 +258,23 @@ async def execute_local_activity(
             args=tuple(args),
             start_to_close_timeout=timeout,
             retry_policy=retry_policy,
+            schedule_to_close_timeout=bounds["schedule_to_close_timeout"],
+            heartbeat_timeout=bounds["heartbeat_timeout"],
+            workflow_id=info.workflow_id,
+            run_id=info.run_id,
+            task_queue=info.task_queue,
         )
 
     return await runtime.schedule_local_activity(request, hint)
+
+
+def _positive_seconds(name: str, value: timedelta | float | None) -> float | None:
+    if value is None:
+        return None
+    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
+    if seconds <= 0:
+        raise ValueError(f"{name} must be positive")
+    return seconds
 
 
 async def select(*awaitables: Awaitable[Any]) -> Any:

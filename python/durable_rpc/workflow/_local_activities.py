@@ -54,7 +54,7 @@ class LocalActivitiesMixin(TimersMixin, CompletionMixin):
             return []
         with self.loop.running(), _sandbox.restricted():
             for outcome in sorted(outcomes, key=lambda o: o.seq):
-                self._resolve_local(outcome.seq, outcome.marker_id, outcome.data)
+                self._resolve_local(outcome.seq, outcome.marker_id, outcome.data, outcome.attempts)
             self._run()
         self._finish_if_done()
         return list(self._commands)
@@ -74,12 +74,13 @@ class LocalActivitiesMixin(TimersMixin, CompletionMixin):
                 self._resolve_local(seq, *recorded)
             self._run()
 
-    def _resolve_local(self, seq: int, marker_id: str, data: bytes) -> None:
+    def _resolve_local(self, seq: int, marker_id: str, data: bytes, attempts: bytes = b"") -> None:
         entry = self._local.pop(seq, None)
         if entry is None:
             raise WorkflowTaskError(f"outcome for unknown local activity seq {seq}")
         request, future, hint = entry
-        self._emit(marker_command(seq, LOCAL_ACTIVITY_MARKER, marker_id, data))
+        # The attempt log rides along live only: it is not part of the marker's identity.
+        self._emit(marker_command(seq, LOCAL_ACTIVITY_MARKER, marker_id, data, attempts))
         if future.done():
             return
         if marker_id == LOCAL_ACTIVITY_FAILED:

@@ -145,9 +145,11 @@ def _quoted(text: str) -> str:
 
 
 def marker_command(
-    seq: int, kind: str, marker_id: str, data: bytes | None
+    seq: int, kind: str, marker_id: str, data: bytes | None, details: bytes = b""
 ) -> workflow_task_pb2.Command:
     marker = workflow_task_pb2.RecordMarker(kind=kind, id=marker_id)
     if data is not None:
         marker.payload.data = data
+    if details:
+        marker.details.data = details
     return workflow_task_pb2.Command(seq=seq, record_marker=marker)

@@ -67,13 +67,23 @@ class LocalActivityRequest:
     args: tuple[Any, ...]
     start_to_close_timeout: float | None
     retry_policy: Any
+    #: Seconds all attempts together may take (with the backoffs between them).
+    schedule_to_close_timeout: float | None = None
+    #: Seconds an attempt may go without calling activity.heartbeat().
+    heartbeat_timeout: float | None = None
+    #: The workflow run it belongs to, for activity.info().
+    workflow_id: str = ""
+    run_id: str = ""
+    task_queue: str = ""
 
 
 @dataclass(frozen=True)
 class LocalActivityOutcome:
     """``marker_id`` "" = completed (``data`` the encoded value); "failed" = failed
-    for good (``data`` the encoded ``[type, message, attempt]``)."""
+    for good (``data`` the encoded ``[type, message, attempt]``). ``attempts`` is the
+    encoded attempt log recorded as the marker's details (b"" = none)."""
 
     seq: int
     marker_id: str
     data: bytes
+    attempts: bytes = b""

@@ -83,6 +83,7 @@ pub fn command_of(attrs: &Attributes) -> Option<Command> {
                 kind: m.kind,
                 id: m.id,
                 payload: m.payload,
+                details: m.details,
             }),
         ),
         Attributes::SearchAttributesUpserted(u) => (

@@ -61,6 +61,7 @@ impl Builder {
             kind: "side_effect".into(),
             id: String::new(),
             payload: Some(payload(value)),
+            details: None,
         }))
     }
 
@@ -70,6 +71,7 @@ impl Builder {
             kind: "patch".into(),
             id: id.into(),
             payload: None,
+            details: None,
         }))
     }
 
@@ -114,6 +116,7 @@ fn side_effect_cmd(seq: i64, value: &[u8]) -> Command {
             kind: "side_effect".into(),
             id: String::new(),
             payload: Some(payload(value)),
+            details: None,
         })),
     }
 }
@@ -125,6 +128,7 @@ fn patch_cmd(id: &str) -> Command {
             kind: "patch".into(),
             id: id.into(),
             payload: None,
+            details: None,
         })),
     }
 }
@@ -394,6 +398,7 @@ fn version_marker(b: &mut Builder, id: &str, version: &[u8]) {
         kind: "version".into(),
         id: id.into(),
         payload: Some(payload(version)),
+        details: None,
     }));
 }
 
@@ -404,6 +409,7 @@ fn version_cmd(id: &str, version: &[u8]) -> Command {
             kind: "version".into(),
             id: id.into(),
             payload: Some(payload(version)),
+            details: None,
         })),
     }
 }
