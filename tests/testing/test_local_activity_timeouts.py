@@ -72,7 +72,8 @@ class LocalTimeouts:
             if case == "retries-bounded":
                 return await workflow.execute_local_activity(
                     always_fails,
-                    schedule_to_close_timeout=timedelta(milliseconds=600),
+                    # Room for a few attempts even on a loaded machine.
+                    schedule_to_close_timeout=timedelta(seconds=1),
                     retry_policy=RetryPolicy(
                         initial_interval=timedelta(milliseconds=100), backoff_coefficient=1.0
                     ),
@@ -84,7 +85,8 @@ class LocalTimeouts:
             if case == "heartbeat":
                 return await workflow.execute_local_activity(
                     stops_heartbeating,
-                    heartbeat_timeout=timedelta(milliseconds=300),
+                    # Wide enough that a loaded machine still starts attempt 2 in time.
+                    heartbeat_timeout=timedelta(seconds=1),
                     retry_policy=RetryPolicy(
                         initial_interval=timedelta(milliseconds=10), maximum_attempts=2
                     ),
