@@ -96,6 +96,13 @@ class AdmissionLimitError(ResourceExhaustedError):
     reason = "ADMISSION_LIMIT"
 
 
+class ConcurrencyKeyLimitError(AdmissionLimitError):
+    """The start's concurrency key has its namespace's limit of open runs and the key
+    strategy is CANCEL_NEWEST: the new start is refused. Retry later."""
+
+    reason = "CONCURRENCY_KEY_LIMIT"
+
+
 class UnimplementedError(DurableRpcError):
     """The server does not implement this RPC (it is newer than the server)."""
 
@@ -195,6 +202,7 @@ STATUS_BY_REASON: dict[str, grpc.StatusCode] = {
     ResourceExhaustedError.reason: grpc.StatusCode.RESOURCE_EXHAUSTED,
     HistoryLimitExceededError.reason: grpc.StatusCode.RESOURCE_EXHAUSTED,
     AdmissionLimitError.reason: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    ConcurrencyKeyLimitError.reason: grpc.StatusCode.RESOURCE_EXHAUSTED,
     UnimplementedError.reason: grpc.StatusCode.UNIMPLEMENTED,
     InternalError.reason: grpc.StatusCode.INTERNAL,
     QueryFailedError.reason: grpc.StatusCode.FAILED_PRECONDITION,
@@ -226,6 +234,7 @@ ERROR_BY_REASON: dict[str, type[DurableRpcError]] = {
         ResourceExhaustedError,
         HistoryLimitExceededError,
         AdmissionLimitError,
+        ConcurrencyKeyLimitError,
         UnimplementedError,
         InternalError,
         QueryFailedError,

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from durable_rpc import Client
-from durable_rpc.errors import AdmissionLimitError
+from durable_rpc.errors import AdmissionLimitError, ConcurrencyKeyLimitError
 from durable_rpc.v1 import admin_service_pb2 as pb
 from tests.cli_process import run_cli_async
 from tests.e2e import apps
@@ -143,3 +143,37 @@ async def test_a_flooding_tenant_is_admitted_at_its_limit_and_the_other_keeps_it
         await tenant_b.close()
         for worker in workers:
             worker.stop()
+
+
+async def test_a_concurrency_key_is_limited_through_the_api(
+    server: ServerProcess, client: Client
+) -> None:
+    """start_workflow(..., concurrency_key=...) through the server: the namespace's
+    per-key limit refuses a second open run of the key (CANCEL_NEWEST), not another key."""
+    await run_cli_async(
+        "namespace", "admission", "set", "--max-open-runs-per-key", "1", "--key-strategy",
+        "cancel-newest", address=server.address,
+    )  # fmt: skip
+    shown = await run_cli_async(
+        "namespace", "admission", "show", "--json", address=server.address
+    )  # fmt: skip
+    policy = json.loads(shown.stdout)["admission"]
+    assert (policy["maxOpenRunsPerKey"], policy["keyStrategy"]) == (
+        1,
+        "CONCURRENCY_KEY_STRATEGY_CANCEL_NEWEST",
+    )
+    await client.start_workflow(
+        apps.Collector.run, id="c42-1", task_queue="keys", concurrency_key="customer-42"
+    )
+    with pytest.raises(ConcurrencyKeyLimitError, match="concurrency key 'customer-42'") as no:
+        await client.start_workflow(
+            apps.Collector.run, id="c42-2", task_queue="keys", concurrency_key="customer-42"
+        )
+    assert no.value.reason == "CONCURRENCY_KEY_LIMIT"
+    await client.start_workflow(
+        apps.Collector.run, id="c7-1", task_queue="keys", concurrency_key="customer-7"
+    )
+    await client.get_handle("c42-1").terminate("done")
+    await client.start_workflow(
+        apps.Collector.run, id="c42-2", task_queue="keys", concurrency_key="customer-42"
+    )

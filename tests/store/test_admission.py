@@ -15,10 +15,12 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from durable_rpc.errors import (
     AdmissionLimitError,
+    ConcurrencyKeyLimitError,
     InvalidArgumentError,
     WorkflowAlreadyStartedError,
 )
-from durable_rpc.store import ClaimedWorkflowTask, Store
+from durable_rpc.store import ClaimedWorkflowTask, StartOptions, Store
+from durable_rpc.v1 import history_pb2, payload_pb2, workflow_task_pb2
 from tests.store.conftest import Backend
 from tests.store.helpers import (
     NS,
@@ -69,7 +71,7 @@ async def test_policy_is_set_read_and_removed(store: Store) -> None:
         ((None, 5, 0, "queue"), "period_ms"),
         ((None, 5, 86_400_001, "queue"), "period_ms"),
         ((5, None, None, "drop"), "over_limit"),
-        ((None, None, None, "queue"), "needs max_open_runs or a rate"),
+        ((None, None, None, "queue"), "needs max_open_runs, a rate or max_per_key"),
     ):
         with pytest.raises(InvalidArgumentError, match=field):
             await store.set_namespace_admission(NS, *args)  # type: ignore[arg-type]
@@ -268,3 +270,120 @@ async def test_deferred_and_refused_starts_are_metrics(store: Store) -> None:
         ("durable_rpc.workflow_starts_deferred", label): 2,
         ("durable_rpc.workflow_starts_refused", label): 1,
     }
+
+
+# -- concurrency keys -------------------------------------------------------------------
+
+
+async def _start_keyed(store: Store, workflow_id: str, key: str | None) -> str:
+    result = await store.start_workflow(
+        NS,
+        workflow_id,
+        "Order",
+        "1",
+        QUEUE,
+        payload(b"a"),
+        f"req-{workflow_id}",
+        options=StartOptions(concurrency_key=key),
+    )
+    return result.run_id
+
+
+async def test_a_key_policy_is_set_read_and_checked(store: Store) -> None:
+    policy = await store.set_namespace_admission(
+        NS, None, None, None, "queue", max_per_key=2, key_strategy="cancel_oldest"
+    )
+    assert (policy.max_per_key, policy.key_strategy, policy.max_open_runs) == (
+        2,
+        "cancel_oldest",
+        None,
+    )
+    assert await store.get_namespace_admission(NS) == policy
+    for kwargs, field in (
+        ({"max_per_key": 0}, "max_per_key"),
+        ({"max_per_key": 2, "key_strategy": "drop"}, "key_strategy"),
+    ):
+        with pytest.raises(InvalidArgumentError, match=field):
+            await store.set_namespace_admission(NS, None, None, None, "queue", **kwargs)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="concurrency_key must be at most 255"):
+        await _start_keyed(store, "long", "k" * 256)
+
+
+async def test_key_queue_holds_a_key_at_its_limit_and_lets_other_keys_pass(
+    store: Store,
+) -> None:
+    await store.set_namespace_admission(NS, None, None, None, "queue", max_per_key=2)
+    for workflow_id, key in (("a1", "a"), ("a2", "a"), ("a3", "a"), ("b1", "b"), ("n1", None)):
+        await _start_keyed(store, workflow_id, key)
+    admitted = await _claimable(store)
+    assert list(admitted) == ["a1", "a2", "b1", "n1"]  # a3 waits; b1 and n1 went past it
+    described = await store.describe(NS, "a3", None)
+    assert described.stuck_reason == (
+        "Deferred by admission: concurrency key 'a' has its limit of 2 open runs."
+    )
+    await _complete(store, admitted["b1"])  # another key's close frees nothing for 'a'
+    assert await _claimable(store) == {}
+    await _complete(store, admitted["a1"])
+    assert list(await _claimable(store)) == ["a3"]
+    assert await _counts(store) == (3, 0)
+
+
+async def test_key_cancel_newest_refuses_the_start(store: Store) -> None:
+    await store.set_namespace_admission(
+        NS, None, None, None, "queue", max_per_key=1, key_strategy="cancel_newest"
+    )
+    await _start_keyed(store, "a1", "a")
+    with pytest.raises(ConcurrencyKeyLimitError, match="concurrency key 'a'") as refused:
+        await _start_keyed(store, "a2", "a")
+    assert refused.value.reason == "CONCURRENCY_KEY_LIMIT"
+    assert store.stats.refused_starts == 1
+    await _start_keyed(store, "b1", "b")
+    listed, _ = await store.list_runs(NS, None, None, None, None, 10, None)
+    assert sorted(run.workflow_id for run in listed) == ["a1", "b1"]  # a2 left nothing
+    admitted = await _claimable(store)
+    await _complete(store, admitted["a1"])
+    await _start_keyed(store, "a2", "a")  # the key has room again
+    assert list(await _claimable(store)) == ["a2"]
+
+
+async def test_key_cancel_oldest_cancels_to_make_room(store: Store) -> None:
+    await store.set_namespace_admission(
+        NS, None, None, None, "queue", max_per_key=1, key_strategy="cancel_oldest"
+    )
+    await _start_keyed(store, "a1", "a")
+    first = await _claimable(store)
+    await _start_keyed(store, "a2", "a")
+    # a1 is asked to cancel (its code cleans up); a2 waits for the room a1 holds.
+    a1 = await store.describe(NS, "a1", None)
+    assert a1.cancel_requested and a1.info.status == "running"
+    assert "cancelled by concurrency key 'a' (CANCEL_OLDEST)" in (
+        history_pb2.HistoryEvent.FromString(
+            (await history(store, "a1"))[-1]
+        ).cancel_requested.reason
+    )
+    assert (await store.describe(NS, "a2", None)).info.status == "running"
+    assert await _counts(store) == (1, 1)
+    # a1's code had a task leased when the request came: it sees it next and cancels.
+    await _complete(store, first["a1"])  # its completion closes it (completed) ...
+    assert list(await _claimable(store)) == ["a2"]  # ... and the close admits a2
+    # A waiting run of the key is the oldest not being cancelled: closed at once.
+    await _start_keyed(store, "a3", "a")  # a2 asked to cancel, a3 waits
+    await _start_keyed(store, "a4", "a")  # a3 (waiting) is cancelled, a4 waits
+    a3 = await store.describe(NS, "a3", None)
+    assert a3.info.status == "cancelled"
+    assert kinds(await history(store, "a3")) == ["workflow_started", "workflow_cancelled"]
+    assert await _counts(store) == (1, 1)
+
+
+async def test_continue_as_new_keeps_its_key(store: Store) -> None:
+    await store.set_namespace_admission(NS, None, None, None, "queue", max_per_key=1)
+    await _start_keyed(store, "a1", "a")
+    [task] = (await _claimable(store)).values()
+    again = workflow_task_pb2.Command(
+        seq=1, continue_as_new=workflow_task_pb2.ContinueAsNew(input=payload_pb2.Payload())
+    )
+    await store.complete_workflow_task(NS, task.lease, task.history_length, [again])
+    await _start_keyed(store, "a2", "a")  # the successor still holds the key's room
+    assert list(await _claimable(store)) == ["a1"]
+    assert (await store.describe(NS, "a2", None)).info.status == "running"
+    assert await _counts(store) == (1, 1)

@@ -12,8 +12,22 @@ from durable_rpc.v1 import admin_service_pb2 as pb
 namespace_option = click.option(
     "--namespace", default="default", show_default=True, help="Namespace the policy is of."
 )
-_HEADERS = ["max open runs", "rate", "over limit", "open runs", "waiting", "updated"]
+_HEADERS = [
+    "max open runs",
+    "rate",
+    "over limit",
+    "per key",
+    "open runs",
+    "waiting",
+    "updated",
+]
 _OVER_LIMIT = {"queue": pb.ADMISSION_OVER_LIMIT_QUEUE, "refuse": pb.ADMISSION_OVER_LIMIT_REFUSE}
+_KEY_STRATEGY = {
+    "queue": pb.CONCURRENCY_KEY_STRATEGY_QUEUE,
+    "cancel-newest": pb.CONCURRENCY_KEY_STRATEGY_CANCEL_NEWEST,
+    "cancel-oldest": pb.CONCURRENCY_KEY_STRATEGY_CANCEL_OLDEST,
+}
+_KEY_NAME = {value: name for name, value in _KEY_STRATEGY.items()}
 
 
 def _rows(admission: pb.NamespaceAdmission) -> list[list[str]]:
@@ -22,11 +36,18 @@ def _rows(admission: pb.NamespaceAdmission) -> list[list[str]]:
         f"{admission.starts_per_period} per {period_ms} ms" if admission.starts_per_period else "-"
     )
     over = "refuse" if admission.over_limit == pb.ADMISSION_OVER_LIMIT_REFUSE else "queue"
+    strategy = _KEY_NAME.get(admission.key_strategy, "queue")
+    per_key = (
+        f"{admission.max_open_runs_per_key} ({strategy})"
+        if admission.max_open_runs_per_key
+        else "-"
+    )
     return [
         [
             str(admission.max_open_runs or "-"),
             rate,
             over,
+            per_key,
             str(admission.open_runs),
             str(admission.waiting_runs),
             _time(admission.update_time, admission.HasField("update_time")),
@@ -61,6 +82,19 @@ def admission() -> None:
     show_default=True,
     help="What a start over the policy gets: wait (queue) or ADMISSION_LIMIT (refuse).",
 )
+@click.option(
+    "--max-open-runs-per-key",
+    type=click.IntRange(min=1),
+    help="Open runs admitted at once per concurrency key (start_workflow's concurrency_key).",
+)
+@click.option(
+    "--key-strategy",
+    type=click.Choice(sorted(_KEY_STRATEGY)),
+    default="queue",
+    show_default=True,
+    help="What a start over its key's limit gets: wait, refused, or the key's oldest run "
+    "cancelled.",
+)
 @namespace_option
 @address_option
 @json_option
@@ -69,18 +103,23 @@ def admission_set(
     rate: int | None,
     period_ms: int,
     over_limit: str,
+    max_open_runs_per_key: int | None,
+    key_strategy: str,
     namespace: str,
     address: str,
     as_json: bool,
 ) -> None:
-    """Sets the namespace's admission policy (at least one of --max-open-runs, --rate)."""
-    if max_open_runs is None and rate is None:
-        raise click.UsageError("give --max-open-runs, --rate or both")
+    """Sets the namespace's admission policy (at least one of --max-open-runs, --rate,
+    --max-open-runs-per-key)."""
+    if max_open_runs is None and rate is None and max_open_runs_per_key is None:
+        raise click.UsageError("give --max-open-runs, --rate or --max-open-runs-per-key")
     request = pb.SetNamespaceAdmissionRequest(
         namespace=namespace,
         max_open_runs=max_open_runs or 0,
         starts_per_period=rate or 0,
         over_limit=_OVER_LIMIT[over_limit],
+        max_open_runs_per_key=max_open_runs_per_key or 0,
+        key_strategy=_KEY_STRATEGY[key_strategy],
     )
     if rate:
         request.period.FromMilliseconds(period_ms)

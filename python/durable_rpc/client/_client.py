@@ -137,12 +137,15 @@ class Client(ScheduleCalls):
         search_attributes: Mapping[str, Any] | None = None,
         execution_timeout: timedelta | None = None,
         run_timeout: timedelta | None = None,
+        concurrency_key: str | None = None,
     ) -> WorkflowHandle:
         """Start a run of ``workflow`` (``Wf.run`` or a type name) with ``args``.
 
         Idempotent by ``request_id``: repeating it returns the same run. An open run with
         the same ``id`` started by another request raises WorkflowAlreadyStartedError.
         UNAVAILABLE is retried with the same request id (``call_deduplicated``).
+        ``concurrency_key`` (e.g. ``"customer-42"``): the namespace's admission policy may
+        limit the open runs of one key (queue, cancel the newest or the oldest).
         """
         workflow_type, defn_version, hint = workflow_ref(workflow)
         request = service_pb2.StartWorkflowRequest(
@@ -153,6 +156,7 @@ class Client(ScheduleCalls):
             task_queue=task_queue,
             input=payload_pb2.Payload(data=converter.encode_args(args)),
             request_id=request_id or uuid.uuid4().hex,
+            concurrency_key=concurrency_key or "",
         )
         _start_options(request, memo, search_attributes, execution_timeout, run_timeout)
         response = await self.call_deduplicated(self.workflow_service.StartWorkflow, request)

@@ -21,6 +21,18 @@ _OVER_LIMIT_NAME = {
 }
 
 
+#: ConcurrencyKeyStrategy by the store's strategy names (unspecified: queue).
+_KEY_STRATEGY = {
+    "queue": pb.CONCURRENCY_KEY_STRATEGY_QUEUE,
+    "cancel_newest": pb.CONCURRENCY_KEY_STRATEGY_CANCEL_NEWEST,
+    "cancel_oldest": pb.CONCURRENCY_KEY_STRATEGY_CANCEL_OLDEST,
+}
+_KEY_STRATEGY_NAME = {
+    pb.CONCURRENCY_KEY_STRATEGY_UNSPECIFIED: "queue",
+    **{value: name for name, value in _KEY_STRATEGY.items()},
+}
+
+
 def admission_message(admission: Admission) -> pb.NamespaceAdmission:
     period = admission.period_ms or 0
     return pb.NamespaceAdmission(
@@ -31,6 +43,8 @@ def admission_message(admission: Admission) -> pb.NamespaceAdmission:
         open_runs=admission.open_runs,
         waiting_runs=admission.waiting_runs,
         update_time=_convert.timestamp(admission.updated_at_ms),
+        max_open_runs_per_key=admission.max_per_key or 0,
+        key_strategy=_KEY_STRATEGY[admission.key_strategy],
     )
 
 
@@ -49,6 +63,9 @@ class AdminAdmissionMixin:
         over_limit = _OVER_LIMIT_NAME.get(request.over_limit)
         if over_limit is None:
             raise InvalidArgumentError(f"unknown over_limit {request.over_limit}")
+        key_strategy = _KEY_STRATEGY_NAME.get(request.key_strategy)
+        if key_strategy is None:
+            raise InvalidArgumentError(f"unknown key_strategy {request.key_strategy}")
         rate = request.starts_per_period
         period = _period_ms(request.period)
         # 0 (the fields' default) is "none"; negative values are the store's refusal.
@@ -58,6 +75,8 @@ class AdminAdmissionMixin:
             rate or None,
             period if rate or period else None,
             over_limit,
+            request.max_open_runs_per_key or None,
+            key_strategy,
         )
         return pb.SetNamespaceAdmissionResponse(admission=admission_message(admission))
 

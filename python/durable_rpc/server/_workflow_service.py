@@ -102,6 +102,12 @@ def _start_options(
         ),
         execution_timeout_ms=ms("execution_timeout"),
         run_timeout_ms=ms("run_timeout"),
+        # Only StartWorkflow carries a concurrency key.
+        concurrency_key=(
+            request.concurrency_key or None
+            if isinstance(request, service_pb2.StartWorkflowRequest)
+            else None
+        ),
     )
 
 

@@ -28,9 +28,10 @@ from __future__ import annotations
 
 import math
 
-from durable_rpc.errors import AdmissionLimitError
+from durable_rpc.errors import AdmissionLimitError, ConcurrencyKeyLimitError
 from durable_rpc.store._admission_records import Admission
 from durable_rpc.store._tx import Row, Tx
+from durable_rpc.v1 import history_pb2
 
 #: The run INSERT's extra RETURNING column (table ``runs``): whether the namespace has an
 #: admission policy (one primary-key probe inside the same statement).
@@ -43,6 +44,9 @@ ADMISSION_PROBE = (
 ADMIT_BATCH = 500
 
 POLICIES = ("queue", "refuse")
+KEY_STRATEGIES = ("queue", "cancel_newest", "cancel_oldest")
+#: A concurrency key longer than this is a mistake.
+MAX_CONCURRENCY_KEY = 255
 
 
 def admission_tables(bigint: str, real: str) -> tuple[str, ...]:
@@ -65,6 +69,20 @@ def admission_tables(bigint: str, real: str) -> tuple[str, ...]:
     )
 
 
+def concurrency_key_tables() -> tuple[str, ...]:
+    """Migration 19: the runs' concurrency key (a partial index: a run without a key
+    writes no entry) and the namespace policy's per-key limit and strategy."""
+    return (
+        "ALTER TABLE runs ADD COLUMN concurrency_key TEXT",
+        "CREATE INDEX runs_by_concurrency_key ON runs (namespace, concurrency_key, status) "
+        "WHERE concurrency_key IS NOT NULL",
+        "ALTER TABLE namespace_admission ADD COLUMN max_per_key INTEGER "
+        "CHECK (max_per_key IS NULL OR max_per_key > 0)",
+        "ALTER TABLE namespace_admission ADD COLUMN key_strategy TEXT NOT NULL DEFAULT 'queue' "
+        "CHECK (key_strategy IN ('queue', 'cancel_newest', 'cancel_oldest'))",
+    )
+
+
 def admission_of(row: Row) -> Admission:
     return Admission(
         namespace=row["namespace"],
@@ -73,6 +91,8 @@ def admission_of(row: Row) -> Admission:
         period_ms=row["period_ms"],
         over_limit=row["over_limit"],
         updated_at_ms=int(row["updated_at_ms"]),
+        max_per_key=row["max_per_key"],
+        key_strategy=row["key_strategy"],
     )
 
 
@@ -132,21 +152,90 @@ def refusal(policy: Row, admitted: int) -> str:
     return "earlier starts wait for admission"
 
 
-def admit_new_run(tx: Tx, namespace: str, run_id: str) -> bool:
+def _key_admitted(tx: Tx, namespace: str, key: str) -> int:
+    """Admitted open runs of a concurrency key (index ``runs_by_concurrency_key``)."""
+    return int(
+        tx.value(
+            "SELECT count(*) FROM runs WHERE namespace = ? AND concurrency_key = ? "
+            "AND status = 'running' AND admission IS NULL",
+            (namespace, key),
+        )
+    )
+
+
+def _key_open(tx: Tx, namespace: str, key: str) -> int:
+    """Open runs of a concurrency key, admitted or waiting."""
+    return int(
+        tx.value(
+            "SELECT count(*) FROM runs WHERE namespace = ? AND concurrency_key = ? "
+            "AND status = 'running'",
+            (namespace, key),
+        )
+    )
+
+
+def cancel_waiting_run(tx: Tx, namespace: str, run_id: str, reason: str) -> None:
+    """Closes a run not yet admitted as cancelled, at once: none of its code ever ran, so
+    nothing needs to learn of it; it held no room, so it frees none."""
+    from durable_rpc.store._logic import failure_bytes
+    from durable_rpc.store._shared import append_event, close_run
+
+    now = tx.now_ms()
+    append_event(tx, namespace, run_id, now, "workflow_cancelled", history_pb2.WorkflowCancelled())
+    failure = failure_bytes(reason or "cancelled before admission", "CancelledError")
+    close_run(tx, namespace, run_id, "cancelled", now, failure=failure)
+
+
+def _cancel_oldest(tx: Tx, namespace: str, key: str, new_run_id: str) -> None:
+    """CANCEL_OLDEST: the key's oldest open run not already being cancelled makes room for
+    ``new_run_id``: closed at once if not yet admitted, else asked to cancel (its code
+    cleans up; its close admits the new run)."""
+    from durable_rpc.store._shared import request_cancel_run
+
+    oldest = tx.one(
+        "SELECT * FROM runs WHERE namespace = ? AND concurrency_key = ? AND status = 'running' "
+        "AND run_id <> ? AND (admission IS NOT NULL OR cancel_requested = 0) "
+        f"ORDER BY id LIMIT 1{tx.row_lock_suffix}",
+        (namespace, key, new_run_id),
+    )
+    if oldest is None:  # every older run of the key is being cancelled already
+        return
+    reason = f"cancelled by concurrency key {key!r} (CANCEL_OLDEST): run {new_run_id} started"
+    if oldest["admission"] is not None:
+        cancel_waiting_run(tx, namespace, oldest["run_id"], reason)
+    else:
+        tx.remember_run(oldest)
+        request_cancel_run(tx, namespace, oldest, reason, tx.now_ms())
+
+
+def admit_new_run(tx: Tx, namespace: str, run_id: str, key: str | None = None) -> bool:
     """A new run of a namespace with a policy (just inserted, counted as open): admits it
-    (False) or defers it (True); refuses it by raising ``AdmissionLimitError``."""
+    (False) or defers it (True); refuses it by raising ``AdmissionLimitError`` or, for its
+    concurrency key under CANCEL_NEWEST, ``ConcurrencyKeyLimitError``."""
     policy = locked_policy(tx, namespace)
     if policy is None:  # removed since the insert's probe (READ COMMITTED)
         return False
+    per_key = policy["max_per_key"] if key is not None else None
+    if key is not None and per_key is not None and _key_open(tx, namespace, key) - 1 >= per_key:
+        if policy["key_strategy"] == "cancel_newest":
+            raise ConcurrencyKeyLimitError(
+                f"start refused: concurrency key {key!r} of namespace {namespace!r} has its "
+                f"limit of {per_key} open runs (strategy CANCEL_NEWEST)"
+            )
+        if policy["key_strategy"] == "cancel_oldest":
+            _cancel_oldest(tx, namespace, key, run_id)
+            policy = locked_policy(tx, namespace)  # a close admits: the bucket may differ
+            assert policy is not None
     now = tx.now_ms()
     tokens = _tokens(policy, now)
     admitted, waiting = counts(tx, namespace)
     limit = policy["max_open_runs"]
     room = limit is None or admitted - 1 < limit  # the new run is among the admitted
-    if waiting == 0 and room and tokens >= 1:
+    key_room = key is None or per_key is None or _key_open(tx, namespace, key) - 1 < per_key
+    if waiting == 0 and room and tokens >= 1 and key_room:
         _save(tx, policy, tokens - 1, now, 0)
         return False
-    if policy["over_limit"] == "refuse":
+    if policy["over_limit"] == "refuse" and not (room and tokens >= 1):
         raise AdmissionLimitError(
             f"start refused by namespace {namespace!r} admission: {refusal(policy, admitted - 1)}"
         )
@@ -155,12 +244,22 @@ def admit_new_run(tx: Tx, namespace: str, run_id: str) -> bool:
         (namespace, run_id),
     )
     _save(tx, policy, tokens, now, waiting + 1)
-    return True
+    if policy["max_per_key"] is None:
+        return True  # whatever waits before it waits for room or a token too
+    # Earlier waiting runs may wait for their own key only: the run may go past them.
+    admit_waiting(tx, namespace)
+    return (
+        tx.value(
+            "SELECT admission FROM runs WHERE namespace = ? AND run_id = ?", (namespace, run_id)
+        )
+        is not None
+    )
 
 
 def admit_waiting(tx: Tx, namespace: str) -> int:
     """Admits the namespace's waiting runs, in start order, as far as room and tokens
-    allow; returns how many. Each gets its first workflow task now."""
+    allow (a run whose concurrency key has its limit stays, later runs of other keys
+    may go); returns how many. Each gets its first workflow task now."""
     # Imported here: _shared imports this module (close_run admits).
     from durable_rpc.store._shared import ensure_workflow_task
 
@@ -171,28 +270,41 @@ def admit_waiting(tx: Tx, namespace: str) -> int:
     tokens = _tokens(policy, now)
     admitted, waiting = counts(tx, namespace)
     limit = policy["max_open_runs"]
+    per_key = policy["max_per_key"]
     room = ADMIT_BATCH if limit is None else max(0, min(ADMIT_BATCH, limit - admitted))
     take = min(room, waiting, ADMIT_BATCH if math.isinf(tokens) else int(tokens))
     rows = (
         tx.all(
-            "SELECT run_id, task_queue FROM runs WHERE namespace = ? AND admission IS NOT NULL "
-            "ORDER BY id LIMIT ?",
-            (namespace, take),
+            "SELECT run_id, task_queue, concurrency_key FROM runs WHERE namespace = ? "
+            "AND admission IS NOT NULL ORDER BY id LIMIT ?",
+            (namespace, take if per_key is None else ADMIT_BATCH),
         )
         if take > 0
         else []
     )
+    in_key: dict[str, int] = {}
+    admitted_now = 0
     for row in rows:
+        if admitted_now >= take:
+            break
+        key = row["concurrency_key"]
+        if per_key is not None and key is not None:
+            if key not in in_key:
+                in_key[key] = _key_admitted(tx, namespace, key)
+            if in_key[key] >= per_key:
+                continue  # its key is full: it keeps its place, later keys may go
+            in_key[key] += 1
         tx.run(
             "UPDATE runs SET admission = NULL WHERE namespace = ? AND run_id = ?",
             (namespace, row["run_id"]),
         )
         ensure_workflow_task(tx, namespace, row["run_id"], row["task_queue"], now)
-    left = waiting - len(rows)
-    _save(tx, policy, tokens - len(rows), now, left)
-    if left and len(rows) == ADMIT_BATCH:
+        admitted_now += 1
+    left = waiting - admitted_now
+    _save(tx, policy, tokens - admitted_now, now, left)
+    if left and admitted_now == ADMIT_BATCH:
         tx.notes.due.add(now)  # a full batch: the due pass takes the next at once
-    return len(rows)
+    return admitted_now
 
 
 def admit_all(tx: Tx, namespace: str) -> None:
@@ -236,5 +348,11 @@ def deferred_reason(tx: Tx, namespace: str, run: Row) -> str:
     before = f"; {ahead} earlier starts wait before it" if ahead else ""
     if policy is None:
         return f"Deferred by admission{before}."
+    key, per_key = run["concurrency_key"], policy["max_per_key"]
+    if key is not None and per_key is not None and _key_admitted(tx, namespace, key) >= per_key:
+        return (
+            f"Deferred by admission: concurrency key {key!r} has its limit of {per_key} "
+            f"open runs{before}."
+        )
     admitted, _ = counts(tx, namespace)
     return f"Deferred by admission: {refusal(policy, admitted)}{before}."

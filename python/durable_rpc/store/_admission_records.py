@@ -18,6 +18,10 @@ class Admission:
     #: ``queue`` (a start over the limit waits, not yet admitted) or ``refuse``.
     over_limit: str
     updated_at_ms: int
+    #: Admitted open runs of one concurrency key at once (None: keys are not limited),
+    #: and what a start over it gets: ``queue``, ``cancel_newest`` or ``cancel_oldest``.
+    max_per_key: int | None = None
+    key_strategy: str = "queue"
     #: Filled by ``describe``: admitted open runs and runs waiting for admission.
     open_runs: int = 0
     waiting_runs: int = 0

@@ -162,6 +162,9 @@ class StartOptions:
     #: Close the run as timed_out this long after its start (None/0 = never).
     execution_timeout_ms: int | None = None
     run_timeout_ms: int | None = None
+    #: The run's concurrency key (``_admission``): its namespace may limit the open runs
+    #: of one key. None/'' = no key.
+    concurrency_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -756,12 +759,18 @@ class Store(abc.ABC):
         starts_per_period: int | None,
         period_ms: int | None,
         over_limit: str,
+        max_per_key: int | None = None,
+        key_strategy: str = "queue",
     ) -> Admission:
         """Sets the namespace's admission policy: at most ``max_open_runs`` admitted open
         runs, at most ``starts_per_period`` starts admitted per ``period_ms`` (a token
         bucket), over the limit ``queue`` (the run waits, not yet admitted) or
-        ``refuse`` (AdmissionLimitError). Room it frees admits waiting runs at once.
-        InvalidArgumentError for a policy out of bounds or with neither limit."""
+        ``refuse`` (AdmissionLimitError). ``max_per_key``: admitted open runs of one
+        concurrency key (StartOptions.concurrency_key) at once; over it ``key_strategy``
+        ``queue`` (wait), ``cancel_newest`` (ConcurrencyKeyLimitError) or
+        ``cancel_oldest`` (the key's oldest open run is cancelled; the new one waits for
+        its close). Room it frees admits waiting runs at once. InvalidArgumentError for
+        a policy out of bounds or with no limit."""
 
     @abc.abstractmethod
     async def remove_namespace_admission(self, namespace: str) -> None:

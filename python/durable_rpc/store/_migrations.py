@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from durable_rpc.store._admission import admission_tables
+from durable_rpc.store._admission import admission_tables, concurrency_key_tables
 from durable_rpc.store._budgets import budget_tables
 from durable_rpc.store._queue_limits import task_queue_limits_table
 from durable_rpc.store._schedule_buffer import schedule_buffer_table
@@ -447,6 +447,7 @@ SQLITE_MIGRATIONS: tuple[Migration, ...] = (
     Migration(16, "schedule buffers (BUFFER_ALL, CANCEL_OTHER)", schedule_buffer_table("INTEGER")),
     Migration(17, "namespace admission", admission_tables("INTEGER", "REAL")),
     Migration(18, "budgets", budget_tables("INTEGER", "INTEGER PRIMARY KEY AUTOINCREMENT")),
+    Migration(19, "concurrency keys", concurrency_key_tables()),
 )
 
 

@@ -6,6 +6,7 @@ from dataclasses import replace
 
 from durable_rpc.errors import InvalidArgumentError
 from durable_rpc.store._admission import (
+    KEY_STRATEGIES,
     POLICIES,
     admission_of,
     admit_all,
@@ -29,8 +30,18 @@ def check_admission(
     starts_per_period: int | None,
     period_ms: int | None,
     over_limit: str,
+    max_per_key: int | None = None,
+    key_strategy: str = "queue",
 ) -> None:
     """InvalidArgumentError (naming the field) for a policy the store cannot hold."""
+    if max_per_key is not None and not 1 <= max_per_key <= MAX_OPEN_RUNS:
+        raise InvalidArgumentError(
+            f"max_per_key must be between 1 and {MAX_OPEN_RUNS} (or unset), got {max_per_key}"
+        )
+    if key_strategy not in KEY_STRATEGIES:
+        raise InvalidArgumentError(
+            f"key_strategy must be one of {', '.join(KEY_STRATEGIES)}, got {key_strategy!r}"
+        )
     if max_open_runs is not None and not 1 <= max_open_runs <= MAX_OPEN_RUNS:
         raise InvalidArgumentError(
             f"max_open_runs must be between 1 and {MAX_OPEN_RUNS} (or unset), got {max_open_runs}"
@@ -52,9 +63,10 @@ def check_admission(
         raise InvalidArgumentError(
             f"over_limit must be one of {', '.join(POLICIES)}, got {over_limit!r}"
         )
-    if max_open_runs is None and starts_per_period is None:
+    if max_open_runs is None and starts_per_period is None and max_per_key is None:
         raise InvalidArgumentError(
-            "an admission policy needs max_open_runs or a rate (remove the policy instead)"
+            "an admission policy needs max_open_runs, a rate or max_per_key "
+            "(remove the policy instead)"
         )
 
 
@@ -66,8 +78,12 @@ class _AdmissionOps(_SqlOpsBase):
         starts_per_period: int | None,
         period_ms: int | None,
         over_limit: str,
+        max_per_key: int | None = None,
+        key_strategy: str = "queue",
     ) -> Admission:
-        check_admission(max_open_runs, starts_per_period, period_ms, over_limit)
+        check_admission(
+            max_open_runs, starts_per_period, period_ms, over_limit, max_per_key, key_strategy
+        )
 
         def op(tx: Tx) -> Admission:
             require_namespace(tx, namespace)
@@ -77,8 +93,10 @@ class _AdmissionOps(_SqlOpsBase):
             # runs at once (admit_waiting, under the row's lock).
             tx.run(
                 "INSERT INTO namespace_admission (namespace, max_open_runs, starts_per_period, "
-                "period_ms, over_limit, tokens, tokens_at_ms, updated_at_ms) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (namespace) DO UPDATE SET "
+                "period_ms, over_limit, tokens, tokens_at_ms, updated_at_ms, max_per_key, "
+                "key_strategy) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (namespace) DO UPDATE SET "
+                "max_per_key = excluded.max_per_key, key_strategy = excluded.key_strategy, "
                 "max_open_runs = excluded.max_open_runs, "
                 "starts_per_period = excluded.starts_per_period, "
                 "period_ms = excluded.period_ms, over_limit = excluded.over_limit, "
@@ -92,6 +110,8 @@ class _AdmissionOps(_SqlOpsBase):
                     float(starts_per_period or 0),
                     now,
                     now,
+                    max_per_key,
+                    key_strategy,
                 ),
             )
             admit_waiting(tx, namespace)

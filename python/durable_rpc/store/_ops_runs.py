@@ -14,6 +14,7 @@ from durable_rpc.errors import (
     WorkflowAlreadyStartedError,
     WorkflowNotRunningError,
 )
+from durable_rpc.store._admission import cancel_waiting_run
 from durable_rpc.store._api import (
     RUN_STATUSES,
     DirectClaim,
@@ -251,20 +252,8 @@ class _RunOps(_LeaseOps):
             run = find_run(tx, namespace, workflow_id, run_id)
             if run["status"] != "running":
                 raise WorkflowNotRunningError(f"run {run['run_id']} is {run['status']}")
-            if run["admission"] is not None:
-                # Not yet admitted: no code of it ever ran, so nothing needs to learn of the
-                # request; it closes as cancelled at once (and frees no room: it held none).
-                now = tx.now_ms()
-                append_event(
-                    tx,
-                    namespace,
-                    run["run_id"],
-                    now,
-                    "workflow_cancelled",
-                    history_pb2.WorkflowCancelled(),
-                )
-                failure = failure_bytes(reason or "cancelled before admission", "CancelledError")
-                close_run(tx, namespace, run["run_id"], "cancelled", now, failure=failure)
+            if run["admission"] is not None:  # not yet admitted: closed at once
+                cancel_waiting_run(tx, namespace, run["run_id"], reason)
                 return True
             # Running activities learn about it from their next heartbeat.
             request_cancel_run(tx, namespace, run, reason, tx.now_ms())

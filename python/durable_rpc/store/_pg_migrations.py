@@ -8,6 +8,7 @@ whole migration (see ``_postgres``), so each migration is applied exactly once.
 
 from __future__ import annotations
 
+from durable_rpc.store._admission import concurrency_key_tables
 from durable_rpc.store._admission_pg import pg_migration as admission_pg_migration
 from durable_rpc.store._budgets_pg import pg_migration as budgets_pg_migration
 from durable_rpc.store._migrations import (
@@ -193,4 +194,5 @@ PG_MIGRATIONS: tuple[Migration, ...] = (
     Migration(16, "schedule buffers (BUFFER_ALL, CANCEL_OTHER)", schedule_buffer_table("BIGINT")),
     Migration(17, "namespace admission", admission_pg_migration()),
     Migration(18, "budgets", budgets_pg_migration()),
+    Migration(19, "concurrency keys", concurrency_key_tables()),
 )

@@ -616,6 +616,7 @@ class PostgresStore(SqlStore):
             or checked.search_attributes
             or checked.execution_timeout_ms
             or checked.run_timeout_ms
+            or checked.concurrency_key
         ):
             return None
         claim = None

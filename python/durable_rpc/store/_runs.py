@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from google.protobuf import duration_pb2
 
 from durable_rpc.errors import DefinitionRemovedError, InternalError, InvalidArgumentError
-from durable_rpc.store._admission import ADMISSION_PROBE, admit_new_run
+from durable_rpc.store._admission import ADMISSION_PROBE, MAX_CONCURRENCY_KEY, admit_new_run
 from durable_rpc.store._api import StartOptions
 from durable_rpc.store._build_pins import carried_pin
 from durable_rpc.store._logic import parse_payload
@@ -48,6 +48,7 @@ class CheckedStart:
     search_attributes: bytes | None
     execution_timeout_ms: int | None
     run_timeout_ms: int | None
+    concurrency_key: str | None = None
 
 
 def check_start_options(options: StartOptions | None) -> CheckedStart:
@@ -58,12 +59,18 @@ def check_start_options(options: StartOptions | None) -> CheckedStart:
     ):
         if value is not None and value < 0:
             raise InvalidArgumentError(f"{what} must not be negative")
+    key = options.concurrency_key or None
+    if key is not None and len(key) > MAX_CONCURRENCY_KEY:
+        raise InvalidArgumentError(
+            f"concurrency_key must be at most {MAX_CONCURRENCY_KEY} characters, got {len(key)}"
+        )
     return CheckedStart(
         memo=parse_memo(options.memo),
         search_rows=parse_search_attributes(options.search_attributes),
         search_attributes=options.search_attributes or None,
         execution_timeout_ms=options.execution_timeout_ms or None,
         run_timeout_ms=options.run_timeout_ms or None,
+        concurrency_key=key,
     )
 
 
@@ -195,7 +202,13 @@ def create_run(
     if inserted["removed_at_ms"] is not None:
         # The transaction rolls back: nothing of the run is kept.
         raise DefinitionRemovedError(removed_message(workflow_type, version, "started"))
-    if not admitted and inserted["admission_on"] and admit_new_run(tx, namespace, run_id):
+    key = start.concurrency_key if start is not None else None
+    if key is not None:  # only a keyed run pays this write
+        tx.run(
+            "UPDATE runs SET concurrency_key = ? WHERE namespace = ? AND run_id = ?",
+            (key, namespace, run_id),
+        )
+    if not admitted and inserted["admission_on"] and admit_new_run(tx, namespace, run_id, key):
         tx.deferred_starts += 1
     fingerprint = inserted["definition_fingerprint"]
     tx.remember_history_length(namespace, run_id, 0, 0)
@@ -378,6 +391,8 @@ def continue_as_new(
         search_attributes=attrs,
         execution_timeout_ms=execution_ms,
         run_timeout_ms=run_ms or None,
+        # The successor is the same run of its key: it keeps the key's room.
+        concurrency_key=run["concurrency_key"],
     )
     new_run_id = str(uuid.uuid4())
     append_event(

@@ -46,6 +46,42 @@ ADMISSION_OVER_LIMIT_REFUSE: AdmissionOverLimit.ValueType  # 2
 """The start is refused: RESOURCE_EXHAUSTED, reason ADMISSION_LIMIT; nothing is kept."""
 Global___AdmissionOverLimit: _TypeAlias = AdmissionOverLimit  # noqa: Y015
 
+class _ConcurrencyKeyStrategy:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ConcurrencyKeyStrategyEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ConcurrencyKeyStrategy.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    CONCURRENCY_KEY_STRATEGY_UNSPECIFIED: _ConcurrencyKeyStrategy.ValueType  # 0
+    """QUEUE."""
+    CONCURRENCY_KEY_STRATEGY_QUEUE: _ConcurrencyKeyStrategy.ValueType  # 1
+    """The run waits, not yet admitted, and is admitted in start order when a run of its
+    key closes (runs of other keys go past it).
+    """
+    CONCURRENCY_KEY_STRATEGY_CANCEL_NEWEST: _ConcurrencyKeyStrategy.ValueType  # 2
+    """The new start is refused: RESOURCE_EXHAUSTED, reason CONCURRENCY_KEY_LIMIT."""
+    CONCURRENCY_KEY_STRATEGY_CANCEL_OLDEST: _ConcurrencyKeyStrategy.ValueType  # 3
+    """The key's oldest open run is cancelled (closed at once if not yet admitted, else
+    asked to cancel); the new run is admitted when the room is free.
+    """
+
+class ConcurrencyKeyStrategy(_ConcurrencyKeyStrategy, metaclass=_ConcurrencyKeyStrategyEnumTypeWrapper):
+    """What a start whose concurrency key has its limit of open runs gets."""
+
+CONCURRENCY_KEY_STRATEGY_UNSPECIFIED: ConcurrencyKeyStrategy.ValueType  # 0
+"""QUEUE."""
+CONCURRENCY_KEY_STRATEGY_QUEUE: ConcurrencyKeyStrategy.ValueType  # 1
+"""The run waits, not yet admitted, and is admitted in start order when a run of its
+key closes (runs of other keys go past it).
+"""
+CONCURRENCY_KEY_STRATEGY_CANCEL_NEWEST: ConcurrencyKeyStrategy.ValueType  # 2
+"""The new start is refused: RESOURCE_EXHAUSTED, reason CONCURRENCY_KEY_LIMIT."""
+CONCURRENCY_KEY_STRATEGY_CANCEL_OLDEST: ConcurrencyKeyStrategy.ValueType  # 3
+"""The key's oldest open run is cancelled (closed at once if not yet admitted, else
+asked to cancel); the new run is admitted when the room is free.
+"""
+Global___ConcurrencyKeyStrategy: _TypeAlias = ConcurrencyKeyStrategy  # noqa: Y015
+
 @_typing.final
 class Namespace(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
@@ -1208,6 +1244,8 @@ class NamespaceAdmission(_message.Message):
     OPEN_RUNS_FIELD_NUMBER: _builtins.int
     WAITING_RUNS_FIELD_NUMBER: _builtins.int
     UPDATE_TIME_FIELD_NUMBER: _builtins.int
+    MAX_OPEN_RUNS_PER_KEY_FIELD_NUMBER: _builtins.int
+    KEY_STRATEGY_FIELD_NUMBER: _builtins.int
     max_open_runs: _builtins.int
     """Open runs admitted at once (0: no limit). Child runs and continue-as-new
     successors count but are never held back.
@@ -1218,6 +1256,11 @@ class NamespaceAdmission(_message.Message):
     open_runs: _builtins.int
     """Admitted open runs and runs waiting for admission now."""
     waiting_runs: _builtins.int
+    max_open_runs_per_key: _builtins.int
+    """Admitted open runs of one concurrency key (StartWorkflowRequest.concurrency_key)
+    at once (0: keys are not limited), and what a start over it gets.
+    """
+    key_strategy: Global___ConcurrencyKeyStrategy.ValueType
     @_builtins.property
     def period(self) -> _duration_pb2.Duration: ...
     @_builtins.property
@@ -1232,10 +1275,12 @@ class NamespaceAdmission(_message.Message):
         open_runs: _builtins.int = ...,
         waiting_runs: _builtins.int = ...,
         update_time: _timestamp_pb2.Timestamp | None = ...,
+        max_open_runs_per_key: _builtins.int = ...,
+        key_strategy: Global___ConcurrencyKeyStrategy.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["period", b"period", "update_time", b"update_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_open_runs", b"max_open_runs", "open_runs", b"open_runs", "over_limit", b"over_limit", "period", b"period", "starts_per_period", b"starts_per_period", "update_time", b"update_time", "waiting_runs", b"waiting_runs"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["key_strategy", b"key_strategy", "max_open_runs", b"max_open_runs", "max_open_runs_per_key", b"max_open_runs_per_key", "open_runs", b"open_runs", "over_limit", b"over_limit", "period", b"period", "starts_per_period", b"starts_per_period", "update_time", b"update_time", "waiting_runs", b"waiting_runs"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1250,6 +1295,8 @@ class SetNamespaceAdmissionRequest(_message.Message):
     STARTS_PER_PERIOD_FIELD_NUMBER: _builtins.int
     PERIOD_FIELD_NUMBER: _builtins.int
     OVER_LIMIT_FIELD_NUMBER: _builtins.int
+    MAX_OPEN_RUNS_PER_KEY_FIELD_NUMBER: _builtins.int
+    KEY_STRATEGY_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     max_open_runs: _builtins.int
     """0 (no limit) or 1 to 10,000,000."""
@@ -1258,6 +1305,9 @@ class SetNamespaceAdmissionRequest(_message.Message):
     a limit or a rate. Anything else: INVALID_ARGUMENT.
     """
     over_limit: Global___AdmissionOverLimit.ValueType
+    max_open_runs_per_key: _builtins.int
+    """0 (keys not limited) or 1 to 10,000,000."""
+    key_strategy: Global___ConcurrencyKeyStrategy.ValueType
     @_builtins.property
     def period(self) -> _duration_pb2.Duration: ...
     def __init__(
@@ -1268,10 +1318,12 @@ class SetNamespaceAdmissionRequest(_message.Message):
         starts_per_period: _builtins.int = ...,
         period: _duration_pb2.Duration | None = ...,
         over_limit: Global___AdmissionOverLimit.ValueType = ...,
+        max_open_runs_per_key: _builtins.int = ...,
+        key_strategy: Global___ConcurrencyKeyStrategy.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["period", b"period"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_open_runs", b"max_open_runs", "namespace", b"namespace", "over_limit", b"over_limit", "period", b"period", "starts_per_period", b"starts_per_period"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["key_strategy", b"key_strategy", "max_open_runs", b"max_open_runs", "max_open_runs_per_key", b"max_open_runs_per_key", "namespace", b"namespace", "over_limit", b"over_limit", "period", b"period", "starts_per_period", b"starts_per_period"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -119,6 +119,7 @@ class StartWorkflowRequest(_message.Message):
     SEARCH_ATTRIBUTES_FIELD_NUMBER: _builtins.int
     EXECUTION_TIMEOUT_FIELD_NUMBER: _builtins.int
     RUN_TIMEOUT_FIELD_NUMBER: _builtins.int
+    CONCURRENCY_KEY_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     workflow_id: _builtins.str
     """Chosen by the caller; unique among the namespace's open runs."""
@@ -128,6 +129,11 @@ class StartWorkflowRequest(_message.Message):
     task_queue: _builtins.str
     request_id: _builtins.str
     """Idempotency key: repeating a start with the same request id returns the same run."""
+    concurrency_key: _builtins.str
+    """Empty = none. A namespace's admission policy may limit the open runs of one key
+    (AdminService.SetNamespaceAdmission, max_open_runs_per_key and key_strategy); at
+    most 255 characters. A continue-as-new keeps its run's key.
+    """
     @_builtins.property
     def input(self) -> _payload_pb2.Payload:
         """Arguments as one array-valued payload."""
@@ -158,10 +164,11 @@ class StartWorkflowRequest(_message.Message):
         search_attributes: _search_attributes_pb2.SearchAttributes | None = ...,
         execution_timeout: _duration_pb2.Duration | None = ...,
         run_timeout: _duration_pb2.Duration | None = ...,
+        concurrency_key: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["execution_timeout", b"execution_timeout", "input", b"input", "memo", b"memo", "run_timeout", b"run_timeout", "search_attributes", b"search_attributes"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["execution_timeout", b"execution_timeout", "input", b"input", "memo", b"memo", "namespace", b"namespace", "request_id", b"request_id", "run_timeout", b"run_timeout", "search_attributes", b"search_attributes", "task_queue", b"task_queue", "workflow_id", b"workflow_id", "workflow_type", b"workflow_type", "workflow_version", b"workflow_version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["concurrency_key", b"concurrency_key", "execution_timeout", b"execution_timeout", "input", b"input", "memo", b"memo", "namespace", b"namespace", "request_id", b"request_id", "run_timeout", b"run_timeout", "search_attributes", b"search_attributes", "task_queue", b"task_queue", "workflow_id", b"workflow_id", "workflow_type", b"workflow_type", "workflow_version", b"workflow_version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
