@@ -189,6 +189,12 @@ class BudgetInUseError(DurableRpcError):
     reason = "BUDGET_IN_USE"
 
 
+class InvalidRateLimitError(InvalidArgumentError):
+    """A rate limit's permits, period or burst out of range (0, negative, malformed)."""
+
+    reason = "INVALID_RATE_LIMIT"
+
+
 STATUS_BY_REASON: dict[str, grpc.StatusCode] = {
     LeaseLostError.reason: grpc.StatusCode.FAILED_PRECONDITION,
     WorkflowAlreadyStartedError.reason: grpc.StatusCode.ALREADY_EXISTS,
@@ -217,6 +223,7 @@ STATUS_BY_REASON: dict[str, grpc.StatusCode] = {
     WorkflowNotFailedError.reason: grpc.StatusCode.FAILED_PRECONDITION,
     BudgetInUseError.reason: grpc.StatusCode.FAILED_PRECONDITION,
     ProtocolVersionUnsupportedError.reason: grpc.StatusCode.FAILED_PRECONDITION,
+    InvalidRateLimitError.reason: grpc.StatusCode.INVALID_ARGUMENT,
 }
 
 ERROR_BY_REASON: dict[str, type[DurableRpcError]] = {
@@ -249,5 +256,6 @@ ERROR_BY_REASON: dict[str, type[DurableRpcError]] = {
         WorkflowNotFailedError,
         BudgetInUseError,
         ProtocolVersionUnsupportedError,
+        InvalidRateLimitError,
     )
 }

@@ -18,6 +18,8 @@ NOT_PER_RUN = {
     "schema_version",
     # Configuration of a namespace's task queues, set and removed by operators.
     "task_queue_limits",
+    # A namespace's rate limits (their token buckets), set and removed by operators.
+    "rate_limits",
     # A namespace's admission policy (its limit, rate and token bucket), set by operators.
     "namespace_admission",
     # A namespace's budgets (workflow.reserve()), set and removed by operators; their

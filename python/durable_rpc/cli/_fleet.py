@@ -126,6 +126,14 @@ def task_queue_describe(queue: str, namespace: str, address: str, as_json: bool)
             f"activity limit: {reply.activities_in_use} of "
             f"{reply.limit.max_concurrent_activities} attempts in use"
         )
+    for r in reply.rate_limits:
+        # Namespace-wide: every one applies to this queue's attempts of its key or type.
+        scope = "activity type" if r.scope == pb.RATE_LIMIT_SCOPE_ACTIVITY_TYPE else "key"
+        console.print(
+            f"rate limit ({scope} {r.name}): {r.permits} per {r.period.ToMilliseconds()} ms, "
+            f"burst {r.burst}, next token "
+            f"{_time(r.next_token_time, r.HasField('next_token_time'))}"
+        )
     pollers = Table("worker", "build", "last heartbeat", "slots", title="pollers (live workers)")
     for p in reply.pollers:
         pollers.add_row(

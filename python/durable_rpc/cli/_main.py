@@ -14,6 +14,7 @@ from durable_rpc.cli._definitions import definition
 from durable_rpc.cli._errors import DEBUG_ENV, explain
 from durable_rpc.cli._fleet import task_queue, worker
 from durable_rpc.cli._limits import limit
+from durable_rpc.cli._rate_limits import rate_limit
 from durable_rpc.cli._replay import replay
 from durable_rpc.cli._schedule import schedule
 from durable_rpc.cli._selfcheck import selfcheck
@@ -58,6 +59,7 @@ cli.add_command(namespace)
 cli.add_command(token)
 cli.add_command(worker)
 task_queue.add_command(limit)
+task_queue.add_command(rate_limit)
 cli.add_command(task_queue)
 cli.add_command(definition)
 cli.add_command(schedule)

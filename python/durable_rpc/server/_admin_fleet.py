@@ -6,6 +6,7 @@ from __future__ import annotations
 import grpc
 
 from durable_rpc.server import _convert, _validate
+from durable_rpc.server._admin_limits import rate_limit_message
 from durable_rpc.store import QueueBacklog, Store, WorkerRecord
 from durable_rpc.v1 import admin_service_pb2 as pb
 from durable_rpc.v1 import service_pb2
@@ -104,4 +105,5 @@ class AdminFleetMixin:
                 else None
             ),
             activities_in_use=queue.activities_in_use,
+            rate_limits=[rate_limit_message(r) for r in queue.rate_limits],
         )

@@ -18,7 +18,7 @@ from durable_rpc.server._admin_admission import AdminAdmissionMixin
 from durable_rpc.server._admin_budgets import AdminBudgetsMixin
 from durable_rpc.server._admin_definitions import AdminDefinitionsMixin
 from durable_rpc.server._admin_fleet import AdminFleetMixin
-from durable_rpc.server._admin_limits import AdminLimitsMixin
+from durable_rpc.server._admin_limits import AdminLimitsMixin, AdminRateLimitsMixin
 from durable_rpc.server._auth import current_principal
 from durable_rpc.store import ApiKeyRecord, NamespaceRecord, Store
 from durable_rpc.v1 import admin_service_pb2 as pb
@@ -78,6 +78,7 @@ def _visible(principal: Principal | None, name: str) -> bool:
 class AdminService(
     AdminFleetMixin,
     AdminLimitsMixin,
+    AdminRateLimitsMixin,
     AdminAdmissionMixin,
     AdminBudgetsMixin,
     AdminDefinitionsMixin,

@@ -164,6 +164,7 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
         claim: Callable[[], Awaitable[T | None]],
         handed_over: Callable[[Arrival], T | None] | None = None,
         worker_id: str | None = None,
+        retry_in: Callable[[], float | None] | None = None,
     ) -> T | None:
         """Claim, or wait for a wake-up on `key` and claim again, until the poll timeout.
 
@@ -178,6 +179,11 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
 
         With `handed_over` (workflow tasks, see `_handoff.py`) the waiting poll names
         `worker_id`, so a start may claim its first task for it and hand it over.
+
+        With `retry_in` (activity tasks), an empty claim may name the seconds after
+        which it could succeed without any wake-up (a rate limit's next token): the
+        wait ends then at the latest, so a held-back task is claimed when it may be
+        and no poll spins meanwhile.
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._poll_timeout_s
@@ -204,6 +210,8 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
                     remaining = deadline - loop.time()
                     if remaining <= 0:
                         return None
+                    if retry_in is not None and (due := retry_in()) is not None:
+                        remaining = min(remaining, due)
                     if handed_over is not None and worker_id is not None:
                         # Only while waiting: a poll busy claiming takes nothing handed.
                         waiters.name_waiter(key, arrival, worker_id)
@@ -428,9 +436,18 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
         )
         if replayed is not None:
             return replayed
+        retry_in_ms: int | None = None
+
+        async def claim() -> ClaimedActivityTask | None:
+            nonlocal retry_in_ms
+            poll = await self._store.poll_activity_task(ns, queue, worker_id, types)
+            retry_in_ms = poll.retry_in_ms
+            return poll.task
+
         task = await self._long_poll(
             (ns, queue, "activity"),
-            lambda: self._store.claim_activity_task(ns, queue, worker_id, types),
+            claim,
+            retry_in=lambda: None if retry_in_ms is None else max(retry_in_ms, 1) / 1000,
         )
         if task is None:
             return service_pb2.PollActivityTaskResponse()

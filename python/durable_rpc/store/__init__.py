@@ -18,6 +18,7 @@ from durable_rpc.store._admission_records import Admission
 from durable_rpc.store._api import (
     RUN_STATUSES,
     ActivityCompletion,
+    ActivityPoll,
     ApiKeyLookup,
     ApiKeyRecord,
     ClaimedActivityTask,
@@ -53,6 +54,7 @@ from durable_rpc.store._budget_records import Budget
 from durable_rpc.store._definition_records import DefinitionRecord
 from durable_rpc.store._fleet_records import (
     QueueBacklog,
+    RateLimit,
     ServedDefinition,
     TaskQueueDescription,
     TaskQueueLimit,
@@ -65,6 +67,7 @@ __all__ = [
     "Budget",
     "Admission",
     "QueueBacklog",
+    "RateLimit",
     "ServedDefinition",
     "TaskQueueDescription",
     "TaskQueueLimit",
@@ -78,6 +81,7 @@ __all__ = [
     "WorkflowTaskCompletion",
     "DueReport",
     "ActivityCompletion",
+    "ActivityPoll",
     "ApiKeyLookup",
     "ApiKeyRecord",
     "NamespaceRecord",

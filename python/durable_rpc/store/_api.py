@@ -19,6 +19,7 @@ from durable_rpc.store._admission_records import Admission
 from durable_rpc.store._budget_records import Budget
 from durable_rpc.store._definition_records import DefinitionRecord
 from durable_rpc.store._fleet_records import (
+    RateLimit,
     TaskQueueDescription,
     TaskQueueLimit,
     WorkerCounters,
@@ -136,6 +137,9 @@ class StoreStats:
     #: Activity claims that found a visible task but left it queued: its task queue's
     #: concurrency limit was reached (``_queue_limits``).
     deferred_claims: int = 0
+    #: Activity claims that found visible tasks but left them queued: their rate limit's
+    #: bucket had no token (``_rate_limits``).
+    rate_deferred_claims: int = 0
     #: Starts deferred (queued, not yet admitted) and refused by their namespace's
     #: admission policy (``_admission``).
     deferred_starts: int = 0
@@ -445,6 +449,17 @@ class ClaimedActivityTask:
 
 
 @dataclass(frozen=True, slots=True)
+class ActivityPoll:
+    """A claim attempt's answer to a long poll: the task, or when to try again."""
+
+    task: ClaimedActivityTask | None
+    #: In how long (ms, by the database clock) an empty bucket of the namespace's rate
+    #: limits next has a token: a task it holds back may be claimable then. None: only
+    #: a wake-up helps.
+    retry_in_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class HeartbeatResult:
     cancel_requested: bool
     lease_expires_at_ms: int
@@ -734,6 +749,31 @@ class Store(abc.ABC):
     async def list_task_queue_limits(self, namespace: str) -> list[TaskQueueLimit]:
         """The namespace's limits, by task queue."""
 
+    # rate limits (see _ops_rate_limits, _rate_limits)
+    @abc.abstractmethod
+    async def set_rate_limit(
+        self,
+        namespace: str,
+        scope: str,
+        name: str,
+        permits: int,
+        period_ms: int,
+        burst: int | None = None,
+    ) -> RateLimit:
+        """Sets the namespace's rate limit of ``scope`` (``key``: attempts scheduled with
+        rate_limit_key ``name``; ``activity_type``: attempts of type ``name`` scheduled
+        without a key): at most ``permits`` claims per ``period_ms``, ``burst`` (default
+        ``permits``) at once; it starts from a full bucket. InvalidRateLimitError out of
+        range."""
+
+    @abc.abstractmethod
+    async def remove_rate_limit(self, namespace: str, scope: str, name: str) -> None:
+        """Removes it; NotFoundError when there is none."""
+
+    @abc.abstractmethod
+    async def list_rate_limits(self, namespace: str) -> list[RateLimit]:
+        """The namespace's rate limits, by scope then name."""
+
     # budgets (see _ops_budgets, _budgets)
     @abc.abstractmethod
     async def set_budget(self, namespace: str, name: str, capacity: int) -> Budget:
@@ -863,6 +903,19 @@ class Store(abc.ABC):
         worker_id: str,
         activity_types: Sequence[str],
     ) -> ClaimedActivityTask | None: ...
+
+    async def poll_activity_task(
+        self,
+        namespace: str,
+        task_queue: str,
+        worker_id: str,
+        activity_types: Sequence[str],
+    ) -> ActivityPoll:
+        """``claim_activity_task`` for a long poll: with no task, also when a task held
+        back by a rate limit may be claimable (``ActivityPoll.retry_in_ms``)."""
+        return ActivityPoll(
+            await self.claim_activity_task(namespace, task_queue, worker_id, activity_types)
+        )
 
     @abc.abstractmethod
     async def heartbeat_activity_task(

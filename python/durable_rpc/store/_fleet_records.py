@@ -78,6 +78,8 @@ class TaskQueueDescription:
     max_concurrent_activities: int | None = None
     #: Activity attempts leased now (what the limit is checked against).
     activities_in_use: int = 0
+    #: The namespace's rate limits (they apply to every queue of the namespace).
+    rate_limits: tuple[RateLimit, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,5 +89,23 @@ class TaskQueueLimit:
     namespace: str
     task_queue: str
     max_concurrent_activities: int
+    #: When it was last set (database clock).
+    updated_at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimit:
+    """A namespace's rate limit on activity claims: ``permits`` per ``period_ms`` for
+    one named downstream (scope ``key``) or one activity type (scope ``activity_type``)."""
+
+    namespace: str
+    scope: str
+    name: str
+    permits: int
+    period_ms: int
+    #: Claims that may go at once after a quiet time (the bucket's capacity).
+    burst: int
+    #: When the bucket next has a token (database clock; at or before now: it has one).
+    next_token_ms: int
     #: When it was last set (database clock).
     updated_at_ms: int

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from durable_rpc.store._admission import admission_tables, concurrency_key_tables
 from durable_rpc.store._budgets import budget_tables
 from durable_rpc.store._queue_limits import task_queue_limits_table
+from durable_rpc.store._rate_limits import rate_limits_table
 from durable_rpc.store._schedule_buffer import schedule_buffer_table
 
 #: The database clock in integer milliseconds since the epoch (SQLite).
@@ -448,6 +449,7 @@ SQLITE_MIGRATIONS: tuple[Migration, ...] = (
     Migration(17, "namespace admission", admission_tables("INTEGER", "REAL")),
     Migration(18, "budgets", budget_tables("INTEGER", "INTEGER PRIMARY KEY AUTOINCREMENT")),
     Migration(19, "concurrency keys", concurrency_key_tables()),
+    Migration(20, "rate limits", rate_limits_table("INTEGER")),
 )
 
 

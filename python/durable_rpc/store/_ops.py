@@ -28,6 +28,7 @@ from durable_rpc.store._ops_leases import _LeaseOps
 from durable_rpc.store._ops_limits import _LimitOps
 from durable_rpc.store._ops_metrics import _MetricOps
 from durable_rpc.store._ops_queries import _QueryOps
+from durable_rpc.store._ops_rate_limits import _RateLimitOps
 from durable_rpc.store._ops_redrive import _RedriveOps
 from durable_rpc.store._ops_retention import _RetentionOps
 from durable_rpc.store._ops_runs import _RunOps
@@ -60,6 +61,7 @@ class SqlStore(
     _RetentionOps,
     _MetricOps,
     _ScheduleOps,
+    _RateLimitOps,
 ):
     """The dialect-independent half of a SQL backend."""
 

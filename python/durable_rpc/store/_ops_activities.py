@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from durable_rpc.errors import InvalidArgumentError, LeaseLostError
 from durable_rpc.store._api import (
     ActivityCompletion,
+    ActivityPoll,
     ClaimedActivityTask,
     EagerWorkflowTask,
     HeartbeatResult,
@@ -35,6 +36,13 @@ from durable_rpc.store._queue_limits import (
     QUEUE_LIMITED_RETURNING,
     free_slots,
     slot_freed,
+)
+from durable_rpc.store._rate_limits import (
+    bucket_of,
+    next_token_after,
+    rate_limited_column,
+    rate_open,
+    take_token,
 )
 from durable_rpc.store._shared import (
     append_event,
@@ -73,33 +81,61 @@ class _ActivityOps(_WorkflowTaskOps):
         worker_id: str,
         activity_types: Sequence[str],
     ) -> ClaimedActivityTask | None:
+        poll = await self.poll_activity_task(namespace, task_queue, worker_id, activity_types)
+        return poll.task
+
+    async def poll_activity_task(
+        self,
+        namespace: str,
+        task_queue: str,
+        worker_id: str,
+        activity_types: Sequence[str],
+    ) -> ActivityPoll:
         require(worker_id, "worker_id")
         types = list(dict.fromkeys(activity_types))
         type_filter = ""
         if types:
             type_filter = f" AND activity_type IN ({', '.join('?' for _ in types)})"
 
-        def op(tx: Tx) -> ClaimedActivityTask | None:
+        def op(tx: Tx) -> ActivityPoll:
             require_namespace(tx, namespace)
             now = tx.now_ms()
-            candidate = tx.one(
-                "SELECT task_id, lease_ms, start_to_close_ms, schedule_to_close_deadline_ms, "
-                f"{QUEUE_LIMIT_COLUMN} "
+            where = (
                 "FROM tasks t WHERE namespace = ? AND kind = 'activity' AND task_queue = ? "
                 "AND due_ms IS NOT NULL AND due_ms <= ? AND state IN ('queued', 'waiting') "
                 f"AND (queue_deadline_ms IS NULL OR queue_deadline_ms > ?){type_filter} "
-                f"AND {SERVED_ACTIVITIES} "
+                f"AND {SERVED_ACTIVITIES}"
+            )
+            params = (namespace, task_queue, now, now, *types, namespace, worker_id, worker_id)
+            candidate = tx.one(
+                "SELECT task_id, lease_ms, start_to_close_ms, schedule_to_close_deadline_ms, "
+                f"{QUEUE_LIMIT_COLUMN}, {rate_limited_column('t')} {where} "
+                f"AND {rate_open('t', '?')} "
                 f"ORDER BY due_ms, task_id LIMIT 1{tx.claim_lock_suffix}",
-                (namespace, task_queue, now, now, *types, namespace, worker_id, worker_id),
+                (*params, namespace, now),
             )
             if candidate is None:
-                return None
+                # Tasks held back by an empty bucket are not candidates: the poll looks
+                # again when the next token is due (only a namespace with an empty
+                # bucket asks whether the claim was deferred by it).
+                token_at = next_token_after(tx, namespace, now)
+                if token_at is not None and tx.one(f"SELECT 1 AS held {where} LIMIT 1", params):
+                    self._stats.rate_deferred_claims += 1
+                return ActivityPoll(None, None if token_at is None else token_at - now)
             if candidate["queue_limit"] is not None and not free_slots(tx, namespace, task_queue):
                 # Deferred, not failed: the task stays queued for the claim after the
                 # next attempt's outcome on this queue (which wakes the polls).
                 self._stats.deferred_claims += 1
-                return None
-            return self._lease_activity(tx, namespace, candidate, worker_id, now)
+                return ActivityPoll(None)
+            if candidate["rate_limited"] is not None:
+                scope, name = bucket_of(candidate["rate_key"], candidate["rate_type"])
+                token_at = take_token(tx, namespace, scope, name, now)
+                if token_at is not None:
+                    # Another claim took the last token after the SELECT read the
+                    # bucket: deferred, the task stays queued.
+                    self._stats.rate_deferred_claims += 1
+                    return ActivityPoll(None, token_at - now)
+            return ActivityPoll(self._lease_activity(tx, namespace, candidate, worker_id, now))
 
         return await self._write(op)
 

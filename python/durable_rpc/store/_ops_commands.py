@@ -12,6 +12,7 @@ from durable_rpc.store._logic import activity_timeouts, duration_ms, earliest, f
 from durable_rpc.store._memo import upsert_memo
 from durable_rpc.store._ops_base import _SqlOpsBase
 from durable_rpc.store._ops_updates import settle_update
+from durable_rpc.store._rate_limits import rate_limited_column
 from durable_rpc.store._runs import continue_as_new
 from durable_rpc.store._search import parse_search_attributes, write_search_attributes
 from durable_rpc.store._shared import append_event, close_run
@@ -267,13 +268,14 @@ class _CommandOps(_SqlOpsBase):
             "INSERT INTO tasks (namespace, run_id, kind, task_queue, state, visible_at_ms, "
             "due_ms, attempt, fencing_token, seq, activity_type, input, options, lease_ms, "
             "start_to_close_ms, schedule_to_close_deadline_ms, queue_deadline_ms, "
-            "created_at_ms, trace_context) "
-            "VALUES (?, ?, 'activity', ?, 'queued', ?, ?, 1, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-            # The queue's limit rides on the insert (an eager claim of the new task needs
-            # it; _queue_limits): no statement more.
+            "created_at_ms, trace_context, rate_limit_key) "
+            "VALUES (?, ?, 'activity', ?, 'queued', ?, ?, 1, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+            # The queue's limit and the task's rate limit ride on the insert (an eager
+            # claim of the new task needs them; _queue_limits, _rate_limits): no
+            # statement more.
             "RETURNING task_id, (SELECT l.max_concurrent_activities FROM task_queue_limits l "
             "WHERE l.namespace = tasks.namespace AND l.task_queue = tasks.task_queue) "
-            "AS queue_limit",
+            f"AS queue_limit, {rate_limited_column('tasks')}",
             (
                 namespace,
                 run_id,
@@ -290,12 +292,16 @@ class _CommandOps(_SqlOpsBase):
                 queue_deadline,
                 now,
                 json.dumps(trace_context) if trace_context else None,
+                options.rate_limit_key or None,
             ),
         )
         assert inserted is not None
         tx.queued_activities[(namespace, run_id, seq)] = {
             "task_id": inserted["task_id"],
             "task_queue": queue,
+            "rate_limited": inserted["rate_limited"],
+            "rate_key": inserted["rate_key"],
+            "rate_type": inserted["rate_type"],
             "queue_limit": inserted["queue_limit"],
             "lease_ms": lease_ms,
             "start_to_close_ms": timeouts.start_to_close_ms,

@@ -17,6 +17,7 @@ from durable_rpc.store._fleet_records import (
 )
 from durable_rpc.store._liveness import LIVE_WORKER, live_since
 from durable_rpc.store._ops_base import _SqlOpsBase
+from durable_rpc.store._ops_rate_limits import rate_limits_of
 from durable_rpc.store._queue_limits import activities_in_use
 from durable_rpc.store._shared import ACTIVE, require, require_namespace
 from durable_rpc.store._tx import Row, Tx
@@ -60,6 +61,7 @@ class _FleetOps(_SqlOpsBase):
                 definitions=_served(pollers),
                 max_concurrent_activities=None if limit is None else int(limit),
                 activities_in_use=activities_in_use(tx, namespace, task_queue),
+                rate_limits=tuple(rate_limits_of(tx, namespace)),
             )
 
         return await self._read(op)

@@ -21,6 +21,7 @@ from durable_rpc.store._history_pages import read_page
 from durable_rpc.store._logic import activity_timeouts, earliest, parse_options
 from durable_rpc.store._ops_base import _SqlOpsBase
 from durable_rpc.store._ops_updates import pending_update_requests
+from durable_rpc.store._rate_limits import rate_open
 from durable_rpc.store._shared import ACTIVE, blob
 from durable_rpc.store._tx import Row, Tx
 
@@ -108,16 +109,19 @@ class _LeaseOps(_SqlOpsBase):
 
         def op(tx: Tx) -> bool:
             now = tx.now_sql()
+            # A task its rate limit holds back is not claimable: passing a wake-up on
+            # for it would have each waiting poll claim nothing in turn.
             deadline = (
                 f" AND (queue_deadline_ms IS NULL OR queue_deadline_ms > {now})"
+                f" AND {rate_open('t', now)}"
                 if kind == "activity"
                 else ""
             )
             row = tx.one(
-                "SELECT 1 AS present FROM tasks WHERE namespace = ? AND kind = ? "
+                "SELECT 1 AS present FROM tasks t WHERE namespace = ? AND kind = ? "
                 f"AND task_queue = ? AND due_ms IS NOT NULL AND due_ms <= {now} "
                 f"AND state IN {states}{deadline} LIMIT 1",
-                (namespace, kind, task_queue),
+                (namespace, kind, task_queue, *((namespace,) if kind == "activity" else ())),
             )
             return row is not None
 

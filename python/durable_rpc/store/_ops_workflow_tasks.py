@@ -26,6 +26,7 @@ from durable_rpc.store._ops_commands import _CommandOps
 from durable_rpc.store._ops_leases import _LeaseOps, _WorkflowClaim
 from durable_rpc.store._ops_updates import settle_update
 from durable_rpc.store._queue_limits import QUEUE_LIMIT_COLUMN, free_slots
+from durable_rpc.store._rate_limits import bucket_of, rate_limited_column, take_token
 from durable_rpc.store._shared import (
     ACTIVE,
     INPUT_KINDS_SQL,
@@ -302,7 +303,8 @@ class _WorkflowTaskOps(_LeaseOps, _CommandOps):
             marks = ", ".join("?" for _ in seqs)
             candidates = tx.all(
                 "SELECT task_id, task_queue, lease_ms, start_to_close_ms, "
-                f"schedule_to_close_deadline_ms, {QUEUE_LIMIT_COLUMN} FROM tasks t "
+                f"schedule_to_close_deadline_ms, {QUEUE_LIMIT_COLUMN}, "
+                f"{rate_limited_column('t')} FROM tasks t "
                 "WHERE namespace = ? AND run_id = ? AND kind = 'activity' "
                 f"AND state = 'queued' AND seq IN ({marks}) ORDER BY seq",
                 (namespace, run_id, *seqs),
@@ -321,6 +323,19 @@ class _WorkflowTaskOps(_LeaseOps, _CommandOps):
                         self._stats.deferred_claims += 1
                         continue
                     free -= 1
+                kept.append(c)
+            candidates = kept
+        if any(c["rate_limited"] is not None for c in candidates):
+            # An eager claim takes a token like a poll's (in command order); one with no
+            # token leaves its task queued for the polls, which look again when the
+            # next token is due.
+            kept = []
+            for c in candidates:
+                if c["rate_limited"] is not None:
+                    scope, name = bucket_of(c["rate_key"], c["rate_type"])
+                    if take_token(tx, namespace, scope, name, now) is not None:
+                        self._stats.rate_deferred_claims += 1
+                        continue
                 kept.append(c)
             candidates = kept
         return [

@@ -93,6 +93,10 @@ class DecisionCall:
             return None
         if decision.kind == "workflow" and not commands:
             return None  # whether it needs a marker at all is the general path's question
+        if any(c.schedule_activity.options.rate_limit_key for c in commands):
+            # The function's INSERT has no rate_limit_key column: the general path
+            # records the key on the task row (``_rate_limits``).
+            return None
         eager = decision.eager or EagerActivities("", frozenset(), 0)
         # The run's queue: a worker that asks for eager activities polls it (the
         # function checks); without that ask, only a decision scheduling nothing qualifies.

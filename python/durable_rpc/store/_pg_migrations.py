@@ -28,6 +28,7 @@ from durable_rpc.store._migrations import (
 )
 from durable_rpc.store._pg_hot_sql import BUILD_PIN_FUNCTIONS, HOT_PATH_FUNCTIONS
 from durable_rpc.store._queue_limits import pg_migration as queue_limits_pg_migration
+from durable_rpc.store._rate_limits import pg_migration as rate_limits_pg_migration
 from durable_rpc.store._schedule_buffer import schedule_buffer_table
 
 #: The database clock in integer milliseconds since the epoch (PostgreSQL). The real
@@ -195,4 +196,5 @@ PG_MIGRATIONS: tuple[Migration, ...] = (
     Migration(17, "namespace admission", admission_pg_migration()),
     Migration(18, "budgets", budgets_pg_migration()),
     Migration(19, "concurrency keys", concurrency_key_tables()),
+    Migration(20, "rate limits", rate_limits_pg_migration()),
 )

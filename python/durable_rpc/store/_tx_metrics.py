@@ -31,9 +31,10 @@ class TxMetrics:
     - ``durable_rpc.store_operations`` counter {store, outcome}: write operations,
       ``committed`` or ``failed`` (rolled back alone). Operations over transactions is the
       mean batch size (SQLite's group commit; 1 on PostgreSQL).
-    - ``durable_rpc.activity_claims_deferred`` counter {store}: activity claims that left a
-      visible task queued because its task queue's concurrency limit was reached
-      (``_queue_limits``): a deferral, never silent.
+    - ``durable_rpc.activity_claims_deferred`` counter {store, reason}: activity claims
+      that left a visible task queued, ``reason`` ``concurrency`` (its task queue's
+      concurrency limit was reached, ``_queue_limits``) or ``rate_limit`` (its rate
+      limit's bucket had no token, ``_rate_limits``): a deferral, never silent.
     - ``durable_rpc.workflow_starts_deferred`` / ``durable_rpc.workflow_starts_refused``
       counters {store}: starts their namespace's admission policy queued as not yet
       admitted, or refused with ADMISSION_LIMIT (``_admission``).
@@ -67,7 +68,7 @@ class TxMetrics:
             "durable_rpc.activity_claims_deferred",
             callbacks=[self._observe_deferred],
             unit="{claim}",
-            description="Activity claims deferred by a task queue's concurrency limit",
+            description="Activity claims deferred by a concurrency or rate limit",
         )
         meter.create_observable_counter(
             "durable_rpc.workflow_starts_deferred",
@@ -102,7 +103,14 @@ class TxMetrics:
         ]
 
     def _observe_deferred(self, options: CallbackOptions) -> Iterable[Observation]:
-        return [Observation(self._stats.deferred_claims, {"store": self._store})]
+        return [
+            Observation(
+                self._stats.deferred_claims, {"store": self._store, "reason": "concurrency"}
+            ),
+            Observation(
+                self._stats.rate_deferred_claims, {"store": self._store, "reason": "rate_limit"}
+            ),
+        ]
 
     def _observe_deferred_starts(self, options: CallbackOptions) -> Iterable[Observation]:
         return [Observation(self._stats.deferred_starts, {"store": self._store})]

@@ -22,6 +22,27 @@ else:
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class _RateLimitScope:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _RateLimitScopeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_RateLimitScope.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    RATE_LIMIT_SCOPE_UNSPECIFIED: _RateLimitScope.ValueType  # 0
+    RATE_LIMIT_SCOPE_KEY: _RateLimitScope.ValueType  # 1
+    """Attempts whose ActivityOptions.rate_limit_key is the limit's name."""
+    RATE_LIMIT_SCOPE_ACTIVITY_TYPE: _RateLimitScope.ValueType  # 2
+    """Attempts of the activity type named, scheduled without a rate_limit_key."""
+
+class RateLimitScope(_RateLimitScope, metaclass=_RateLimitScopeEnumTypeWrapper): ...
+
+RATE_LIMIT_SCOPE_UNSPECIFIED: RateLimitScope.ValueType  # 0
+RATE_LIMIT_SCOPE_KEY: RateLimitScope.ValueType  # 1
+"""Attempts whose ActivityOptions.rate_limit_key is the limit's name."""
+RATE_LIMIT_SCOPE_ACTIVITY_TYPE: RateLimitScope.ValueType  # 2
+"""Attempts of the activity type named, scheduled without a rate_limit_key."""
+Global___RateLimitScope: _TypeAlias = RateLimitScope  # noqa: Y015
+
 class _AdmissionOverLimit:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -731,6 +752,7 @@ class DescribeTaskQueueResponse(_message.Message):
     DEFINITIONS_FIELD_NUMBER: _builtins.int
     LIMIT_FIELD_NUMBER: _builtins.int
     ACTIVITIES_IN_USE_FIELD_NUMBER: _builtins.int
+    RATE_LIMITS_FIELD_NUMBER: _builtins.int
     task_queue: _builtins.str
     activities_in_use: _builtins.int
     """Activity attempts leased now, what the limit is checked against (an expired lease
@@ -748,6 +770,10 @@ class DescribeTaskQueueResponse(_message.Message):
     def limit(self) -> Global___TaskQueueLimit:
         """The queue's limit on concurrent activity attempts (unset: unlimited)."""
 
+    @_builtins.property
+    def rate_limits(self) -> _containers.RepeatedCompositeFieldContainer[Global___RateLimit]:
+        """The namespace's rate limits: they apply to every task queue of the namespace."""
+
     def __init__(
         self,
         *,
@@ -757,10 +783,11 @@ class DescribeTaskQueueResponse(_message.Message):
         definitions: _abc.Iterable[Global___DefinitionServed] | None = ...,
         limit: Global___TaskQueueLimit | None = ...,
         activities_in_use: _builtins.int = ...,
+        rate_limits: _abc.Iterable[Global___RateLimit] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["limit", b"limit"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["activities_in_use", b"activities_in_use", "backlog", b"backlog", "definitions", b"definitions", "limit", b"limit", "pollers", b"pollers", "task_queue", b"task_queue"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["activities_in_use", b"activities_in_use", "backlog", b"backlog", "definitions", b"definitions", "limit", b"limit", "pollers", b"pollers", "rate_limits", b"rate_limits", "task_queue", b"task_queue"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -879,6 +906,188 @@ class ListTaskQueueLimitsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListTaskQueueLimitsResponse: _TypeAlias = ListTaskQueueLimitsResponse  # noqa: Y015
+
+@_typing.final
+class RateLimit(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SCOPE_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    PERMITS_FIELD_NUMBER: _builtins.int
+    PERIOD_FIELD_NUMBER: _builtins.int
+    BURST_FIELD_NUMBER: _builtins.int
+    NEXT_TOKEN_TIME_FIELD_NUMBER: _builtins.int
+    UPDATE_TIME_FIELD_NUMBER: _builtins.int
+    scope: Global___RateLimitScope.ValueType
+    name: _builtins.str
+    permits: _builtins.int
+    """At most `permits` claims per `period` on average."""
+    burst: _builtins.int
+    """Claims that may go at once after a quiet time (the bucket's capacity)."""
+    @_builtins.property
+    def period(self) -> _duration_pb2.Duration: ...
+    @_builtins.property
+    def next_token_time(self) -> _timestamp_pb2.Timestamp:
+        """When the bucket next has a token (database clock; at or before now: it has one)."""
+
+    @_builtins.property
+    def update_time(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        scope: Global___RateLimitScope.ValueType = ...,
+        name: _builtins.str = ...,
+        permits: _builtins.int = ...,
+        period: _duration_pb2.Duration | None = ...,
+        burst: _builtins.int = ...,
+        next_token_time: _timestamp_pb2.Timestamp | None = ...,
+        update_time: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["next_token_time", b"next_token_time", "period", b"period", "update_time", b"update_time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["burst", b"burst", "name", b"name", "next_token_time", b"next_token_time", "period", b"period", "permits", b"permits", "scope", b"scope", "update_time", b"update_time"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RateLimit: _TypeAlias = RateLimit  # noqa: Y015
+
+@_typing.final
+class SetRateLimitRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    SCOPE_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    PERMITS_FIELD_NUMBER: _builtins.int
+    PERIOD_FIELD_NUMBER: _builtins.int
+    BURST_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    scope: Global___RateLimitScope.ValueType
+    name: _builtins.str
+    permits: _builtins.int
+    """1 to 1,000,000. Anything else: INVALID_ARGUMENT, reason INVALID_RATE_LIMIT."""
+    burst: _builtins.int
+    """0: `permits` (a full period's worth); else 1 to 1,000,000."""
+    @_builtins.property
+    def period(self) -> _duration_pb2.Duration:
+        """1 ms to 1 day, and permits/period at most 100,000/s (INVALID_RATE_LIMIT)."""
+
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        scope: Global___RateLimitScope.ValueType = ...,
+        name: _builtins.str = ...,
+        permits: _builtins.int = ...,
+        period: _duration_pb2.Duration | None = ...,
+        burst: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["period", b"period"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["burst", b"burst", "name", b"name", "namespace", b"namespace", "period", b"period", "permits", b"permits", "scope", b"scope"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetRateLimitRequest: _TypeAlias = SetRateLimitRequest  # noqa: Y015
+
+@_typing.final
+class SetRateLimitResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RATE_LIMIT_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def rate_limit(self) -> Global___RateLimit: ...
+    def __init__(
+        self,
+        *,
+        rate_limit: Global___RateLimit | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["rate_limit", b"rate_limit"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["rate_limit", b"rate_limit"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetRateLimitResponse: _TypeAlias = SetRateLimitResponse  # noqa: Y015
+
+@_typing.final
+class ListRateLimitsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespace", b"namespace"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListRateLimitsRequest: _TypeAlias = ListRateLimitsRequest  # noqa: Y015
+
+@_typing.final
+class ListRateLimitsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RATE_LIMITS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def rate_limits(self) -> _containers.RepeatedCompositeFieldContainer[Global___RateLimit]: ...
+    def __init__(
+        self,
+        *,
+        rate_limits: _abc.Iterable[Global___RateLimit] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["rate_limits", b"rate_limits"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListRateLimitsResponse: _TypeAlias = ListRateLimitsResponse  # noqa: Y015
+
+@_typing.final
+class RemoveRateLimitRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    SCOPE_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    scope: Global___RateLimitScope.ValueType
+    name: _builtins.str
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        scope: Global___RateLimitScope.ValueType = ...,
+        name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "namespace", b"namespace", "scope", b"scope"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RemoveRateLimitRequest: _TypeAlias = RemoveRateLimitRequest  # noqa: Y015
+
+@_typing.final
+class RemoveRateLimitResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RemoveRateLimitResponse: _TypeAlias = RemoveRateLimitResponse  # noqa: Y015
 
 @_typing.final
 class Budget(_message.Message):

@@ -97,6 +97,21 @@ class AdminServiceStub(object):
                 request_serializer=durable__rpc_dot_v1_dot_admin__service__pb2.ListTaskQueueLimitsRequest.SerializeToString,
                 response_deserializer=durable__rpc_dot_v1_dot_admin__service__pb2.ListTaskQueueLimitsResponse.FromString,
                 _registered_method=True)
+        self.SetRateLimit = channel.unary_unary(
+                '/durable_rpc.v1.AdminService/SetRateLimit',
+                request_serializer=durable__rpc_dot_v1_dot_admin__service__pb2.SetRateLimitRequest.SerializeToString,
+                response_deserializer=durable__rpc_dot_v1_dot_admin__service__pb2.SetRateLimitResponse.FromString,
+                _registered_method=True)
+        self.ListRateLimits = channel.unary_unary(
+                '/durable_rpc.v1.AdminService/ListRateLimits',
+                request_serializer=durable__rpc_dot_v1_dot_admin__service__pb2.ListRateLimitsRequest.SerializeToString,
+                response_deserializer=durable__rpc_dot_v1_dot_admin__service__pb2.ListRateLimitsResponse.FromString,
+                _registered_method=True)
+        self.RemoveRateLimit = channel.unary_unary(
+                '/durable_rpc.v1.AdminService/RemoveRateLimit',
+                request_serializer=durable__rpc_dot_v1_dot_admin__service__pb2.RemoveRateLimitRequest.SerializeToString,
+                response_deserializer=durable__rpc_dot_v1_dot_admin__service__pb2.RemoveRateLimitResponse.FromString,
+                _registered_method=True)
         self.SetBudget = channel.unary_unary(
                 '/durable_rpc.v1.AdminService/SetBudget',
                 request_serializer=durable__rpc_dot_v1_dot_admin__service__pb2.SetBudgetRequest.SerializeToString,
@@ -227,6 +242,32 @@ class AdminServiceServicer(object):
 
     def ListTaskQueueLimits(self, request, context):
         """The namespace's task-queue limits, by task queue.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetRateLimit(self, request, context):
+        """Creates or changes a rate limit of the namespace: at most `permits` activity attempts
+        claimed per `period` (a token bucket of `burst` tokens refilled at permits/period),
+        for the attempts of one named downstream (scope KEY: ActivityOptions.rate_limit_key)
+        or of one activity type without a key (scope ACTIVITY_TYPE), across every task queue,
+        replica and worker. A claim with no token leaves the task queued. Idempotent; a
+        changed limit starts from a full bucket.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListRateLimits(self, request, context):
+        """The namespace's rate limits, with the time the next token is free.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RemoveRateLimit(self, request, context):
+        """Removes a rate limit (NOT_FOUND when there is none).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -364,6 +405,21 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.ListTaskQueueLimits,
                     request_deserializer=durable__rpc_dot_v1_dot_admin__service__pb2.ListTaskQueueLimitsRequest.FromString,
                     response_serializer=durable__rpc_dot_v1_dot_admin__service__pb2.ListTaskQueueLimitsResponse.SerializeToString,
+            ),
+            'SetRateLimit': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetRateLimit,
+                    request_deserializer=durable__rpc_dot_v1_dot_admin__service__pb2.SetRateLimitRequest.FromString,
+                    response_serializer=durable__rpc_dot_v1_dot_admin__service__pb2.SetRateLimitResponse.SerializeToString,
+            ),
+            'ListRateLimits': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListRateLimits,
+                    request_deserializer=durable__rpc_dot_v1_dot_admin__service__pb2.ListRateLimitsRequest.FromString,
+                    response_serializer=durable__rpc_dot_v1_dot_admin__service__pb2.ListRateLimitsResponse.SerializeToString,
+            ),
+            'RemoveRateLimit': grpc.unary_unary_rpc_method_handler(
+                    servicer.RemoveRateLimit,
+                    request_deserializer=durable__rpc_dot_v1_dot_admin__service__pb2.RemoveRateLimitRequest.FromString,
+                    response_serializer=durable__rpc_dot_v1_dot_admin__service__pb2.RemoveRateLimitResponse.SerializeToString,
             ),
             'SetBudget': grpc.unary_unary_rpc_method_handler(
                     servicer.SetBudget,
@@ -716,6 +772,87 @@ class AdminService(object):
             '/durable_rpc.v1.AdminService/ListTaskQueueLimits',
             durable__rpc_dot_v1_dot_admin__service__pb2.ListTaskQueueLimitsRequest.SerializeToString,
             durable__rpc_dot_v1_dot_admin__service__pb2.ListTaskQueueLimitsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetRateLimit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/durable_rpc.v1.AdminService/SetRateLimit',
+            durable__rpc_dot_v1_dot_admin__service__pb2.SetRateLimitRequest.SerializeToString,
+            durable__rpc_dot_v1_dot_admin__service__pb2.SetRateLimitResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListRateLimits(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/durable_rpc.v1.AdminService/ListRateLimits',
+            durable__rpc_dot_v1_dot_admin__service__pb2.ListRateLimitsRequest.SerializeToString,
+            durable__rpc_dot_v1_dot_admin__service__pb2.ListRateLimitsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RemoveRateLimit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/durable_rpc.v1.AdminService/RemoveRateLimit',
+            durable__rpc_dot_v1_dot_admin__service__pb2.RemoveRateLimitRequest.SerializeToString,
+            durable__rpc_dot_v1_dot_admin__service__pb2.RemoveRateLimitResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -65,6 +65,18 @@ class AdminServiceStub:
     """
     ListTaskQueueLimits: _grpc.UnaryUnaryMultiCallable[_admin_service_pb2.ListTaskQueueLimitsRequest, _admin_service_pb2.ListTaskQueueLimitsResponse]
     """The namespace's task-queue limits, by task queue."""
+    SetRateLimit: _grpc.UnaryUnaryMultiCallable[_admin_service_pb2.SetRateLimitRequest, _admin_service_pb2.SetRateLimitResponse]
+    """Creates or changes a rate limit of the namespace: at most `permits` activity attempts
+    claimed per `period` (a token bucket of `burst` tokens refilled at permits/period),
+    for the attempts of one named downstream (scope KEY: ActivityOptions.rate_limit_key)
+    or of one activity type without a key (scope ACTIVITY_TYPE), across every task queue,
+    replica and worker. A claim with no token leaves the task queued. Idempotent; a
+    changed limit starts from a full bucket.
+    """
+    ListRateLimits: _grpc.UnaryUnaryMultiCallable[_admin_service_pb2.ListRateLimitsRequest, _admin_service_pb2.ListRateLimitsResponse]
+    """The namespace's rate limits, with the time the next token is free."""
+    RemoveRateLimit: _grpc.UnaryUnaryMultiCallable[_admin_service_pb2.RemoveRateLimitRequest, _admin_service_pb2.RemoveRateLimitResponse]
+    """Removes a rate limit (NOT_FOUND when there is none)."""
     SetBudget: _grpc.UnaryUnaryMultiCallable[_admin_service_pb2.SetBudgetRequest, _admin_service_pb2.SetBudgetResponse]
     """Creates or changes a namespace budget (workflow.reserve()): `capacity` units that
     open reservations may hold at once. A raised capacity grants waiting reservations
@@ -137,6 +149,18 @@ class AdminServiceAsyncStub(AdminServiceStub):
     """
     ListTaskQueueLimits: _aio.UnaryUnaryMultiCallable[_admin_service_pb2.ListTaskQueueLimitsRequest, _admin_service_pb2.ListTaskQueueLimitsResponse]  # type: ignore[assignment]
     """The namespace's task-queue limits, by task queue."""
+    SetRateLimit: _aio.UnaryUnaryMultiCallable[_admin_service_pb2.SetRateLimitRequest, _admin_service_pb2.SetRateLimitResponse]  # type: ignore[assignment]
+    """Creates or changes a rate limit of the namespace: at most `permits` activity attempts
+    claimed per `period` (a token bucket of `burst` tokens refilled at permits/period),
+    for the attempts of one named downstream (scope KEY: ActivityOptions.rate_limit_key)
+    or of one activity type without a key (scope ACTIVITY_TYPE), across every task queue,
+    replica and worker. A claim with no token leaves the task queued. Idempotent; a
+    changed limit starts from a full bucket.
+    """
+    ListRateLimits: _aio.UnaryUnaryMultiCallable[_admin_service_pb2.ListRateLimitsRequest, _admin_service_pb2.ListRateLimitsResponse]  # type: ignore[assignment]
+    """The namespace's rate limits, with the time the next token is free."""
+    RemoveRateLimit: _aio.UnaryUnaryMultiCallable[_admin_service_pb2.RemoveRateLimitRequest, _admin_service_pb2.RemoveRateLimitResponse]  # type: ignore[assignment]
+    """Removes a rate limit (NOT_FOUND when there is none)."""
     SetBudget: _aio.UnaryUnaryMultiCallable[_admin_service_pb2.SetBudgetRequest, _admin_service_pb2.SetBudgetResponse]  # type: ignore[assignment]
     """Creates or changes a namespace budget (workflow.reserve()): `capacity` units that
     open reservations may hold at once. A raised capacity grants waiting reservations
@@ -272,6 +296,36 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_admin_service_pb2.ListTaskQueueLimitsResponse, _abc.Awaitable[_admin_service_pb2.ListTaskQueueLimitsResponse]]:
         """The namespace's task-queue limits, by task queue."""
+
+    @_abc_1.abstractmethod
+    def SetRateLimit(
+        self,
+        request: _admin_service_pb2.SetRateLimitRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_service_pb2.SetRateLimitResponse, _abc.Awaitable[_admin_service_pb2.SetRateLimitResponse]]:
+        """Creates or changes a rate limit of the namespace: at most `permits` activity attempts
+        claimed per `period` (a token bucket of `burst` tokens refilled at permits/period),
+        for the attempts of one named downstream (scope KEY: ActivityOptions.rate_limit_key)
+        or of one activity type without a key (scope ACTIVITY_TYPE), across every task queue,
+        replica and worker. A claim with no token leaves the task queued. Idempotent; a
+        changed limit starts from a full bucket.
+        """
+
+    @_abc_1.abstractmethod
+    def ListRateLimits(
+        self,
+        request: _admin_service_pb2.ListRateLimitsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_service_pb2.ListRateLimitsResponse, _abc.Awaitable[_admin_service_pb2.ListRateLimitsResponse]]:
+        """The namespace's rate limits, with the time the next token is free."""
+
+    @_abc_1.abstractmethod
+    def RemoveRateLimit(
+        self,
+        request: _admin_service_pb2.RemoveRateLimitRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_service_pb2.RemoveRateLimitResponse, _abc.Awaitable[_admin_service_pb2.RemoveRateLimitResponse]]:
+        """Removes a rate limit (NOT_FOUND when there is none)."""
 
     @_abc_1.abstractmethod
     def SetBudget(

@@ -75,9 +75,15 @@ class ActivityOptions(_message.Message):
     HEARTBEAT_TIMEOUT_FIELD_NUMBER: _builtins.int
     RETRY_POLICY_FIELD_NUMBER: _builtins.int
     NON_IDEMPOTENT_FIELD_NUMBER: _builtins.int
+    RATE_LIMIT_KEY_FIELD_NUMBER: _builtins.int
     non_idempotent: _builtins.bool
     """The activity's effect must not run twice: when an attempt's lease expires with no
     outcome, it is not retried; the workflow sees AmbiguousEffectError.
+    """
+    rate_limit_key: _builtins.str
+    """The named downstream whose rate limit the attempts take a token from (AdminService
+    SetRateLimit, scope KEY; e.g. "openai"). Empty: the rate limit of the activity type
+    (scope ACTIVITY_TYPE), if the namespace has one. Checked at every claim.
     """
     @_builtins.property
     def start_to_close_timeout(self) -> _duration_pb2.Duration:
@@ -108,10 +114,11 @@ class ActivityOptions(_message.Message):
         heartbeat_timeout: _duration_pb2.Duration | None = ...,
         retry_policy: Global___RetryPolicy | None = ...,
         non_idempotent: _builtins.bool = ...,
+        rate_limit_key: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["heartbeat_timeout", b"heartbeat_timeout", "retry_policy", b"retry_policy", "schedule_to_close_timeout", b"schedule_to_close_timeout", "schedule_to_start_timeout", b"schedule_to_start_timeout", "start_to_close_timeout", b"start_to_close_timeout"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["heartbeat_timeout", b"heartbeat_timeout", "non_idempotent", b"non_idempotent", "retry_policy", b"retry_policy", "schedule_to_close_timeout", b"schedule_to_close_timeout", "schedule_to_start_timeout", b"schedule_to_start_timeout", "start_to_close_timeout", b"start_to_close_timeout"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["heartbeat_timeout", b"heartbeat_timeout", "non_idempotent", b"non_idempotent", "rate_limit_key", b"rate_limit_key", "retry_policy", b"retry_policy", "schedule_to_close_timeout", b"schedule_to_close_timeout", "schedule_to_start_timeout", b"schedule_to_start_timeout", "start_to_close_timeout", b"start_to_close_timeout"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from typing import Any, NoReturn, TypeVar, overload
 
 from durable_rpc import converter
-from durable_rpc.activity._definition import must_define
+from durable_rpc.activity._definition import check_rate_limit_key, must_define
 from durable_rpc.v1 import options_pb2
 from durable_rpc.workflow._errors import ContinueAsNewError
 from durable_rpc.workflow._loop import WorkflowLoop
@@ -391,6 +391,7 @@ async def execute_activity(
     retry_policy: RetryPolicy | None = None,
     idempotent: bool = True,
     task_queue: str | None = None,
+    rate_limit_key: str | None = None,
     result_type: type[_R] | None = None,
 ) -> _R: ...
 @overload
@@ -404,6 +405,7 @@ async def execute_activity(
     retry_policy: RetryPolicy | None = None,
     idempotent: bool = True,
     task_queue: str | None = None,
+    rate_limit_key: str | None = None,
     result_type: type[_R] | None = None,
 ) -> _R: ...
 @overload
@@ -417,6 +419,7 @@ async def execute_activity(
     retry_policy: RetryPolicy | None = None,
     idempotent: bool = True,
     task_queue: str | None = None,
+    rate_limit_key: str | None = None,
     result_type: type[_R],
 ) -> _R: ...
 @overload
@@ -430,6 +433,7 @@ async def execute_activity(
     retry_policy: RetryPolicy | None = None,
     idempotent: bool = True,
     task_queue: str | None = None,
+    rate_limit_key: str | None = None,
     result_type: None = None,
 ) -> Any: ...
 async def execute_activity(
@@ -442,6 +446,7 @@ async def execute_activity(
     retry_policy: RetryPolicy | None = None,
     idempotent: bool = True,
     task_queue: str | None = None,
+    rate_limit_key: str | None = None,
     result_type: Any = None,
 ) -> Any:
     """Schedule an activity and wait for its result (typed from the function's return
@@ -450,14 +455,21 @@ async def execute_activity(
 
     ``idempotent=False`` makes the activity fail closed: an attempt whose lease expires
     with no outcome is never re-run.
+
+    ``rate_limit_key`` names the downstream whose rate limit the attempts take a token
+    from; by function reference it defaults to ``@activity.defn(rate_limit_key=...)``.
+    By name with no key, only a rate limit on the activity type applies.
     """
     runtime = current()
+    key = check_rate_limit_key(rate_limit_key)
     if isinstance(activity, str):
         activity_type, hint = activity, Any
     else:
         # Undecorated functions work too: named after the function, typed by its hints.
         definition = must_define(activity)
         activity_type, hint = definition.name, definition.result_hint
+        if key is None:
+            key = definition.rate_limit_key
     options = _activity_options(
         start_to_close_timeout,
         schedule_to_close_timeout,
@@ -466,6 +478,8 @@ async def execute_activity(
         retry_policy,
         idempotent,
     )
+    if key is not None:
+        options.rate_limit_key = key
     seq, future = runtime.schedule_activity(
         activity_type,
         converter.encode_args(args),
