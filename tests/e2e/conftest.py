@@ -150,14 +150,22 @@ async def client(server: ServerProcess) -> AsyncIterator[Client]:
 
 
 class WorkerProcess:
-    """tests/e2e/apps.py run as a separate worker process (so it can be SIGKILLed)."""
+    """tests/e2e/apps.py (or another worker ``module`` of tests/e2e) run as a separate
+    worker process (so it can be SIGKILLed)."""
 
-    def __init__(self, address: str, task_queue: str, log_dir: Path, *args: str) -> None:
+    def __init__(
+        self,
+        address: str,
+        task_queue: str,
+        log_dir: Path,
+        *args: str,
+        module: str = "tests.e2e.apps",
+    ) -> None:
         self.log_path = log_dir / f"worker-{task_queue}-{time.monotonic_ns()}.log"
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         with self.log_path.open("wb") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "tests.e2e.apps", address, task_queue, *args],
+                [sys.executable, "-m", module, address, task_queue, *args],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 cwd=ROOT,

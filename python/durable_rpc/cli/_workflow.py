@@ -118,6 +118,17 @@ workflow.add_command(batch)
 @click.argument("workflow_type")
 @with_start_options
 @click.option("--request-id", default=None, help="Idempotency key (default: random).")
+@click.option(
+    "--priority",
+    type=int,
+    default=None,
+    help="Claim priority of the run's tasks: 1 (most urgent) .. 5 (default 3).",
+)
+@click.option(
+    "--fairness-key",
+    default=None,
+    help="Share claims of a priority fairly among keys (e.g. a tenant id).",
+)
 @with_common
 def start(
     workflow_type: str,
@@ -126,6 +137,8 @@ def start(
     input_json: str,
     version: str,
     request_id: str | None,
+    priority: int | None,
+    fairness_key: str | None,
     address: str,
     namespace: str,
     as_json: bool,
@@ -142,6 +155,8 @@ def start(
             task_queue=task_queue,
             version=version,
             request_id=request_id,
+            priority=priority,
+            fairness_key=fairness_key,
         ),
     )
     if as_json:
@@ -178,6 +193,8 @@ def describe(
         "pending_activities": [message_dict(a, stack=verbose) for a in d.pending_activities],
         "redriven_from_run_id": d.redriven_from_run_id or None,
         "redriven_by_run_id": d.redriven_by_run_id or None,
+        "priority": d.priority,
+        "fairness_key": d.fairness_key or None,
     }
     if as_json:
         _emit_json(data)

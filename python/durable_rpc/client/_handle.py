@@ -85,6 +85,9 @@ class WorkflowDescription:
     #: Redrive links: the failed run this one continues, and the run that continues it.
     redriven_from_run_id: str = ""
     redriven_by_run_id: str = ""
+    #: The run's claim priority (1 most urgent .. 5) and fairness key ('' none).
+    priority: int = 3
+    fairness_key: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -325,6 +328,9 @@ class WorkflowHandle:
             build_id=response.build_id,
             redriven_from_run_id=response.redriven_from_run_id,
             redriven_by_run_id=response.redriven_by_run_id,
+            # 0: a server from before priorities (every run had the default).
+            priority=response.priority or 3,
+            fairness_key=response.fairness_key,
         )
 
     async def history(self, *, page_size: int = 1000) -> list[history_pb2.HistoryEvent]:

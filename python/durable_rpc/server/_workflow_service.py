@@ -102,6 +102,9 @@ def _start_options(
         ),
         execution_timeout_ms=ms("execution_timeout"),
         run_timeout_ms=ms("run_timeout"),
+        # Checked by the store (INVALID_PRIORITY, INVALID_FAIRNESS_KEY): unset = default.
+        priority=request.priority if request.HasField("priority") else None,
+        fairness_key=request.fairness_key or None,
         # Only StartWorkflow carries a concurrency key.
         concurrency_key=(
             request.concurrency_key or None
@@ -265,6 +268,8 @@ class WorkflowService(
             build_id=description.build_id,
             redriven_from_run_id=description.redriven_from_run_id,
             redriven_by_run_id=description.redriven_by_run_id,
+            priority=description.priority,
+            fairness_key=description.fairness_key,
         )
         for activity in description.pending_activities:
             response.pending_activities.add(

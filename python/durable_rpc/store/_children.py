@@ -126,6 +126,8 @@ def start_child(
         options,
         retry=retry,
         parent=(parent_run_id, command.seq, parent["workflow_id"], policy),
+        # A child is as urgent as its parent and shares its fairness key.
+        fair=(parent["priority"], parent["fairness_key"]),
     )
     decision_input(
         tx,

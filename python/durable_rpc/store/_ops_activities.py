@@ -18,6 +18,7 @@ from durable_rpc.store._api import (
     LeaseRef,
 )
 from durable_rpc.store._build_pins import may_decide
+from durable_rpc.store._fairness import DUE_ORDER, READY, READY_ORDER
 from durable_rpc.store._history_limits import DecisionPastHistoryLimit
 from durable_rpc.store._logic import (
     activity_retry_delay_ms,
@@ -100,26 +101,42 @@ class _ActivityOps(_WorkflowTaskOps):
         def op(tx: Tx) -> ActivityPoll:
             require_namespace(tx, namespace)
             now = tx.now_ms()
-            where = (
-                "FROM tasks t WHERE namespace = ? AND kind = 'activity' AND task_queue = ? "
-                "AND due_ms IS NOT NULL AND due_ms <= ? AND state IN ('queued', 'waiting') "
-                f"AND (queue_deadline_ms IS NULL OR queue_deadline_ms > ?){type_filter} "
-                f"AND {SERVED_ACTIVITIES}"
-            )
-            params = (namespace, task_queue, now, now, *types, namespace, worker_id, worker_id)
-            candidate = tx.one(
-                "SELECT task_id, lease_ms, start_to_close_ms, schedule_to_close_deadline_ms, "
-                f"{QUEUE_LIMIT_COLUMN}, {rate_limited_column('t')} {where} "
-                f"AND {rate_open('t', '?')} "
-                f"ORDER BY due_ms, task_id LIMIT 1{tx.claim_lock_suffix}",
-                (*params, namespace, now),
-            )
+
+            def where(visible: str) -> str:
+                return (
+                    "FROM tasks t WHERE namespace = ? AND kind = 'activity' AND task_queue = ? "
+                    f"AND {visible} "
+                    f"AND (queue_deadline_ms IS NULL OR queue_deadline_ms > ?){type_filter} "
+                    f"AND {SERVED_ACTIVITIES}"
+                )
+
+            rest = (now, *types, namespace, worker_id, worker_id)
+            due = "due_ms IS NOT NULL AND due_ms <= ? AND state "
+            # The first queued task in the claim order (``_fairness``: priority, pass, id,
+            # read from tasks_ready; a queued task is visible, no due_ms condition, which
+            # would make SQLite sort the backlog by another index); only when none is, the
+            # first due retry whose backoff ended (the due pass makes those queued too).
+            candidate = None
+            for visible, due_now, order in (
+                (READY, (), READY_ORDER),
+                (due + "= 'waiting'", (now,), DUE_ORDER),
+            ):
+                candidate = tx.one(
+                    "SELECT task_id, lease_ms, start_to_close_ms, schedule_to_close_deadline_ms, "
+                    f"{QUEUE_LIMIT_COLUMN}, {rate_limited_column('t')} {where(visible)} "
+                    f"AND {rate_open('t', '?')}{order}{tx.claim_lock_suffix}",
+                    (namespace, task_queue, *due_now, *rest, namespace, now),
+                )
+                if candidate is not None:
+                    break
             if candidate is None:
                 # Tasks held back by an empty bucket are not candidates: the poll looks
                 # again when the next token is due (only a namespace with an empty
                 # bucket asks whether the claim was deferred by it).
                 token_at = next_token_after(tx, namespace, now)
-                if token_at is not None and tx.one(f"SELECT 1 AS held {where} LIMIT 1", params):
+                held = where(due + "IN ('queued', 'waiting')")
+                params = (namespace, task_queue, now, *rest)
+                if token_at is not None and tx.one(f"SELECT 1 AS held {held} LIMIT 1", params):
                     self._stats.rate_deferred_claims += 1
                 return ActivityPoll(None, None if token_at is None else token_at - now)
             if candidate["queue_limit"] is not None and not free_slots(tx, namespace, task_queue):

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from durable_rpc.errors import InvalidArgumentError
 from durable_rpc.store import _budgets
 from durable_rpc.store._children import request_child_cancel, signal_external, start_child
+from durable_rpc.store._fairness import DEFAULT_PRIORITY, outranked_column, prioritize
 from durable_rpc.store._logic import activity_timeouts, duration_ms, earliest, failure_bytes
 from durable_rpc.store._memo import upsert_memo
 from durable_rpc.store._ops_base import _SqlOpsBase
@@ -71,6 +72,7 @@ class _CommandOps(_SqlOpsBase):
                 spec.options,
                 dict(spec.trace_context),
                 now,
+                fair=(run["priority"], run["fairness_key"]),
             )
             return False
         if kind == "start_timer":
@@ -248,9 +250,11 @@ class _CommandOps(_SqlOpsBase):
         options: options_pb2.ActivityOptions,
         trace_context: dict[str, str],
         now: int,
+        fair: tuple[int, str | None] = (DEFAULT_PRIORITY, None),
     ) -> None:
         """Queues attempt 1 of activity ``seq`` (its ActivityScheduled is the caller's:
-        a decision appends it, a redrive copies it); its timeouts count from ``now``."""
+        a decision appends it, a redrive copies it); its timeouts count from ``now``.
+        ``fair``: the run's (priority, fairness key), which the task takes."""
         timeouts = activity_timeouts(options)
         close_deadline = (
             now + timeouts.schedule_to_close_ms
@@ -273,7 +277,8 @@ class _CommandOps(_SqlOpsBase):
             # The queue's limit and the task's rate limit ride on the insert (an eager
             # claim of the new task needs them; _queue_limits, _rate_limits): no
             # statement more.
-            "RETURNING task_id, (SELECT l.max_concurrent_activities FROM task_queue_limits l "
+            f"RETURNING task_id, {outranked_column('tasks')}, "
+            "(SELECT l.max_concurrent_activities FROM task_queue_limits l "
             "WHERE l.namespace = tasks.namespace AND l.task_queue = tasks.task_queue) "
             f"AS queue_limit, {rate_limited_column('tasks')}",
             (
@@ -296,8 +301,13 @@ class _CommandOps(_SqlOpsBase):
             ),
         )
         assert inserted is not None
+        outranked = bool(inserted["outranked"])
+        if fair != (DEFAULT_PRIORITY, None):
+            # Only a run with a priority or key set costs this write (_fairness).
+            outranked = prioritize(tx, namespace, int(inserted["task_id"]), queue, fair)
         tx.queued_activities[(namespace, run_id, seq)] = {
             "task_id": inserted["task_id"],
+            "outranked": outranked,
             "task_queue": queue,
             "rate_limited": inserted["rate_limited"],
             "rate_key": inserted["rate_key"],

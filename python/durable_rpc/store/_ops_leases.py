@@ -149,30 +149,38 @@ class _LeaseOps(_SqlOpsBase):
         pick_where: str,
         pick_params: Sequence[object],
         pick_order: str = "",
+        then: tuple[str, Sequence[object], str] | None = None,
     ) -> _WorkflowClaim | None:
         """Leases to `worker_id` the first workflow task of ``tasks t`` (in `pick_order`)
         that matches `pick_where` and that the worker serves (`SERVED_BY_WORKER`): one
-        statement, so every way of claiming a workflow task applies the same filter."""
+        statement, so every way of claiming a workflow task applies the same filter.
+        ``then`` (where, params, order): the pick when the first finds none, in the same
+        statement (COALESCE evaluates it only then)."""
         expires = now + lease_ms
+        picks = [(pick_where, pick_params, pick_order), *([then] if then else [])]
+        chosen = ", ".join(
+            f"(SELECT task_id FROM tasks t WHERE {where} "
+            f"AND {SERVED_BY_WORKER}{order}{tx.claim_lock_suffix})"
+            for where, _, order in picks
+        )
         row = tx.one(
             "UPDATE tasks SET state = 'leased', worker_id = ?, "
             "fencing_token = fencing_token + 1, "
             "attempt = CASE WHEN state = 'leased' THEN attempt + 1 ELSE attempt END, "
             "claimed_at_ms = ?, expires_at_ms = ?, due_ms = ?, "
             "outcome_token = NULL, outcome_kind = NULL "
-            f"WHERE task_id = (SELECT task_id FROM tasks t WHERE {pick_where} "
-            f"AND {SERVED_BY_WORKER}{pick_order}{tx.claim_lock_suffix}) "
+            f"WHERE task_id = {chosen if then is None else f'COALESCE({chosen})'} "
             "RETURNING task_id, run_id, fencing_token, attempt, visible_at_ms",
             (
                 worker_id,
                 now,
                 expires,
                 expires,
-                *pick_params,
-                namespace,
-                worker_id,
-                worker_id,
-                worker_id,
+                *(
+                    value
+                    for _, params, _ in picks
+                    for value in (*params, namespace, worker_id, worker_id, worker_id)
+                ),
             ),
         )
         if row is None:

@@ -175,6 +175,7 @@ class _RedriveOps(_CommandOps):
             # Its first decisions are the failed run's: they drew from that run's seed
             # (the first of the chain's, when that run was itself redriven).
             random_seed_run_id=started.random_seed_run_id or failed["run_id"],
+            fair=(failed["priority"], failed["fairness_key"]),
         )
         # No build pin is carried: a redrive usually follows the deploy of a fix, so the
         # new run is undecided (``_build_pins``) and the first build to decide it keeps it
@@ -209,6 +210,7 @@ class _RedriveOps(_CommandOps):
                 activity.options,
                 {},
                 now,
+                fair=(failed["priority"], failed["fairness_key"]),
             )
         for seq in plan.cancelled_activities:
             # Workflow code had asked to cancel it and no attempt is running in the new

@@ -330,6 +330,8 @@ class _RunOps(_LeaseOps):
                 build_id=run["build_id"] or "",
                 redriven_from_run_id=run["redriven_from_run_id"] or "",
                 redriven_by_run_id=redriven_by(tx, namespace, run["run_id"]) or "",
+                priority=run["priority"],
+                fairness_key=run["fairness_key"] or "",
             )
 
         return await self._read(op)

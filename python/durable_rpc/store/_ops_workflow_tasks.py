@@ -14,6 +14,7 @@ from durable_rpc.store._api import (
     WorkflowTaskCompletion,
 )
 from durable_rpc.store._build_pins import pin_undecided_run
+from durable_rpc.store._fairness import READY, READY_ORDER, outranked_column
 from durable_rpc.store._history_limits import DecisionPastHistoryLimit, check_decision
 from durable_rpc.store._logic import (
     INPUT_EVENT_KINDS,
@@ -28,7 +29,6 @@ from durable_rpc.store._ops_updates import settle_update
 from durable_rpc.store._queue_limits import QUEUE_LIMIT_COLUMN, free_slots
 from durable_rpc.store._rate_limits import bucket_of, rate_limited_column, take_token
 from durable_rpc.store._shared import (
-    ACTIVE,
     INPUT_KINDS_SQL,
     append_decision_inputs,
     append_event,
@@ -92,19 +92,26 @@ class _WorkflowTaskOps(_LeaseOps, _CommandOps):
         def op(tx: Tx) -> _WorkflowClaim | None:
             require_namespace(tx, namespace)
             now = tx.now_ms()
-            # One statement: pick the best visible task (queued, waiting and due, or leased
-            # with an expired lease) of a definition the worker serves, take it over,
-            # raise its token.
+            # One statement: pick the best visible task of a definition the worker
+            # serves, take it over, raise its token. The best is the first queued one in
+            # the claim order (``_fairness``: priority, pass, id, read from tasks_ready);
+            # only when none is queued, the first due one that waited for its due time or
+            # whose lease expired (the due pass makes those queued meanwhile).
             return self._lease_workflow_task(
                 tx,
                 namespace,
                 worker_id,
                 lease_ms,
                 now,
-                "namespace = ? AND kind = 'workflow' AND task_queue = ? "
-                f"AND due_ms IS NOT NULL AND due_ms <= ? AND state IN {ACTIVE}",
-                (namespace, task_queue, now),
-                " ORDER BY due_ms, task_id LIMIT 1",
+                f"namespace = ? AND kind = 'workflow' AND task_queue = ? AND {READY}",
+                (namespace, task_queue),
+                READY_ORDER,
+                then=(
+                    "namespace = ? AND kind = 'workflow' AND task_queue = ? "
+                    "AND due_ms IS NOT NULL AND due_ms <= ? AND state IN ('waiting', 'leased')",
+                    (namespace, task_queue, now),
+                    " ORDER BY due_ms, task_id LIMIT 1",
+                ),
             )
 
         claim = await self._write(op)
@@ -303,12 +310,16 @@ class _WorkflowTaskOps(_LeaseOps, _CommandOps):
             marks = ", ".join("?" for _ in seqs)
             candidates = tx.all(
                 "SELECT task_id, task_queue, lease_ms, start_to_close_ms, "
+                f"{outranked_column('t')}, "
                 f"schedule_to_close_deadline_ms, {QUEUE_LIMIT_COLUMN}, "
                 f"{rate_limited_column('t')} FROM tasks t "
                 "WHERE namespace = ? AND run_id = ? AND kind = 'activity' "
                 f"AND state = 'queued' AND seq IN ({marks}) ORDER BY seq",
                 (namespace, run_id, *seqs),
             )
+        # An eager claim is a claim: it never jumps a more urgent queued activity (that
+        # one stays first in the claim order; this one stays queued behind it).
+        candidates = [c for c in candidates if not c["outranked"]]
         limited = {c["task_queue"] for c in candidates if c["queue_limit"] is not None}
         for queue in limited:
             # An eager claim is a claim: it takes only the queue's free slots (the rest

@@ -13,6 +13,7 @@ from durable_rpc.errors import DefinitionRemovedError, InternalError, InvalidArg
 from durable_rpc.store._admission import ADMISSION_PROBE, MAX_CONCURRENCY_KEY, admit_new_run
 from durable_rpc.store._api import StartOptions
 from durable_rpc.store._build_pins import carried_pin
+from durable_rpc.store._fairness import DEFAULT_PRIORITY, check_fairness_key, check_priority
 from durable_rpc.store._logic import parse_payload
 from durable_rpc.store._removed import removed_message
 from durable_rpc.store._search import (
@@ -48,6 +49,8 @@ class CheckedStart:
     search_attributes: bytes | None
     execution_timeout_ms: int | None
     run_timeout_ms: int | None
+    priority: int = DEFAULT_PRIORITY
+    fairness_key: str | None = None
     concurrency_key: str | None = None
 
 
@@ -70,6 +73,8 @@ def check_start_options(options: StartOptions | None) -> CheckedStart:
         search_attributes=options.search_attributes or None,
         execution_timeout_ms=options.execution_timeout_ms or None,
         run_timeout_ms=options.run_timeout_ms or None,
+        priority=check_priority(options.priority),
+        fairness_key=check_fairness_key(options.fairness_key),
         concurrency_key=key,
     )
 
@@ -156,6 +161,7 @@ def create_run(
     request_recorded: bool = False,
     build_id: str | None = None,
     random_seed_run_id: str = "",
+    fair: tuple[int, str | None] | None = None,
     admitted: bool = True,
 ) -> tuple[str, int]:
     """Insert a running run with its WorkflowStarted event and first workflow task;
@@ -167,6 +173,8 @@ def create_run(
     workflow to its parent. ``request_recorded``: the caller already recorded
     ``request_id`` (``record_start_request``). ``build_id``: the build the run is pinned
     to from its start (continue-as-new of a pinned run; None: undecided, ``_build_pins``).
+    ``fair``: (priority, fairness key) of a child, a continued or a redriven run (its
+    parent's / predecessor's; default: ``start``'s).
     ``random_seed_run_id``: a redriven run's (WorkflowStarted.random_seed_run_id).
     ``admitted=False``: a client's start, which its namespace's admission policy (if
     any) admits, defers or refuses (``_admission``); children and continue-as-new pass
@@ -212,6 +220,15 @@ def create_run(
         tx.deferred_starts += 1
     fingerprint = inserted["definition_fingerprint"]
     tx.remember_history_length(namespace, run_id, 0, 0)
+    if fair is None and start is not None:
+        fair = (start.priority, start.fairness_key)
+    if fair is not None and (fair[0] != DEFAULT_PRIORITY or fair[1] is not None):
+        # Only a run with a priority or key set costs this write (the columns' defaults
+        # are the rest's); its tasks copy both (ensure_workflow_task, _queue_activity).
+        tx.run(
+            "UPDATE runs SET priority = ?, fairness_key = ? WHERE namespace = ? AND run_id = ?",
+            (fair[0], fair[1], namespace, run_id),
+        )
     started_extra: dict[str, object] = {}
     if random_seed_run_id:
         started_extra["random_seed_run_id"] = random_seed_run_id
@@ -434,5 +451,6 @@ def continue_as_new(
             else None
         ),
         build_id=None if routed else carried_pin(run),
+        fair=(run["priority"], run["fairness_key"]),
     )
     return new_run_id

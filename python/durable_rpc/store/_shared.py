@@ -16,6 +16,7 @@ from durable_rpc.errors import (
 from durable_rpc.store._admission import ADMISSION_PROBE, admit_waiting
 from durable_rpc.store._api import LeaseRef, RunInfo, RunOutcome
 from durable_rpc.store._budgets import release_run
+from durable_rpc.store._fairness import assign_pass
 from durable_rpc.store._logic import INPUT_EVENT_KINDS, lease_lost_message, make_event
 from durable_rpc.store._tx import Row, Tx
 from durable_rpc.v1 import history_pb2, payload_pb2
@@ -158,19 +159,31 @@ def has_active_workflow_task(tx: Tx, namespace: str, run_id: str) -> bool:
 def ensure_workflow_task(tx: Tx, namespace: str, run_id: str, task_queue: str, now: int) -> None:
     """Queues a workflow task unless the run already has one queued, leased or waiting."""
     # The task carries the run's definition and build pin ('' -- decided unversioned --
-    # is no pin): claims filter on them (SERVED_BY_WORKER).
-    inserted = tx.run(
+    # is no pin): claims filter on them (SERVED_BY_WORKER); and its priority and fairness
+    # key, which order the claims (``_fairness``).
+    inserted = tx.one(
         "INSERT INTO tasks (namespace, run_id, kind, task_queue, state, visible_at_ms, due_ms, "
-        "attempt, fencing_token, created_at_ms, workflow_type, workflow_version, build_id) "
+        "attempt, fencing_token, created_at_ms, workflow_type, workflow_version, build_id, "
+        "priority, fairness_key) "
         "SELECT ?, ?, 'workflow', ?, 'queued', ?, ?, 1, 0, ?, r.workflow_type, "
-        "r.workflow_version, NULLIF(r.build_id, '') FROM runs r "
+        "r.workflow_version, NULLIF(r.build_id, ''), r.priority, r.fairness_key FROM runs r "
         # A run not yet admitted (``_admission``) gets its first task when admitted.
         "WHERE r.namespace = ? AND r.run_id = ? AND r.admission IS NULL "
         "AND NOT EXISTS (SELECT 1 FROM tasks WHERE namespace = ? AND run_id = ? "
-        f"AND kind = 'workflow' AND state IN {ACTIVE}) ON CONFLICT DO NOTHING",
+        f"AND kind = 'workflow' AND state IN {ACTIVE}) ON CONFLICT DO NOTHING "
+        "RETURNING task_id, priority, fairness_key",
         (namespace, run_id, task_queue, now, now, now, namespace, run_id, namespace, run_id),
     )
-    if inserted:
+    if inserted is not None:
+        if inserted["fairness_key"] is not None:
+            key = inserted["fairness_key"]
+            fair_pass = assign_pass(
+                tx, namespace, task_queue, "workflow", inserted["priority"], key
+            )
+            tx.run(
+                "UPDATE tasks SET fairness_pass = ? WHERE task_id = ?",
+                (fair_pass, inserted["task_id"]),
+            )
         tx.notes.tasks.add((namespace, task_queue, "workflow"))
 
 

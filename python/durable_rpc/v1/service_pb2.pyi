@@ -119,6 +119,8 @@ class StartWorkflowRequest(_message.Message):
     SEARCH_ATTRIBUTES_FIELD_NUMBER: _builtins.int
     EXECUTION_TIMEOUT_FIELD_NUMBER: _builtins.int
     RUN_TIMEOUT_FIELD_NUMBER: _builtins.int
+    PRIORITY_FIELD_NUMBER: _builtins.int
+    FAIRNESS_KEY_FIELD_NUMBER: _builtins.int
     CONCURRENCY_KEY_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     workflow_id: _builtins.str
@@ -129,6 +131,16 @@ class StartWorkflowRequest(_message.Message):
     task_queue: _builtins.str
     request_id: _builtins.str
     """Idempotency key: repeating a start with the same request id returns the same run."""
+    priority: _builtins.int
+    """Claim priority of the run's workflow and activity tasks: 1 (most urgent) .. 5.
+    Unset = 3; outside 1..5 is INVALID_ARGUMENT, reason INVALID_PRIORITY. A child and a
+    continued run keep their parent's / predecessor's.
+    """
+    fairness_key: _builtins.str
+    """Claims of one priority are shared fairly among fairness keys (e.g. a tenant): one
+    key's backlog does not starve another's. '' = none (first in, first out). At most
+    128 characters (INVALID_ARGUMENT, reason INVALID_FAIRNESS_KEY).
+    """
     concurrency_key: _builtins.str
     """Empty = none. A namespace's admission policy may limit the open runs of one key
     (AdminService.SetNamespaceAdmission, max_open_runs_per_key and key_strategy); at
@@ -164,13 +176,17 @@ class StartWorkflowRequest(_message.Message):
         search_attributes: _search_attributes_pb2.SearchAttributes | None = ...,
         execution_timeout: _duration_pb2.Duration | None = ...,
         run_timeout: _duration_pb2.Duration | None = ...,
+        priority: _builtins.int | None = ...,
+        fairness_key: _builtins.str = ...,
         concurrency_key: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["execution_timeout", b"execution_timeout", "input", b"input", "memo", b"memo", "run_timeout", b"run_timeout", "search_attributes", b"search_attributes"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_priority", b"_priority", "execution_timeout", b"execution_timeout", "input", b"input", "memo", b"memo", "priority", b"priority", "run_timeout", b"run_timeout", "search_attributes", b"search_attributes"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["concurrency_key", b"concurrency_key", "execution_timeout", b"execution_timeout", "input", b"input", "memo", b"memo", "namespace", b"namespace", "request_id", b"request_id", "run_timeout", b"run_timeout", "search_attributes", b"search_attributes", "task_queue", b"task_queue", "workflow_id", b"workflow_id", "workflow_type", b"workflow_type", "workflow_version", b"workflow_version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_priority", b"_priority", "concurrency_key", b"concurrency_key", "execution_timeout", b"execution_timeout", "fairness_key", b"fairness_key", "input", b"input", "memo", b"memo", "namespace", b"namespace", "priority", b"priority", "request_id", b"request_id", "run_timeout", b"run_timeout", "search_attributes", b"search_attributes", "task_queue", b"task_queue", "workflow_id", b"workflow_id", "workflow_type", b"workflow_type", "workflow_version", b"workflow_version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__priority: _TypeAlias = _typing.Literal["priority"]  # noqa: Y015
+    _WhichOneofArgType__priority: _TypeAlias = _typing.Literal["_priority", b"_priority"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__priority) -> _WhichOneofReturnType__priority | None: ...
 
 Global___StartWorkflowRequest: _TypeAlias = StartWorkflowRequest  # noqa: Y015
 
@@ -275,6 +291,8 @@ class SignalWithStartWorkflowRequest(_message.Message):
     SEARCH_ATTRIBUTES_FIELD_NUMBER: _builtins.int
     EXECUTION_TIMEOUT_FIELD_NUMBER: _builtins.int
     RUN_TIMEOUT_FIELD_NUMBER: _builtins.int
+    PRIORITY_FIELD_NUMBER: _builtins.int
+    FAIRNESS_KEY_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     workflow_id: _builtins.str
     workflow_type: _builtins.str
@@ -286,6 +304,16 @@ class SignalWithStartWorkflowRequest(_message.Message):
     request_id: _builtins.str
     """Deduplication key of the signal (and of the start): repeating the request returns
     the same run and does not deliver the signal again.
+    """
+    priority: _builtins.int
+    """Claim priority of the run's workflow and activity tasks: 1 (most urgent) .. 5.
+    Unset = 3; outside 1..5 is INVALID_ARGUMENT, reason INVALID_PRIORITY. A child and a
+    continued run keep their parent's / predecessor's.
+    """
+    fairness_key: _builtins.str
+    """Claims of one priority are shared fairly among fairness keys (e.g. a tenant): one
+    key's backlog does not starve another's. '' = none (first in, first out). At most
+    128 characters (INVALID_ARGUMENT, reason INVALID_FAIRNESS_KEY).
     """
     @_builtins.property
     def input(self) -> _payload_pb2.Payload:
@@ -325,12 +353,16 @@ class SignalWithStartWorkflowRequest(_message.Message):
         search_attributes: _search_attributes_pb2.SearchAttributes | None = ...,
         execution_timeout: _duration_pb2.Duration | None = ...,
         run_timeout: _duration_pb2.Duration | None = ...,
+        priority: _builtins.int | None = ...,
+        fairness_key: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["execution_timeout", b"execution_timeout", "input", b"input", "memo", b"memo", "run_timeout", b"run_timeout", "search_attributes", b"search_attributes", "signal_input", b"signal_input"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_priority", b"_priority", "execution_timeout", b"execution_timeout", "input", b"input", "memo", b"memo", "priority", b"priority", "run_timeout", b"run_timeout", "search_attributes", b"search_attributes", "signal_input", b"signal_input"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["execution_timeout", b"execution_timeout", "input", b"input", "memo", b"memo", "namespace", b"namespace", "request_id", b"request_id", "run_timeout", b"run_timeout", "search_attributes", b"search_attributes", "signal_input", b"signal_input", "signal_name", b"signal_name", "task_queue", b"task_queue", "workflow_id", b"workflow_id", "workflow_type", b"workflow_type", "workflow_version", b"workflow_version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_priority", b"_priority", "execution_timeout", b"execution_timeout", "fairness_key", b"fairness_key", "input", b"input", "memo", b"memo", "namespace", b"namespace", "priority", b"priority", "request_id", b"request_id", "run_timeout", b"run_timeout", "search_attributes", b"search_attributes", "signal_input", b"signal_input", "signal_name", b"signal_name", "task_queue", b"task_queue", "workflow_id", b"workflow_id", "workflow_type", b"workflow_type", "workflow_version", b"workflow_version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__priority: _TypeAlias = _typing.Literal["priority"]  # noqa: Y015
+    _WhichOneofArgType__priority: _TypeAlias = _typing.Literal["_priority", b"_priority"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__priority) -> _WhichOneofReturnType__priority | None: ...
 
 Global___SignalWithStartWorkflowRequest: _TypeAlias = SignalWithStartWorkflowRequest  # noqa: Y015
 
@@ -583,6 +615,8 @@ class DescribeWorkflowResponse(_message.Message):
     BUILD_ID_FIELD_NUMBER: _builtins.int
     REDRIVEN_FROM_RUN_ID_FIELD_NUMBER: _builtins.int
     REDRIVEN_BY_RUN_ID_FIELD_NUMBER: _builtins.int
+    PRIORITY_FIELD_NUMBER: _builtins.int
+    FAIRNESS_KEY_FIELD_NUMBER: _builtins.int
     workflow_task_attempt: _builtins.int
     definition_available: _builtins.bool
     """False when no live worker polling the run's task queue registers the run's
@@ -612,6 +646,9 @@ class DescribeWorkflowResponse(_message.Message):
     redriven_from_run_id: _builtins.str
     """Redrive links: the failed run this one continues, and the run that continues it."""
     redriven_by_run_id: _builtins.str
+    priority: _builtins.int
+    """The run's claim priority (1 most urgent .. 5) and fairness key ('' none)."""
+    fairness_key: _builtins.str
     @_builtins.property
     def info(self) -> Global___WorkflowInfo: ...
     @_builtins.property
@@ -636,10 +673,12 @@ class DescribeWorkflowResponse(_message.Message):
         build_id: _builtins.str = ...,
         redriven_from_run_id: _builtins.str = ...,
         redriven_by_run_id: _builtins.str = ...,
+        priority: _builtins.int = ...,
+        fairness_key: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["info", b"info", "last_workflow_task_failure", b"last_workflow_task_failure"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["build_id", b"build_id", "definition_available", b"definition_available", "definition_unavailable_reason", b"definition_unavailable_reason", "history_warning", b"history_warning", "info", b"info", "last_workflow_task_failure", b"last_workflow_task_failure", "pending_activities", b"pending_activities", "redriven_by_run_id", b"redriven_by_run_id", "redriven_from_run_id", b"redriven_from_run_id", "stuck_reason", b"stuck_reason", "workflow_task_attempt", b"workflow_task_attempt"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["build_id", b"build_id", "definition_available", b"definition_available", "definition_unavailable_reason", b"definition_unavailable_reason", "fairness_key", b"fairness_key", "history_warning", b"history_warning", "info", b"info", "last_workflow_task_failure", b"last_workflow_task_failure", "pending_activities", b"pending_activities", "priority", b"priority", "redriven_by_run_id", b"redriven_by_run_id", "redriven_from_run_id", b"redriven_from_run_id", "stuck_reason", b"stuck_reason", "workflow_task_attempt", b"workflow_task_attempt"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2330,6 +2369,8 @@ class UpdateWithStartWorkflowRequest(_message.Message):
     SEARCH_ATTRIBUTES_FIELD_NUMBER: _builtins.int
     EXECUTION_TIMEOUT_FIELD_NUMBER: _builtins.int
     RUN_TIMEOUT_FIELD_NUMBER: _builtins.int
+    PRIORITY_FIELD_NUMBER: _builtins.int
+    FAIRNESS_KEY_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     workflow_id: _builtins.str
     workflow_type: _builtins.str
@@ -2344,6 +2385,16 @@ class UpdateWithStartWorkflowRequest(_message.Message):
     """
     wait_for: Global___UpdateStage.ValueType
     """The stage to wait for (unspecified = completed)."""
+    priority: _builtins.int
+    """Claim priority of the run's workflow and activity tasks: 1 (most urgent) .. 5.
+    Unset = 3; outside 1..5 is INVALID_ARGUMENT, reason INVALID_PRIORITY. A child and a
+    continued run keep their parent's / predecessor's.
+    """
+    fairness_key: _builtins.str
+    """Claims of one priority are shared fairly among fairness keys (e.g. a tenant): one
+    key's backlog does not starve another's. '' = none (first in, first out). At most
+    128 characters (INVALID_ARGUMENT, reason INVALID_FAIRNESS_KEY).
+    """
     @_builtins.property
     def input(self) -> _payload_pb2.Payload:
         """Start arguments as one array-valued payload (ignored when a run is open)."""
@@ -2384,12 +2435,16 @@ class UpdateWithStartWorkflowRequest(_message.Message):
         search_attributes: _search_attributes_pb2.SearchAttributes | None = ...,
         execution_timeout: _duration_pb2.Duration | None = ...,
         run_timeout: _duration_pb2.Duration | None = ...,
+        priority: _builtins.int | None = ...,
+        fairness_key: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["execution_timeout", b"execution_timeout", "input", b"input", "memo", b"memo", "run_timeout", b"run_timeout", "search_attributes", b"search_attributes", "timeout", b"timeout", "update_input", b"update_input"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_priority", b"_priority", "execution_timeout", b"execution_timeout", "input", b"input", "memo", b"memo", "priority", b"priority", "run_timeout", b"run_timeout", "search_attributes", b"search_attributes", "timeout", b"timeout", "update_input", b"update_input"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["execution_timeout", b"execution_timeout", "input", b"input", "memo", b"memo", "namespace", b"namespace", "run_timeout", b"run_timeout", "search_attributes", b"search_attributes", "task_queue", b"task_queue", "timeout", b"timeout", "update_id", b"update_id", "update_input", b"update_input", "update_name", b"update_name", "wait_for", b"wait_for", "workflow_id", b"workflow_id", "workflow_type", b"workflow_type", "workflow_version", b"workflow_version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_priority", b"_priority", "execution_timeout", b"execution_timeout", "fairness_key", b"fairness_key", "input", b"input", "memo", b"memo", "namespace", b"namespace", "priority", b"priority", "run_timeout", b"run_timeout", "search_attributes", b"search_attributes", "task_queue", b"task_queue", "timeout", b"timeout", "update_id", b"update_id", "update_input", b"update_input", "update_name", b"update_name", "wait_for", b"wait_for", "workflow_id", b"workflow_id", "workflow_type", b"workflow_type", "workflow_version", b"workflow_version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__priority: _TypeAlias = _typing.Literal["priority"]  # noqa: Y015
+    _WhichOneofArgType__priority: _TypeAlias = _typing.Literal["_priority", b"_priority"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__priority) -> _WhichOneofReturnType__priority | None: ...
 
 Global___UpdateWithStartWorkflowRequest: _TypeAlias = UpdateWithStartWorkflowRequest  # noqa: Y015
 

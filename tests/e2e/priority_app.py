@@ -1,0 +1,70 @@
+"""The worker process of the priority test (tests/e2e/test_priority.py):
+
+    python -m tests.e2e.priority_app ADDRESS TASK_QUEUE
+
+One workflow task and one activity at a time (a supervisor of one slot, one activity
+slot), so the order the activities run in is the order the server hands out the
+tasks. ``Marked`` runs one ``mark`` activity, which appends ``mark:<tag>`` to
+$DURABLE_RPC_TEST_LOG (``tests.e2e.apps.record``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+from datetime import timedelta
+
+from durable_rpc import (
+    CancellationToken,
+    Client,
+    Worker,
+    WorkflowSupervisor,
+    WorkflowSupervisorConfig,
+    activity,
+    workflow,
+)
+from tests.e2e.apps import record
+
+
+@activity.defn
+async def mark(tag: str) -> str:
+    record(f"mark:{tag}")
+    return tag
+
+
+@workflow.defn(name="Marked")
+class Marked:
+    @workflow.run
+    async def run(self, tag: str) -> str:
+        return await workflow.execute_activity(
+            mark, tag, start_to_close_timeout=timedelta(seconds=60)
+        )
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("address")
+    parser.add_argument("task_queue")
+    args = parser.parse_args()
+    client = await Client.connect(args.address)
+    worker = Worker(
+        client,
+        task_queue=args.task_queue,
+        workflows=[Marked],
+        activities=[mark],
+        max_concurrent_activities=1,
+    )
+    token = CancellationToken()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, token.cancel)
+    config = WorkflowSupervisorConfig(1).with_backoff(
+        timedelta(milliseconds=50), timedelta(seconds=1)
+    )
+    report = await WorkflowSupervisor(worker, config).run(token)
+    print(report, flush=True)
+    await client.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
