@@ -176,18 +176,6 @@ class WorkflowNotFailedError(DurableRpcError):
     reason = "WORKFLOW_NOT_FAILED"
 
 
-class InvalidPriorityError(InvalidArgumentError):
-    """A start's priority outside 1 (most urgent) .. 5."""
-
-    reason = "INVALID_PRIORITY"
-
-
-class InvalidFairnessKeyError(InvalidArgumentError):
-    """A fairness key longer than the store accepts (128 characters)."""
-
-    reason = "INVALID_FAIRNESS_KEY"
-
-
 class ProtocolVersionUnsupportedError(DurableRpcError):
     """A worker and a server whose worker-protocol versions do not overlap (the message
     names both); upgrade the older side."""
@@ -207,6 +195,32 @@ class InvalidRateLimitError(InvalidArgumentError):
     reason = "INVALID_RATE_LIMIT"
 
 
+class PayloadMismatchError(InvalidArgumentError):
+    """An uploaded payload does not match its reference: its bytes hash to another
+    SHA-256, run past its size, or its size differs from the one stored under that hash."""
+
+    reason = "PAYLOAD_MISMATCH"
+
+
+class PayloadNotFoundError(NotFoundError):
+    """A reference names a payload the namespace does not hold (never uploaded, not
+    uploaded whole, or collected by retention), or holds with another size."""
+
+    reason = "PAYLOAD_NOT_FOUND"
+
+
+class PayloadCorruptError(DurableRpcError):
+    """A stored payload no longer matches its reference (size or SHA-256) when read."""
+
+    reason = "PAYLOAD_CORRUPT"
+
+
+class PayloadTooLargeError(ResourceExhaustedError):
+    """A payload over the reader's download cap (``max_external_payload_bytes``)."""
+
+    reason = "PAYLOAD_TOO_LARGE"
+
+
 STATUS_BY_REASON: dict[str, grpc.StatusCode] = {
     LeaseLostError.reason: grpc.StatusCode.FAILED_PRECONDITION,
     WorkflowAlreadyStartedError.reason: grpc.StatusCode.ALREADY_EXISTS,
@@ -223,6 +237,10 @@ STATUS_BY_REASON: dict[str, grpc.StatusCode] = {
     ConcurrencyKeyLimitError.reason: grpc.StatusCode.RESOURCE_EXHAUSTED,
     UnimplementedError.reason: grpc.StatusCode.UNIMPLEMENTED,
     InternalError.reason: grpc.StatusCode.INTERNAL,
+    PayloadMismatchError.reason: grpc.StatusCode.INVALID_ARGUMENT,
+    PayloadNotFoundError.reason: grpc.StatusCode.NOT_FOUND,
+    PayloadCorruptError.reason: grpc.StatusCode.DATA_LOSS,
+    PayloadTooLargeError.reason: grpc.StatusCode.RESOURCE_EXHAUSTED,
     QueryFailedError.reason: grpc.StatusCode.FAILED_PRECONDITION,
     QueryTimeoutError.reason: grpc.StatusCode.DEADLINE_EXCEEDED,
     UpdateRejectedError.reason: grpc.StatusCode.FAILED_PRECONDITION,
@@ -233,8 +251,6 @@ STATUS_BY_REASON: dict[str, grpc.StatusCode] = {
     DefinitionInUseError.reason: grpc.StatusCode.FAILED_PRECONDITION,
     DefinitionRemovedError.reason: grpc.StatusCode.FAILED_PRECONDITION,
     WorkflowNotFailedError.reason: grpc.StatusCode.FAILED_PRECONDITION,
-    InvalidPriorityError.reason: grpc.StatusCode.INVALID_ARGUMENT,
-    InvalidFairnessKeyError.reason: grpc.StatusCode.INVALID_ARGUMENT,
     BudgetInUseError.reason: grpc.StatusCode.FAILED_PRECONDITION,
     ProtocolVersionUnsupportedError.reason: grpc.StatusCode.FAILED_PRECONDITION,
     InvalidRateLimitError.reason: grpc.StatusCode.INVALID_ARGUMENT,
@@ -258,6 +274,10 @@ ERROR_BY_REASON: dict[str, type[DurableRpcError]] = {
         ConcurrencyKeyLimitError,
         UnimplementedError,
         InternalError,
+        PayloadMismatchError,
+        PayloadNotFoundError,
+        PayloadCorruptError,
+        PayloadTooLargeError,
         QueryFailedError,
         QueryTimeoutError,
         UpdateRejectedError,
@@ -268,8 +288,6 @@ ERROR_BY_REASON: dict[str, type[DurableRpcError]] = {
         DefinitionInUseError,
         DefinitionRemovedError,
         WorkflowNotFailedError,
-        InvalidPriorityError,
-        InvalidFairnessKeyError,
         BudgetInUseError,
         ProtocolVersionUnsupportedError,
         InvalidRateLimitError,

@@ -19,7 +19,7 @@ from durable_rpc.errors import (
     LeaseLostError,
     WorkflowAlreadyStartedError,
 )
-from durable_rpc.v1 import payload_pb2, service_pb2, workflow_task_pb2
+from durable_rpc.v1 import payload_pb2, service_pb2, service_pb2_grpc, workflow_task_pb2
 from tests.e2e import apps
 from tests.e2e.conftest import ServerProcess, WorkerProcess, eventually, wait_for
 
@@ -303,7 +303,10 @@ async def test_bad_input_gets_clear_statuses_and_changes_nothing(
         await raw(b"\xff\xff\xff\xff\x0f")
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert reason_of(info.value) == "INVALID_ARGUMENT"
-    # Oversized request.
+    # Oversized request, sent past the SDK's payload channel (which would upload the
+    # 5 MiB payload and send a reference): the server's request limit still holds.
+    inner_channel = client.channel.channel  # type: ignore[attr-defined]
+    stub = service_pb2_grpc.WorkflowServiceStub(inner_channel)
     huge = service_pb2.StartWorkflowRequest(
         namespace="default",
         workflow_id="big",

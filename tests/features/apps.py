@@ -25,6 +25,7 @@ from durable_rpc import (
     activity,
     workflow,
 )
+from durable_rpc.client._payload_channel import DEFAULT_INLINE_THRESHOLD
 from tests.e2e.apps import record
 from tests.features.child_apps import Kid, Parent
 
@@ -528,9 +529,15 @@ async def main() -> None:
     parser.add_argument("address")
     parser.add_argument("task_queue")
     parser.add_argument("--release", action="store_true")
+    parser.add_argument(
+        "--inline-threshold",
+        type=int,
+        default=DEFAULT_INLINE_THRESHOLD,
+        help="payload frames over this many bytes go by reference",
+    )
     args = parser.parse_args()
     RELEASED = args.release
-    client = await Client.connect(args.address)
+    client = await Client.connect(args.address, payload_inline_threshold=args.inline_threshold)
     worker = Worker(client, task_queue=args.task_queue, workflows=WORKFLOWS, activities=ACTIVITIES)
     token = CancellationToken()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, token.cancel)

@@ -26,6 +26,9 @@ MAX_RESPONSE = 200_000
 MAX_BYTES = 600_000
 WARN_BYTES = 300_000
 CHUNK = 40_000
+#: The limits count the bytes history holds: payloads stay inline here (by reference a
+#: large payload adds a few dozen bytes; docs/engine.md "Large payloads").
+INLINE = ["--inline-threshold", str(4 * 1024 * 1024)]
 
 
 @pytest.fixture
@@ -49,7 +52,7 @@ def small_server(tmp_path: Path) -> Iterator[ServerProcess]:
 
 @pytest.fixture
 async def small_client(small_server: ServerProcess) -> AsyncIterator[Client]:
-    c = await Client.connect(small_server.address)
+    c = await Client.connect(small_server.address, payload_inline_threshold=4 * 1024 * 1024)
     yield c
     await c.close()
 
@@ -61,7 +64,7 @@ def small_worker(
     test_log: Path,
     spawn_worker: Callable[..., FeatureWorker],
 ) -> FeatureWorker:
-    return spawn_worker(small_server.address, queue, "--release")
+    return spawn_worker(small_server.address, queue, "--release", *INLINE)
 
 
 async def _chunks(client: Client, workflow_id: str, count: int) -> None:

@@ -16,7 +16,13 @@ from google.protobuf.message import Message
 
 from durable_rpc import Client, payload
 from durable_rpc._rpc_status import from_rpc_error
-from durable_rpc.v1 import admin_service_pb2, payload_pb2, schedule_service_pb2, service_pb2
+from durable_rpc.v1 import (
+    admin_service_pb2,
+    payload_pb2,
+    payload_service_pb2,
+    schedule_service_pb2,
+    service_pb2,
+)
 from tests.security.conftest import NS_A, AuthServer, Keys, make_key
 
 pytestmark = pytest.mark.timeout(240)
@@ -26,6 +32,7 @@ SERVICES = [
     service_pb2.DESCRIPTOR.services_by_name["WorkerService"],
     admin_service_pb2.DESCRIPTOR.services_by_name["AdminService"],
     schedule_service_pb2.DESCRIPTOR.services_by_name["ScheduleService"],
+    payload_service_pb2.DESCRIPTOR.services_by_name["PayloadService"],
 ]
 UNKNOWN_KEY = "drpc_00000000deadbeef_" + "A" * 43
 
@@ -63,6 +70,8 @@ def allowed(service: str, method: str, caller: str) -> bool:
         return True  # any valid key: it names no namespace and changes nothing
     if service == "WorkerService":
         return caller in {"worker", "admin", "root"}
+    if service == "PayloadService":
+        return caller in {"client", "worker", "admin", "root"}
     if method == "CreateNamespace":
         return caller == "root"
     if method == "ListNamespaces":

@@ -25,9 +25,6 @@ NOT_PER_RUN = {
     # A namespace's budgets (workflow.reserve()), set and removed by operators; their
     # reservations (budget_reservations) are per-run and go when the run closes.
     "budgets",
-    # A task queue's claim passes, one row per (queue, kind, priority, fairness key) that
-    # was used and the queue's floor (store/_fairness.py): not a run's, one per key.
-    "fairness_passes",
     # Transient: each row expires by its own expires_at_ms (process_due deletes it).
     "queries",
     # A schedule's rows outlive its runs: deleted with the schedule; actions are trimmed
@@ -36,6 +33,10 @@ NOT_PER_RUN = {
     "schedule_actions",
     # A schedule's waiting due times: taken out as they start, deleted with the schedule.
     "schedule_buffer",
+    # Payloads by SHA-256, shared by the runs whose history references them (their
+    # payload_refs rows are per-run): retention deletes one no ref holds after its grace.
+    "payload_blobs",
+    "payload_chunks",
 }
 
 

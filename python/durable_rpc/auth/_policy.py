@@ -9,6 +9,7 @@ needed access               client  worker  namespace admin  cluster admin
 ==========================  ======  ======  ===============  =============
 ``CLIENT`` (WorkflowService)  yes     no      yes              yes
 ``WORKER`` (WorkerService)    no      yes     yes              yes
+``PAYLOADS`` (PayloadService) yes     yes     yes              yes
 ``NAMESPACE_ADMIN``           no      no      yes              yes
 ``CLUSTER_ADMIN``             no      no      no               yes
 ``ANY_KEY`` (reflection)      yes     yes     yes              yes
@@ -35,6 +36,8 @@ class Role(enum.StrEnum):
 class Access(enum.Enum):
     CLIENT = "client"
     WORKER = "worker"
+    #: The payload store: clients and workers both upload and download payloads.
+    PAYLOADS = "client or worker"
     NAMESPACE_ADMIN = "namespace admin"
     CLUSTER_ADMIN = "cluster admin"
     ANY_KEY = "any valid key"
@@ -63,6 +66,7 @@ class Principal:
 _ROLES_FOR: dict[Access, frozenset[Role]] = {
     Access.CLIENT: frozenset({Role.CLIENT, Role.ADMIN}),
     Access.WORKER: frozenset({Role.WORKER, Role.ADMIN}),
+    Access.PAYLOADS: frozenset({Role.CLIENT, Role.WORKER, Role.ADMIN}),
     Access.NAMESPACE_ADMIN: frozenset({Role.ADMIN}),
     Access.CLUSTER_ADMIN: frozenset({Role.ADMIN}),
     Access.ANY_KEY: frozenset(Role),

@@ -91,6 +91,14 @@ _LIMITS = HistoryLimits()
     "(one replica of a cluster deletes them).",
 )
 @click.option(
+    "--payload-grace",
+    type=click.FloatRange(min=0),
+    default=ServerConfig.payload_grace_s,
+    show_default=True,
+    help="Seconds a stored large payload that no run references is kept after its last "
+    "upload, before retention deletes it.",
+)
+@click.option(
     "--auth", is_flag=True, help="Require an API key on every call but health (docs/security.md)."
 )
 @click.option(
@@ -145,6 +153,7 @@ def server(
     history_page_bytes: int,
     max_response_bytes: int,
     retention_interval: float,
+    payload_grace: float,
     auth: bool,
     tls_cert: Path | None,
     tls_key: Path | None,
@@ -173,6 +182,7 @@ def server(
         ),
         max_response_bytes=max_response_bytes,
         retention_interval_s=retention_interval,
+        payload_grace_s=payload_grace,
         auth=auth,
         tls_cert=tls_cert,
         tls_key=tls_key,

@@ -23,6 +23,11 @@ from durable_rpc.client._handle import (
     info_from_proto,
     update_stage,
 )
+from durable_rpc.client._payload_channel import (
+    DEFAULT_INLINE_THRESHOLD,
+    DEFAULT_MAX_EXTERNAL_PAYLOAD_BYTES,
+    PayloadChannel,
+)
 from durable_rpc.client._refs import signal_name, update_ref, workflow_ref
 from durable_rpc.client._schedules import ScheduleCalls
 from durable_rpc.errors import StoreUnavailableError, UpdateTimeoutError
@@ -62,6 +67,8 @@ class Client(ScheduleCalls):
         timeout: float = 10.0,
         api_key: str | None = None,
         tls: TLSConfig | None = None,
+        payload_inline_threshold: int = DEFAULT_INLINE_THRESHOLD,
+        max_external_payload_bytes: int = DEFAULT_MAX_EXTERNAL_PAYLOAD_BYTES,
     ) -> Client:
         """Connect to ``address`` (default: ``DURABLE_RPC_ADDRESS``) and wait until ready.
 
@@ -69,18 +76,30 @@ class Client(ScheduleCalls):
         server that requires authentication; ``tls`` (default: from the
         ``DURABLE_RPC_TLS_*`` variables, else plain text) encrypts the connection and,
         with a client certificate, authenticates it to a server that requires mTLS.
+
+        Payload frames over ``payload_inline_threshold`` bytes (workflow and activity
+        inputs and results, signals, updates, queries) are uploaded to the server's
+        payload store and sent by SHA-256 reference; references in responses are
+        downloaded and verified, at most ``max_external_payload_bytes`` per response
+        (over it: ``PayloadTooLargeError``). The worker built on this client does the same.
         """
         # Traced by a channel wrapper: grpc client interceptors add tasks to every call.
-        channel = TracingChannel(
-            open_channel(
-                address or default_address(),
-                tls=tls if tls is not None else TLSConfig.from_env(),
-                api_key=api_key if api_key is not None else os.environ.get(ENV_API_KEY),
-                options=[
-                    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
-                    ("grpc.keepalive_time_ms", 30_000),
-                ],
-            )
+        # Outermost, payloads: a call's uploads and downloads are traced and keyed too.
+        channel = PayloadChannel(
+            TracingChannel(
+                open_channel(
+                    address or default_address(),
+                    tls=tls if tls is not None else TLSConfig.from_env(),
+                    api_key=api_key if api_key is not None else os.environ.get(ENV_API_KEY),
+                    options=[
+                        ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+                        ("grpc.keepalive_time_ms", 30_000),
+                    ],
+                )
+            ),
+            namespace,
+            inline_threshold=payload_inline_threshold,
+            max_external_payload_bytes=max_external_payload_bytes,
         )
         try:
             if timeout is None:
@@ -137,8 +156,6 @@ class Client(ScheduleCalls):
         search_attributes: Mapping[str, Any] | None = None,
         execution_timeout: timedelta | None = None,
         run_timeout: timedelta | None = None,
-        priority: int | None = None,
-        fairness_key: str | None = None,
         concurrency_key: str | None = None,
     ) -> WorkflowHandle:
         """Start a run of ``workflow`` (``Wf.run`` or a type name) with ``args``.
@@ -146,10 +163,6 @@ class Client(ScheduleCalls):
         Idempotent by ``request_id``: repeating it returns the same run. An open run with
         the same ``id`` started by another request raises WorkflowAlreadyStartedError.
         UNAVAILABLE is retried with the same request id (``call_deduplicated``).
-
-        ``priority`` (1 most urgent .. 5, default 3) orders the claims of the run's
-        workflow and activity tasks; ``fairness_key`` (e.g. a tenant) shares a priority
-        fairly among keys (docs/engine.md, "Priority and fairness").
         ``concurrency_key`` (e.g. ``"customer-42"``): the namespace's admission policy may
         limit the open runs of one key (queue, cancel the newest or the oldest).
         """
@@ -164,9 +177,7 @@ class Client(ScheduleCalls):
             request_id=request_id or uuid.uuid4().hex,
             concurrency_key=concurrency_key or "",
         )
-        _start_options(
-            request, memo, search_attributes, execution_timeout, run_timeout, priority, fairness_key
-        )
+        _start_options(request, memo, search_attributes, execution_timeout, run_timeout)
         response = await self.call_deduplicated(self.workflow_service.StartWorkflow, request)
         return WorkflowHandle(
             self, id, response.run_id, result_type if result_type is not None else hint
@@ -187,8 +198,6 @@ class Client(ScheduleCalls):
         search_attributes: Mapping[str, Any] | None = None,
         execution_timeout: timedelta | None = None,
         run_timeout: timedelta | None = None,
-        priority: int | None = None,
-        fairness_key: str | None = None,
     ) -> WorkflowHandle:
         """Signal the open run of ``id``, or start ``workflow(*args)`` and signal it: one
         atomic call, so "create the order if new, then add the item" never races.
@@ -208,9 +217,7 @@ class Client(ScheduleCalls):
             signal_input=payload_pb2.Payload(data=converter.encode_args(list(signal_args))),
             request_id=request_id or uuid.uuid4().hex,
         )
-        _start_options(
-            request, memo, search_attributes, execution_timeout, run_timeout, priority, fairness_key
-        )
+        _start_options(request, memo, search_attributes, execution_timeout, run_timeout)
         response = await self.call_deduplicated(
             self.workflow_service.SignalWithStartWorkflow, request
         )
@@ -428,8 +435,6 @@ def _start_options(
     search_attributes: Mapping[str, Any] | None,
     execution_timeout: timedelta | None,
     run_timeout: timedelta | None,
-    priority: int | None = None,
-    fairness_key: str | None = None,
 ) -> None:
     if memo:
         request.memo.CopyFrom(memo_to_proto(memo))
@@ -439,10 +444,6 @@ def _start_options(
         request.execution_timeout.FromTimedelta(execution_timeout)
     if run_timeout is not None:
         request.run_timeout.FromTimedelta(run_timeout)
-    if priority is not None:
-        request.priority = priority  # the server checks the range (INVALID_PRIORITY)
-    if fairness_key:
-        request.fairness_key = fairness_key
 
 
 async def _ready(channel: grpc.aio.Channel, address: str, timeout: float) -> None:

@@ -27,7 +27,12 @@ from durable_rpc.server._interceptor import ErrorInterceptor
 from durable_rpc.server._metrics import ServerMetrics
 from durable_rpc.server._metrics_interceptor import MetricsServerInterceptor
 from durable_rpc.server._notify import Notifier
-from durable_rpc.server._retention import DEFAULT_INTERVAL_S, RetentionLoop
+from durable_rpc.server._payload_service import PayloadService
+from durable_rpc.server._retention import (
+    DEFAULT_INTERVAL_S,
+    DEFAULT_PAYLOAD_GRACE_S,
+    RetentionLoop,
+)
 from durable_rpc.server._schedule_service import ScheduleService
 from durable_rpc.server._schedules import ScheduleLoop
 from durable_rpc.server._worker_service import WorkerService
@@ -38,6 +43,8 @@ from durable_rpc.telemetry._metrics_export import MetricsExport, start_metrics_e
 from durable_rpc.v1 import (
     admin_service_pb2,
     admin_service_pb2_grpc,
+    payload_service_pb2,
+    payload_service_pb2_grpc,
     schedule_service_pb2,
     schedule_service_pb2_grpc,
     service_pb2,
@@ -51,6 +58,7 @@ SERVICE_NAMES = (
     service_pb2.DESCRIPTOR.services_by_name["WorkerService"].full_name,
     admin_service_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name,
     schedule_service_pb2.DESCRIPTOR.services_by_name["ScheduleService"].full_name,
+    payload_service_pb2.DESCRIPTOR.services_by_name["PayloadService"].full_name,
 )
 
 
@@ -109,6 +117,10 @@ class ServerConfig:
     # How often closed runs past their namespace's retention are looked for (and
     # deleted, by the one replica holding the retention lease: server/_retention.py).
     retention_interval_s: float = DEFAULT_INTERVAL_S
+    # A stored payload no run references is deleted by retention once this long has
+    # passed since its last upload (the window between an upload and the request that
+    # references it; docs/engine.md, "Large payloads").
+    payload_grace_s: float = DEFAULT_PAYLOAD_GRACE_S
     # Serve Prometheus text at http://HOST:PORT/metrics (None: no endpoint). OTLP metrics
     # follow the OTEL_EXPORTER_OTLP_* variables either way (docs/operations.md, Metrics).
     metrics_listen: str | None = None
@@ -163,7 +175,11 @@ class Server:
         )
         self._grpc: grpc.aio.Server | None = None
         self._due = DueLoop(self.store)
-        self._retention = RetentionLoop(self.store, config.retention_interval_s)
+        self._retention = RetentionLoop(
+            self.store,
+            config.retention_interval_s,
+            payload_grace_ms=int(config.payload_grace_s * 1000),
+        )
         self._schedules = ScheduleLoop(self.store)
         self._shutting_down = asyncio.Event()
         self._health = health_aio.HealthServicer()
@@ -269,6 +285,9 @@ class Server:
         admin_service_pb2_grpc.add_AdminServiceServicer_to_server(AdminService(self.store), server)
         schedule_service_pb2_grpc.add_ScheduleServiceServicer_to_server(
             ScheduleService(self.store, self._schedules.wake), server
+        )
+        payload_service_pb2_grpc.add_PayloadServiceServicer_to_server(
+            PayloadService(self.store), server
         )
         credentials = _tls_credentials(self.config)
         try:

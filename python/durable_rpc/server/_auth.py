@@ -37,6 +37,7 @@ _WORKFLOW = "/durable_rpc.v1.WorkflowService/"
 _WORKER = "/durable_rpc.v1.WorkerService/"
 _ADMIN = "/durable_rpc.v1.AdminService/"
 _SCHEDULE = "/durable_rpc.v1.ScheduleService/"
+_PAYLOAD = "/durable_rpc.v1.PayloadService/"
 
 Rule = Callable[[Any], tuple[Access, str | None]]
 
@@ -104,6 +105,8 @@ def rule_for(method: str) -> Rule | None:
         return _in_namespace(Access.CLIENT)
     if method.startswith(_WORKER):
         return _in_namespace(Access.WORKER)
+    if method.startswith(_PAYLOAD):
+        return _in_namespace(Access.PAYLOADS)
     if method.startswith(_ADMIN):
         return _ADMIN_RULES.get(method.removeprefix(_ADMIN))
     return None

@@ -38,6 +38,9 @@ DEFAULT_INTERVAL_S = 300.0
 #: SQLite's stall near one group commit's.
 DEFAULT_BATCH = 100
 DEFAULT_MAX_EVENTS = 1_000
+#: A stored payload no run references outlives its last upload by this much (an upload
+#: is followed by the request that references it; a slow client gets an hour).
+DEFAULT_PAYLOAD_GRACE_S = 3600.0
 #: The lease outlives this many intervals (and at least the floor below): its holder
 #: renews it every interval; another replica takes over only after it expired.
 LEASE_INTERVALS = 3
@@ -59,6 +62,7 @@ class RetentionLoop:
         batch: int = DEFAULT_BATCH,
         owner: str | None = None,
         max_events: int = DEFAULT_MAX_EVENTS,
+        payload_grace_ms: int = int(DEFAULT_PAYLOAD_GRACE_S * 1000),
     ) -> None:
         if interval_s <= 0:
             raise ValueError("the retention interval must be positive")
@@ -68,6 +72,7 @@ class RetentionLoop:
         self._interval_s = interval_s
         self._batch = batch
         self._max_events = max_events
+        self._payload_grace_ms = payload_grace_ms
         self.owner = owner or replica_id()
         self._lease_ms = int(max(MIN_LEASE_S, LEASE_INTERVALS * interval_s) * 1000)
         self._task: asyncio.Task[None] | None = None
@@ -129,4 +134,15 @@ class RetentionLoop:
             gone = await self._store.delete_gone_workers(self.owner, self._batch)
             if gone:
                 log.info("retention: deleted %d workers silent longer than the retention", gone)
+        # Payloads no remaining run references (after the runs: their refs went with
+        # them), past their grace period; one bounded transaction per batch.
+        with contextlib.suppress(LeaseLostError):
+            while (
+                dropped := await self._store.delete_unreferenced_payloads(
+                    self.owner, self._payload_grace_ms, self._batch
+                )
+            ) > 0:
+                log.info("retention: deleted %d payloads no run references", dropped)
+                if dropped < self._batch:
+                    break
         return total

@@ -38,7 +38,9 @@ def definition_from(message: pb.ScheduleDefinition) -> ScheduleDefinition:
         workflow_type=_validate.name("workflow_type", message.workflow_type),
         workflow_version=message.workflow_version,
         task_queue=_validate.name("task_queue", message.task_queue),
-        input=_validate.payload_bytes("input", message.input, has=message.HasField("input")),
+        input=_validate.payload_bytes(
+            "input", message.input, has=message.HasField("input"), external=False
+        ),
         spec=ScheduleSpec(
             cron=spec.cron,
             interval_ms=spec.interval.ToMilliseconds(),

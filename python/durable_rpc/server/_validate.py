@@ -16,6 +16,7 @@ from durable_rpc.server._validate_message import MAX_IDENTIFIER_BYTES, identifie
 from durable_rpc.v1 import payload_pb2
 
 DEFAULT_NAMESPACE = "default"
+_SHA256_BYTES = 32
 # Page tokens are decimal row or event ids: ASCII digits only (int() would also take
 # "-5", " 7", "1_0" and other scripts' digits), and small enough for a 64-bit column.
 _PAGE_TOKEN = re.compile(rb"[1-9][0-9]{0,17}")
@@ -43,12 +44,27 @@ def page_token(field: str, token: bytes) -> int | None:
     return int(token)
 
 
-def payload_bytes(field: str, message: payload_pb2.Payload, *, has: bool) -> bytes:
-    """The serialized Payload after checking its frame decodes (an absent one is None)."""
+def payload_bytes(
+    field: str, message: payload_pb2.Payload, *, has: bool, external: bool = True
+) -> bytes:
+    """The serialized Payload after checking its frame decodes (an absent one is None).
+
+    An external reference is checked for shape here; that the namespace holds the payload
+    is checked by the store in the transaction that writes it to history (``record_refs``).
+    ``external=False``: a payload kept outside history (a schedule's input), which no run
+    would hold for retention, must be inline."""
     if not has:
         return payload_pb2.Payload(data=payload.encode(None)).SerializeToString()
     if message.HasField("external"):
-        raise InvalidPayloadError(f"{field}: external payload references are not accepted yet")
+        if not external:
+            raise InvalidPayloadError(f"{field}: must be inline (no external reference)")
+        ref = message.external
+        if message.data or len(ref.sha256) != _SHA256_BYTES or ref.size <= 0:
+            raise InvalidPayloadError(
+                f"{field}: an external reference needs a {_SHA256_BYTES}-byte sha256, a "
+                "positive size and no inline data"
+            )
+        return message.SerializeToString()
     try:
         payload.validate(message.data)
     except payload.PayloadError as exc:

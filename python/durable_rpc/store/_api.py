@@ -10,7 +10,7 @@ read from the database clock.
 from __future__ import annotations
 
 import abc
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TYPE_CHECKING, Literal, Protocol
@@ -25,6 +25,7 @@ from durable_rpc.store._fleet_records import (
     WorkerCounters,
     WorkerRecord,
 )
+from durable_rpc.store._payload_records import PayloadUpload
 from durable_rpc.store._schedule_records import ScheduleDefinition, ScheduleFiring, ScheduleInfo
 from durable_rpc.v1 import workflow_task_pb2
 
@@ -166,10 +167,6 @@ class StartOptions:
     #: Close the run as timed_out this long after its start (None/0 = never).
     execution_timeout_ms: int | None = None
     run_timeout_ms: int | None = None
-    #: 1 (most urgent) .. 5; None = 3. Claims take a more urgent task first (``_fairness``).
-    priority: int | None = None
-    #: Claims share a priority fairly among keys (e.g. a tenant); None/'' = no key.
-    fairness_key: str | None = None
     #: The run's concurrency key (``_admission``): its namespace may limit the open runs
     #: of one key. None/'' = no key.
     concurrency_key: str | None = None
@@ -297,10 +294,6 @@ class RunDescription:
     #: Redrive links: the failed run this one continues, and the run that continues it.
     redriven_from_run_id: str = ""
     redriven_by_run_id: str = ""
-    #: The run's claim priority (1 most urgent .. 5) and fairness key ('' none): its
-    #: workflow and activity tasks are claimed in that order (``_fairness``).
-    priority: int = 3
-    fairness_key: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -1054,6 +1047,29 @@ class Store(abc.ABC):
         """Delete up to ``limit`` workers whose last heartbeat is older than their
         namespace's retention, with their registered definitions and activities, in one
         transaction; the count. Fenced like :meth:`delete_expired_runs`."""
+
+    # the payload store (see _ops_payloads): frames over the inline threshold, by SHA-256
+    @abc.abstractmethod
+    async def upload_payload_chunk(
+        self, namespace: str, sha256: bytes, size: int, offset: int, data: bytes
+    ) -> PayloadUpload:
+        """Store ``data`` at ``offset`` of the payload ``(sha256, size)``: the offset at
+        most the bytes stored, only the bytes past them kept. The chunk that completes it
+        has the whole frame verified against ``sha256`` (``PayloadMismatchError`` and the
+        upload discarded when it does not). A payload already stored whole answers
+        complete at once (and its grace period restarts)."""
+
+    @abc.abstractmethod
+    def read_payload(self, namespace: str, sha256: bytes, size: int) -> AsyncIterator[bytes]:
+        """The stored frame of ``(sha256, size)`` in chunks, a few rows per read, verified
+        while read: ``PayloadNotFoundError`` when the namespace does not hold it whole,
+        ``PayloadCorruptError`` (before the last chunk) when it does not verify."""
+
+    @abc.abstractmethod
+    async def delete_unreferenced_payloads(self, owner: str, grace_ms: int, limit: int) -> int:
+        """Delete up to ``limit`` payloads referenced by no remaining run and last uploaded
+        more than ``grace_ms`` ago, in one transaction; the count. Fenced like
+        :meth:`delete_expired_runs`."""
 
     # namespaces and API keys (see _ops_admin)
     @abc.abstractmethod

@@ -27,6 +27,7 @@ from durable_rpc.store._ops_fleet import _FleetOps
 from durable_rpc.store._ops_leases import _LeaseOps
 from durable_rpc.store._ops_limits import _LimitOps
 from durable_rpc.store._ops_metrics import _MetricOps
+from durable_rpc.store._ops_payloads import _PayloadOps
 from durable_rpc.store._ops_queries import _QueryOps
 from durable_rpc.store._ops_rate_limits import _RateLimitOps
 from durable_rpc.store._ops_redrive import _RedriveOps
@@ -59,6 +60,7 @@ class SqlStore(
     _UpdateOps,
     _AdminOps,
     _RetentionOps,
+    _PayloadOps,
     _MetricOps,
     _ScheduleOps,
     _RateLimitOps,

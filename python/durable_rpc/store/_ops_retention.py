@@ -29,12 +29,15 @@ RETENTION_JOB = "retention"
 
 #: The tables holding rows of one run, keyed by (namespace, run_id) (each has an index
 #: with that prefix). ``start_requests`` is keyed by workflow id, deleted apart.
+#: ``payload_refs``: the payloads the run's history references; a payload left with no
+#: ref is deleted by :meth:`_PayloadOps.delete_unreferenced_payloads` after its grace.
 RUN_TABLES = (
     "history",
     "tasks",
     "signal_requests",
     "search_attributes",
     "update_requests",
+    "payload_refs",
     # Released when the run closes (store/_budgets); listed so a leftover never outlives it.
     "budget_reservations",
 )
@@ -78,7 +81,7 @@ class _RetentionOps(_SqlOpsBase):
 
         def op(tx: Tx) -> RetentionBatch:
             now = tx.now_ms()
-            _hold_lease(tx, owner, now)
+            hold_retention_lease(tx, owner, now)
             deleted = events = 0
             for namespace in tx.all("SELECT name, retention_ms FROM namespaces ORDER BY name"):
                 if deleted >= limit or events >= max_events:
@@ -110,7 +113,7 @@ class _RetentionOps(_SqlOpsBase):
 
         def op(tx: Tx) -> int:
             now = tx.now_ms()
-            _hold_lease(tx, owner, now)
+            hold_retention_lease(tx, owner, now)
             deleted = 0
             for namespace in tx.all("SELECT name, retention_ms FROM namespaces ORDER BY name"):
                 name = namespace["name"]
@@ -138,7 +141,7 @@ class _RetentionOps(_SqlOpsBase):
         return await self._write(op)
 
 
-def _hold_lease(tx: Tx, owner: str, now: int) -> None:
+def hold_retention_lease(tx: Tx, owner: str, now: int) -> None:
     """Fences a retention transaction: only the holder of the unexpired lease deletes
     (on PostgreSQL the row stays locked to the commit, so a take-over waits for it)."""
     held = tx.one(

@@ -46,6 +46,19 @@ class _Scheduled:
     heartbeat_ms: int | None
 
 
+def _references_payloads(
+    decision: Decision, commands: list[workflow_task_pb2.Command], closing: bool
+) -> bool:
+    """Whether the decision holds an external payload reference: its activity result, the
+    run's result, an activity's input (the only payloads of the shapes the function
+    covers)."""
+    if decision.result is not None and decision.result.HasField("external"):
+        return True
+    if closing:
+        return commands[0].complete_workflow.result.HasField("external")
+    return any(c.schedule_activity.input.HasField("external") for c in commands)
+
+
 @dataclass(frozen=True, slots=True)
 class Decision:
     """The decision to record and the task it completes."""
@@ -93,6 +106,9 @@ class DecisionCall:
             return None
         if decision.kind == "workflow" and not commands:
             return None  # whether it needs a marker at all is the general path's question
+        if _references_payloads(decision, commands, closing):
+            # The function writes history without the payload refs (``_payloads``).
+            return None
         if any(c.schedule_activity.options.rate_limit_key for c in commands):
             # The function's INSERT has no rate_limit_key column: the general path
             # records the key on the task row (``_rate_limits``).

@@ -11,7 +11,6 @@ from __future__ import annotations
 from durable_rpc.store._admission import concurrency_key_tables
 from durable_rpc.store._admission_pg import pg_migration as admission_pg_migration
 from durable_rpc.store._budgets_pg import pg_migration as budgets_pg_migration
-from durable_rpc.store._fairness_pg import pg_migration as fairness_pg_migration
 from durable_rpc.store._migrations import (
     V12_RUNS_STAY_UNVERSIONED,
     Migration,
@@ -27,6 +26,7 @@ from durable_rpc.store._migrations import (
     _v13,
     _v_schedules,
 )
+from durable_rpc.store._payloads import payload_tables
 from durable_rpc.store._pg_hot_sql import BUILD_PIN_FUNCTIONS, HOT_PATH_FUNCTIONS
 from durable_rpc.store._queue_limits import pg_migration as queue_limits_pg_migration
 from durable_rpc.store._rate_limits import pg_migration as rate_limits_pg_migration
@@ -198,5 +198,5 @@ PG_MIGRATIONS: tuple[Migration, ...] = (
     Migration(18, "budgets", budgets_pg_migration()),
     Migration(19, "concurrency keys", concurrency_key_tables()),
     Migration(20, "rate limits", rate_limits_pg_migration()),
-    Migration(21, "priority and fairness of claims", fairness_pg_migration()),
+    Migration(21, "large payloads by SHA-256", payload_tables("BYTEA", "BIGINT")),
 )

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 from durable_rpc.store._api import RunOutcome, StoreListener, TaskKind
 from durable_rpc.store._history_buffer import AppendedEvent, HistoryBuffer
+from durable_rpc.store._payloads import record_refs
 
 Row = dict[str, Any]
 T = TypeVar("T")
@@ -204,6 +205,9 @@ class Tx(abc.ABC):
         statement that could read them and when the operation's function returns)."""
         for (namespace, run_id), length, size, events in self.history.take_unwritten():
             self._write_events(namespace, run_id, length, size, [e.row for e in events])
+            # The payloads these events reference are held for the run (and checked to
+            # exist) in this same transaction: every history write passes here.
+            record_refs(self, namespace, run_id, [e.data for e in events])
 
     def _write_events(
         self, namespace: str, run_id: str, length: int, size: int, rows: list[tuple[Any, ...]]

@@ -50,7 +50,8 @@ class PendingActivity:
 
 
 def payload_data(p: payload_pb2.Payload) -> bytes:
-    """The inline frame of ``p``; the server inlines external payloads for workers."""
+    """The inline frame of ``p``; the SDK's payload channel (``client/_payload_channel``)
+    puts referenced payloads back inline before a task reaches the workflow runtime."""
     if not p.data and p.HasField("external"):
         raise WorkflowTaskError("received an external payload reference without its data")
     return p.data

@@ -1,0 +1,14 @@
+"""What the payload store answers (docs/engine.md, "Large payloads")."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class PayloadUpload:
+    """The state of a payload after an upload call: the bytes stored, and whether the
+    whole frame is stored and verified (it can be referenced)."""
+
+    stored_bytes: int
+    complete: bool

@@ -1,0 +1,88 @@
+"""The payload store's tables, and the references a transaction's history appends make.
+
+A payload over the SDK's inline threshold is uploaded in chunks (``payload_chunks``, one
+row per uploaded chunk, so neither side ever holds a whole payload in one row or one
+statement) under a ``payload_blobs`` row keyed by (namespace, SHA-256). A history event
+that references it adds a ``payload_refs`` row for its run in the same transaction
+(:func:`record_refs`), after checking the namespace holds the payload whole with that
+size; retention deletes a run's refs with the run, then each payload no ref holds once
+its grace period (from its last upload) has passed.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from durable_rpc import _payload_refs
+from durable_rpc.errors import PayloadNotFoundError
+
+if TYPE_CHECKING:
+    from durable_rpc.store._tx import Tx
+
+
+def payload_tables(blob: str, bigint: str) -> tuple[str, ...]:
+    """The payload store's tables (same shape on both backends)."""
+    return (
+        f"""CREATE TABLE payload_blobs (
+            namespace TEXT NOT NULL,
+            sha256 {blob} NOT NULL,
+            size_bytes {bigint} NOT NULL,
+            stored_bytes {bigint} NOT NULL,
+            complete {bigint} NOT NULL,
+            touched_at_ms {bigint} NOT NULL,
+            PRIMARY KEY (namespace, sha256)
+        )""",
+        f"""CREATE TABLE payload_chunks (
+            namespace TEXT NOT NULL,
+            sha256 {blob} NOT NULL,
+            offset_bytes {bigint} NOT NULL,
+            data {blob} NOT NULL,
+            PRIMARY KEY (namespace, sha256, offset_bytes)
+        )""",
+        f"""CREATE TABLE payload_refs (
+            namespace TEXT NOT NULL,
+            run_id TEXT NOT NULL,
+            sha256 {blob} NOT NULL,
+            PRIMARY KEY (namespace, run_id, sha256),
+            FOREIGN KEY (namespace, sha256) REFERENCES payload_blobs (namespace, sha256)
+        )""",
+        # Whether any run still refers to a payload (retention, and the foreign key).
+        "CREATE INDEX payload_refs_by_blob ON payload_refs (namespace, sha256)",
+        # Retention's candidates: the payloads last uploaded longest ago.
+        "CREATE INDEX payload_blobs_touched ON payload_blobs (namespace, touched_at_ms)",
+    )
+
+
+def record_refs(tx: Tx, namespace: str, run_id: str, events: list[bytes]) -> None:
+    """Adds the run's refs to the payloads ``events`` reference, after checking each is
+    stored whole with the size the reference names (``PayloadNotFoundError`` otherwise:
+    the whole transaction is refused, no history points at a missing payload).
+
+    The blob rows are read with the write lock (PostgreSQL: FOR UPDATE), so retention
+    deleting one concurrently either commits first (it is then not found here) or waits
+    for this commit (and then sees the ref)."""
+    refs: set[tuple[bytes, int]] = set()
+    for data in events:
+        refs |= _payload_refs.event_refs(data)
+    if not refs:
+        return
+    shas = sorted({sha for sha, _ in refs})
+    marks = ", ".join("?" for _ in shas)
+    rows = tx._fetch(
+        "SELECT sha256, size_bytes FROM payload_blobs WHERE namespace = ? AND complete = 1 "
+        f"AND sha256 IN ({marks}) ORDER BY sha256{tx.row_lock_suffix}",
+        (namespace, *shas),
+    )
+    stored = {bytes(row["sha256"]): int(row["size_bytes"]) for row in rows}
+    for sha, size in sorted(refs):
+        if stored.get(sha) != size:
+            raise PayloadNotFoundError(
+                f"namespace {namespace!r} holds no payload {sha.hex()} of {size} bytes "
+                "(upload it before referencing it)"
+            )
+    tx._execute(
+        "INSERT INTO payload_refs (namespace, run_id, sha256) VALUES "
+        + ", ".join("(?, ?, ?)" for _ in shas)
+        + " ON CONFLICT DO NOTHING",
+        [value for sha in shas for value in (namespace, run_id, sha)],
+    )
