@@ -176,6 +176,18 @@ class WorkflowNotFailedError(DurableRpcError):
     reason = "WORKFLOW_NOT_FAILED"
 
 
+class InvalidPriorityError(InvalidArgumentError):
+    """A start's priority outside 1 (most urgent) .. 5."""
+
+    reason = "INVALID_PRIORITY"
+
+
+class InvalidFairnessKeyError(InvalidArgumentError):
+    """A fairness key longer than the store accepts (128 characters)."""
+
+    reason = "INVALID_FAIRNESS_KEY"
+
+
 class ProtocolVersionUnsupportedError(DurableRpcError):
     """A worker and a server whose worker-protocol versions do not overlap (the message
     names both); upgrade the older side."""
@@ -251,6 +263,8 @@ STATUS_BY_REASON: dict[str, grpc.StatusCode] = {
     DefinitionInUseError.reason: grpc.StatusCode.FAILED_PRECONDITION,
     DefinitionRemovedError.reason: grpc.StatusCode.FAILED_PRECONDITION,
     WorkflowNotFailedError.reason: grpc.StatusCode.FAILED_PRECONDITION,
+    InvalidPriorityError.reason: grpc.StatusCode.INVALID_ARGUMENT,
+    InvalidFairnessKeyError.reason: grpc.StatusCode.INVALID_ARGUMENT,
     BudgetInUseError.reason: grpc.StatusCode.FAILED_PRECONDITION,
     ProtocolVersionUnsupportedError.reason: grpc.StatusCode.FAILED_PRECONDITION,
     InvalidRateLimitError.reason: grpc.StatusCode.INVALID_ARGUMENT,
@@ -288,6 +302,8 @@ ERROR_BY_REASON: dict[str, type[DurableRpcError]] = {
         DefinitionInUseError,
         DefinitionRemovedError,
         WorkflowNotFailedError,
+        InvalidPriorityError,
+        InvalidFairnessKeyError,
         BudgetInUseError,
         ProtocolVersionUnsupportedError,
         InvalidRateLimitError,

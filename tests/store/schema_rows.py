@@ -25,6 +25,9 @@ NOT_PER_RUN = {
     # A namespace's budgets (workflow.reserve()), set and removed by operators; their
     # reservations (budget_reservations) are per-run and go when the run closes.
     "budgets",
+    # A task queue's claim passes, one row per (queue, kind, priority, fairness key) that
+    # was used and the queue's floor (store/_fairness.py): not a run's, one per key.
+    "fairness_passes",
     # Transient: each row expires by its own expires_at_ms (process_due deletes it).
     "queries",
     # A schedule's rows outlive its runs: deleted with the schedule; actions are trimmed

@@ -156,6 +156,8 @@ class Client(ScheduleCalls):
         search_attributes: Mapping[str, Any] | None = None,
         execution_timeout: timedelta | None = None,
         run_timeout: timedelta | None = None,
+        priority: int | None = None,
+        fairness_key: str | None = None,
         concurrency_key: str | None = None,
     ) -> WorkflowHandle:
         """Start a run of ``workflow`` (``Wf.run`` or a type name) with ``args``.
@@ -163,6 +165,10 @@ class Client(ScheduleCalls):
         Idempotent by ``request_id``: repeating it returns the same run. An open run with
         the same ``id`` started by another request raises WorkflowAlreadyStartedError.
         UNAVAILABLE is retried with the same request id (``call_deduplicated``).
+
+        ``priority`` (1 most urgent .. 5, default 3) orders the claims of the run's
+        workflow and activity tasks; ``fairness_key`` (e.g. a tenant) shares a priority
+        fairly among keys (docs/engine.md, "Priority and fairness").
         ``concurrency_key`` (e.g. ``"customer-42"``): the namespace's admission policy may
         limit the open runs of one key (queue, cancel the newest or the oldest).
         """
@@ -177,7 +183,9 @@ class Client(ScheduleCalls):
             request_id=request_id or uuid.uuid4().hex,
             concurrency_key=concurrency_key or "",
         )
-        _start_options(request, memo, search_attributes, execution_timeout, run_timeout)
+        _start_options(
+            request, memo, search_attributes, execution_timeout, run_timeout, priority, fairness_key
+        )
         response = await self.call_deduplicated(self.workflow_service.StartWorkflow, request)
         return WorkflowHandle(
             self, id, response.run_id, result_type if result_type is not None else hint
@@ -198,6 +206,8 @@ class Client(ScheduleCalls):
         search_attributes: Mapping[str, Any] | None = None,
         execution_timeout: timedelta | None = None,
         run_timeout: timedelta | None = None,
+        priority: int | None = None,
+        fairness_key: str | None = None,
     ) -> WorkflowHandle:
         """Signal the open run of ``id``, or start ``workflow(*args)`` and signal it: one
         atomic call, so "create the order if new, then add the item" never races.
@@ -217,7 +227,9 @@ class Client(ScheduleCalls):
             signal_input=payload_pb2.Payload(data=converter.encode_args(list(signal_args))),
             request_id=request_id or uuid.uuid4().hex,
         )
-        _start_options(request, memo, search_attributes, execution_timeout, run_timeout)
+        _start_options(
+            request, memo, search_attributes, execution_timeout, run_timeout, priority, fairness_key
+        )
         response = await self.call_deduplicated(
             self.workflow_service.SignalWithStartWorkflow, request
         )
@@ -435,6 +447,8 @@ def _start_options(
     search_attributes: Mapping[str, Any] | None,
     execution_timeout: timedelta | None,
     run_timeout: timedelta | None,
+    priority: int | None = None,
+    fairness_key: str | None = None,
 ) -> None:
     if memo:
         request.memo.CopyFrom(memo_to_proto(memo))
@@ -444,6 +458,10 @@ def _start_options(
         request.execution_timeout.FromTimedelta(execution_timeout)
     if run_timeout is not None:
         request.run_timeout.FromTimedelta(run_timeout)
+    if priority is not None:
+        request.priority = priority  # the server checks the range (INVALID_PRIORITY)
+    if fairness_key:
+        request.fairness_key = fairness_key
 
 
 async def _ready(channel: grpc.aio.Channel, address: str, timeout: float) -> None:

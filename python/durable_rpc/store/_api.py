@@ -167,6 +167,10 @@ class StartOptions:
     #: Close the run as timed_out this long after its start (None/0 = never).
     execution_timeout_ms: int | None = None
     run_timeout_ms: int | None = None
+    #: 1 (most urgent) .. 5; None = 3. Claims take a more urgent task first (``_fairness``).
+    priority: int | None = None
+    #: Claims share a priority fairly among keys (e.g. a tenant); None/'' = no key.
+    fairness_key: str | None = None
     #: The run's concurrency key (``_admission``): its namespace may limit the open runs
     #: of one key. None/'' = no key.
     concurrency_key: str | None = None
@@ -294,6 +298,10 @@ class RunDescription:
     #: Redrive links: the failed run this one continues, and the run that continues it.
     redriven_from_run_id: str = ""
     redriven_by_run_id: str = ""
+    #: The run's claim priority (1 most urgent .. 5) and fairness key ('' none): its
+    #: workflow and activity tasks are claimed in that order (``_fairness``).
+    priority: int = 3
+    fairness_key: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from durable_rpc.store._admission import admission_tables, concurrency_key_tables
 from durable_rpc.store._budgets import budget_tables
+from durable_rpc.store._fairness import migration as fairness_migration
 from durable_rpc.store._payloads import payload_tables
 from durable_rpc.store._queue_limits import task_queue_limits_table
 from durable_rpc.store._rate_limits import rate_limits_table
@@ -452,6 +453,7 @@ SQLITE_MIGRATIONS: tuple[Migration, ...] = (
     Migration(19, "concurrency keys", concurrency_key_tables()),
     Migration(20, "rate limits", rate_limits_table("INTEGER")),
     Migration(21, "large payloads by SHA-256", payload_tables("BLOB", "INTEGER")),
+    Migration(22, "priority and fairness of claims", fairness_migration("INTEGER")),
 )
 
 

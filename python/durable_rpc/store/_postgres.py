@@ -61,6 +61,7 @@ from durable_rpc.store._api import (
     StoreOptions,
     WorkflowTaskCompletion,
 )
+from durable_rpc.store._fairness import DEFAULT_PRIORITY
 from durable_rpc.store._key_cache import KeyCache
 from durable_rpc.store._logic import parse_payload, validate_commands
 from durable_rpc.store._migrations import check_ordered
@@ -616,6 +617,9 @@ class PostgresStore(SqlStore):
             or checked.search_attributes
             or checked.execution_timeout_ms
             or checked.run_timeout_ms
+            # A priority or key is written to the run by the general path (_fairness).
+            or checked.priority != DEFAULT_PRIORITY
+            or checked.fairness_key is not None
             # The function writes history without the payload refs (``_payloads``).
             or payload.HasField("external")
             or checked.concurrency_key
