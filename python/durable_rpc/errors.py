@@ -188,6 +188,13 @@ class InvalidFairnessKeyError(InvalidArgumentError):
     reason = "INVALID_FAIRNESS_KEY"
 
 
+class SignalNotDeclaredError(DurableRpcError):
+    """The run's code does not read this signal (it declared the ones it does, named in
+    the message): refused instead of buffered unread."""
+
+    reason = "SIGNAL_NOT_DECLARED"
+
+
 class ProtocolVersionUnsupportedError(DurableRpcError):
     """A worker and a server whose worker-protocol versions do not overlap (the message
     names both); upgrade the older side."""
@@ -267,6 +274,7 @@ STATUS_BY_REASON: dict[str, grpc.StatusCode] = {
     InvalidFairnessKeyError.reason: grpc.StatusCode.INVALID_ARGUMENT,
     BudgetInUseError.reason: grpc.StatusCode.FAILED_PRECONDITION,
     ProtocolVersionUnsupportedError.reason: grpc.StatusCode.FAILED_PRECONDITION,
+    SignalNotDeclaredError.reason: grpc.StatusCode.FAILED_PRECONDITION,
     InvalidRateLimitError.reason: grpc.StatusCode.INVALID_ARGUMENT,
 }
 
@@ -306,6 +314,7 @@ ERROR_BY_REASON: dict[str, type[DurableRpcError]] = {
         InvalidFairnessKeyError,
         BudgetInUseError,
         ProtocolVersionUnsupportedError,
+        SignalNotDeclaredError,
         InvalidRateLimitError,
     )
 }

@@ -270,6 +270,11 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
             [_validate.name("activities", a) for a in request.activities],
             _validate.name("build_id", request.build_id, required=False),
             request.allow_definition_change,
+            declared_signals={
+                (name, version): [_validate.name("workflows.signals", n) for n in d.signals]
+                for (name, version, _), d in zip(definitions, request.workflows, strict=True)
+                if d.signals_declared
+            },
         )
         return service_pb2.RegisterWorkerResponse(
             heartbeat_interval=duration_pb2.Duration(seconds=WORKER_HEARTBEAT_INTERVAL_S),

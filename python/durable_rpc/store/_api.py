@@ -722,7 +722,11 @@ class Store(abc.ABC):
         activities: Sequence[str],
         build_id: str,
         allow_definition_change: bool,
-    ) -> None: ...
+        declared_signals: Mapping[tuple[str, str], Sequence[str]] | None = None,
+    ) -> None:
+        """``declared_signals``: by (name, version), the only signal names a run of that
+        code reads (the definition keeps them; signals to its runs are checked against
+        them, ``_declared_signals``). A definition not in it accepts every name."""
 
     @abc.abstractmethod
     async def worker_heartbeat(

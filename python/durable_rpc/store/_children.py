@@ -5,8 +5,9 @@ applied in the parent's)."""
 
 from __future__ import annotations
 
-from durable_rpc.errors import DefinitionRemovedError, InvalidArgumentError
+from durable_rpc.errors import DefinitionRemovedError, InvalidArgumentError, SignalNotDeclaredError
 from durable_rpc.store._api import StartOptions
+from durable_rpc.store._declared_signals import DECLARED_SIGNALS, undeclared
 from durable_rpc.store._logic import validate_retry_policy
 from durable_rpc.store._removed import definition_removed, removed_message
 from durable_rpc.store._runs import check_start_options, create_run, deliver_signal, open_run_of
@@ -165,6 +166,21 @@ def request_child_cancel(
         request_cancel_run(tx, namespace, child, "parent requested cancellation", now)
 
 
+def _refusal(
+    target: Row | None, spec: workflow_task_pb2.SignalExternalWorkflow
+) -> tuple[str, str] | None:
+    """(reason, message) of a signal to ``target`` that cannot be delivered."""
+    where = f"workflow {spec.workflow_id!r}" + (
+        f" with run id {spec.run_id!r}" if spec.run_id else ""
+    )
+    if target is None:
+        return "NOT_FOUND", f"no run of {where}"
+    if target["status"] != "running":
+        return "WORKFLOW_NOT_RUNNING", f"no open run of {where}"
+    why = undeclared(target["declared_signals"], spec.signal_name, target["run_id"])
+    return None if why is None else (SignalNotDeclaredError.reason, why)
+
+
 def signal_external(
     tx: Tx, namespace: str, sender: Row, command: workflow_task_pb2.Command, now: int
 ) -> None:
@@ -192,23 +208,19 @@ def signal_external(
         ),
     )
     target = tx.one(
-        "SELECT run_id, status, task_queue FROM runs WHERE namespace = ? AND workflow_id = ?"
+        f"SELECT run_id, status, task_queue, {DECLARED_SIGNALS} FROM runs "
+        "WHERE namespace = ? AND workflow_id = ?"
         + (" AND run_id = ?" if spec.run_id else "")
         + f" ORDER BY id DESC LIMIT 1{tx.row_lock_suffix}",
         (namespace, spec.workflow_id, *((spec.run_id,) if spec.run_id else ())),
     )
-    if target is None or target["status"] != "running":
-        reason, what = (
-            ("NOT_FOUND", "no run") if target is None else ("WORKFLOW_NOT_RUNNING", "no open run")
-        )
-        failed = history_pb2.ExternalSignalFailed(
-            seq=command.seq,
-            reason=reason,
-            message=f"{what} of workflow {spec.workflow_id!r}"
-            + (f" with run id {spec.run_id!r}" if spec.run_id else ""),
-        )
+    refused = _refusal(target, spec)
+    if refused is not None:
+        reason, message = refused
+        failed = history_pb2.ExternalSignalFailed(seq=command.seq, reason=reason, message=message)
         decision_input(tx, namespace, sender_run_id, now, "external_signal_failed", failed)
         return
+    assert target is not None
     target_run_id: str = target["run_id"]
     request_id = f"{sender_run_id}/{command.seq}"
 

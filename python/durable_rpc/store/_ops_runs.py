@@ -27,6 +27,7 @@ from durable_rpc.store._api import (
     StartOptions,
     StartResult,
 )
+from durable_rpc.store._declared_signals import DECLARED_SIGNALS, refuse_undeclared
 from durable_rpc.store._history_limits import refuse_input, warning
 from durable_rpc.store._history_pages import read_page
 from durable_rpc.store._liveness import definition_served
@@ -158,11 +159,13 @@ class _RunOps(_LeaseOps):
         payload = parse_payload(input, "input")
 
         def op(tx: Tx) -> bool:
-            run = find_run(tx, namespace, workflow_id, run_id)
+            # The set the run's code declared comes with the run: no statement more.
+            run = find_run(tx, namespace, workflow_id, run_id, DECLARED_SIGNALS)
             if signal_seen(tx, namespace, run["run_id"], request_id):
                 return False
             if run["status"] != "running":
                 raise WorkflowNotRunningError(f"run {run['run_id']} is {run['status']}")
+            refuse_undeclared(run["declared_signals"], signal_name, run["run_id"])
             deliver_signal(
                 tx, namespace, run["run_id"], run["task_queue"], signal_name, payload, request_id
             )
@@ -195,11 +198,12 @@ class _RunOps(_LeaseOps):
 
         def op(tx: Tx) -> SignalWithStartResult:
             require_namespace(tx, namespace)
-            run = open_run_of(tx, namespace, workflow_id)
+            run = open_run_of(tx, namespace, workflow_id, DECLARED_SIGNALS)
             if run is not None:
                 run_id = str(run["run_id"])
                 if signal_seen(tx, namespace, run_id, request_id):
                     return SignalWithStartResult(run_id, started=False, delivered=False)
+                refuse_undeclared(run["declared_signals"], signal_name, run_id)
                 deliver_signal(
                     tx,
                     namespace,
@@ -231,6 +235,14 @@ class _RunOps(_LeaseOps):
                 admitted=False,
             )
             self._stats.deferred_starts += tx.deferred_starts
+            # The new run's code may not read this signal: refused, and the raise rolls
+            # the start back with it (the one statement more of a start by signal).
+            declared = tx.one(
+                f"SELECT {DECLARED_SIGNALS} FROM runs WHERE namespace = ? AND run_id = ?",
+                (namespace, run_id),
+            )
+            assert declared is not None
+            refuse_undeclared(declared["declared_signals"], signal_name, run_id)
             # Recorded right after WorkflowStarted and before any workflow task ran, so
             # the first activation carries both: handlers see it before the main method.
             deliver_signal(

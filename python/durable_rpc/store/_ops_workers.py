@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from durable_rpc.errors import (
     DefinitionChangedError,
@@ -12,6 +12,7 @@ from durable_rpc.errors import (
     InvalidArgumentError,
     NotFoundError,
 )
+from durable_rpc.store._declared_signals import signals_text
 from durable_rpc.store._fleet_records import WorkerCounters
 from durable_rpc.store._ops_base import _SqlOpsBase
 from durable_rpc.store._removed import removed_message
@@ -31,6 +32,7 @@ class _WorkerOps(_SqlOpsBase):
         activities: Sequence[str],
         build_id: str,
         allow_definition_change: bool,
+        declared_signals: Mapping[tuple[str, str], Sequence[str]] | None = None,
     ) -> None:
         require(worker_id, "worker_id")
         require(task_queue, "task_queue")
@@ -40,6 +42,10 @@ class _WorkerOps(_SqlOpsBase):
             require(fingerprint, f"fingerprint of {name!r}")
 
         activities_json = json.dumps(list(activities))
+        signals_json = {
+            (name, version_or_default(version)): signals_text(names)
+            for (name, version), names in (declared_signals or {}).items()
+        }
 
         def op(tx: Tx) -> None:
             require_namespace(tx, namespace)
@@ -48,8 +54,9 @@ class _WorkerOps(_SqlOpsBase):
             for name, version, fingerprint in sorted(defs):
                 # The row lock RemoveDefinition takes too: a removal racing this
                 # registration either sees its worker or is seen here (_ops_definitions).
+                signals = signals_json.get((name, version))
                 row = tx.one(
-                    "SELECT fingerprint, removed_at_ms FROM definitions "
+                    "SELECT fingerprint, removed_at_ms, declared_signals FROM definitions "
                     f"WHERE namespace = ? AND name = ? AND version = ?{tx.row_lock_suffix}",
                     (namespace, name, version),
                 )
@@ -59,8 +66,8 @@ class _WorkerOps(_SqlOpsBase):
                 if known is None:
                     tx.run(
                         "INSERT INTO definitions (namespace, name, version, fingerprint, "
-                        "registered_at_ms) VALUES (?, ?, ?, ?, ?)",
-                        (namespace, name, version, fingerprint, now),
+                        "registered_at_ms, declared_signals) VALUES (?, ?, ?, ?, ?, ?)",
+                        (namespace, name, version, fingerprint, now, signals),
                     )
                 elif known != fingerprint:
                     pinned = _open_runs_pinned_elsewhere(tx, namespace, name, version, fingerprint)
@@ -69,9 +76,17 @@ class _WorkerOps(_SqlOpsBase):
                     # No open run is pinned to other code (or the operator overrode it):
                     # nothing can be reinterpreted, so the new code simply takes over.
                     tx.run(
-                        "UPDATE definitions SET fingerprint = ?, registered_at_ms = ? "
+                        "UPDATE definitions SET fingerprint = ?, registered_at_ms = ?, "
+                        "declared_signals = ? WHERE namespace = ? AND name = ? AND version = ?",
+                        (fingerprint, now, signals, namespace, name, version),
+                    )
+                elif row is not None and row["declared_signals"] != signals:
+                    # The same code from an SDK that declares differently (one from
+                    # before declarations): the last registration's word holds.
+                    tx.run(
+                        "UPDATE definitions SET declared_signals = ? "
                         "WHERE namespace = ? AND name = ? AND version = ?",
-                        (fingerprint, now, namespace, name, version),
+                        (signals, namespace, name, version),
                     )
             tx.run(
                 "INSERT INTO workers (namespace, worker_id, task_queue, build_id, activities, "

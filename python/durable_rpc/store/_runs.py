@@ -132,11 +132,13 @@ def record_start_request(
     return earlier
 
 
-def open_run_of(tx: Tx, namespace: str, workflow_id: str) -> Row | None:
-    """The open run of ``workflow_id`` (locked for the rest of the transaction), if any."""
+def open_run_of(tx: Tx, namespace: str, workflow_id: str, columns: str = "") -> Row | None:
+    """The open run of ``workflow_id`` (locked for the rest of the transaction), if any;
+    ``columns``: select-list items read with it (as ``find_run``'s)."""
+    extra = f", {columns}" if columns else ""
     run = tx.one(
-        "SELECT * FROM runs WHERE namespace = ? AND workflow_id = ? AND status = 'running'"
-        f"{tx.row_lock_suffix}",
+        f"SELECT *{extra} FROM runs WHERE namespace = ? AND workflow_id = ? "
+        f"AND status = 'running'{tx.row_lock_suffix}",
         (namespace, workflow_id),
     )
     tx.remember_run(run)

@@ -47,11 +47,16 @@ def require_namespace(tx: Tx, namespace: str) -> None:
     tx.known_namespaces.add(namespace)
 
 
-def find_run(tx: Tx, namespace: str, workflow_id: str, run_id: str | None) -> Row:
+def find_run(
+    tx: Tx, namespace: str, workflow_id: str, run_id: str | None, columns: str = ""
+) -> Row:
+    """The run (``run_id``, else the latest of ``workflow_id``), locked; ``columns``:
+    select-list items read with it (e.g. ``_declared_signals.DECLARED_SIGNALS``)."""
     require_namespace(tx, namespace)
+    extra = f", {columns}" if columns else ""
     if run_id:
         row = tx.one(
-            f"SELECT * FROM runs WHERE namespace = ? AND run_id = ?{tx.row_lock_suffix}",
+            f"SELECT *{extra} FROM runs WHERE namespace = ? AND run_id = ?{tx.row_lock_suffix}",
             (namespace, run_id),
         )
         if row is None or (workflow_id and row["workflow_id"] != workflow_id):
@@ -60,8 +65,8 @@ def find_run(tx: Tx, namespace: str, workflow_id: str, run_id: str | None) -> Ro
         return row
     require(workflow_id, "workflow_id")
     row = tx.one(
-        "SELECT * FROM runs WHERE namespace = ? AND workflow_id = ? ORDER BY id DESC LIMIT 1"
-        f"{tx.row_lock_suffix}",
+        f"SELECT *{extra} FROM runs WHERE namespace = ? AND workflow_id = ? "
+        f"ORDER BY id DESC LIMIT 1{tx.row_lock_suffix}",
         (namespace, workflow_id),
     )
     if row is None:

@@ -1063,22 +1063,36 @@ class WorkflowDefinition(_message.Message):
     NAME_FIELD_NUMBER: _builtins.int
     VERSION_FIELD_NUMBER: _builtins.int
     FINGERPRINT_FIELD_NUMBER: _builtins.int
+    SIGNALS_FIELD_NUMBER: _builtins.int
+    SIGNALS_DECLARED_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     version: _builtins.str
     fingerprint: _builtins.str
     """Hash of the definition's code; a different fingerprint under the same
     (name, version) is refused with DEFINITION_CHANGED.
     """
+    signals_declared: _builtins.bool
+    @_builtins.property
+    def signals(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """With signals_declared: the only signal names a run of this code reads. The server
+        refuses any other (SignalWorkflow, SignalWithStartWorkflow, a workflow's signal to
+        an external run) with FAILED_PRECONDITION, reason SIGNAL_NOT_DECLARED. Without it
+        (a worker from before the field, or a definition with dynamic signals) every name
+        is accepted.
+        """
+
     def __init__(
         self,
         *,
         name: _builtins.str = ...,
         version: _builtins.str = ...,
         fingerprint: _builtins.str = ...,
+        signals: _abc.Iterable[_builtins.str] | None = ...,
+        signals_declared: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["fingerprint", b"fingerprint", "name", b"name", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["fingerprint", b"fingerprint", "name", b"name", "signals", b"signals", "signals_declared", b"signals_declared", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -266,7 +266,11 @@ class Worker:
             task_queue=self.task_queue,
             workflows=[
                 service_pb2.WorkflowDefinition(
-                    name=d.name, version=d.version, fingerprint=d.fingerprint
+                    name=d.name,
+                    version=d.version,
+                    fingerprint=d.fingerprint,
+                    signals=sorted(d.declared_signals or ()),
+                    signals_declared=d.declared_signals is not None,
                 )
                 for d in self._workflows.values()
             ],

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar, overload
 
@@ -76,9 +76,18 @@ class WorkflowDefinition:
     signals: Mapping[str, SignalDefinition]
     queries: Mapping[str, QueryDefinition] = field(default_factory=dict)
     updates: Mapping[str, UpdateDefinition] = field(default_factory=dict)
+    #: The signal names a run of it reads: its handlers' and ``defn(signals=...)``; the
+    #: server refuses any other (SIGNAL_NOT_DECLARED). None: ``dynamic_signals=True``.
+    declared_signals: frozenset[str] | None = None
 
 
-def _build(cls: _C, name: str | None, version: str) -> _C:
+def _build(
+    cls: _C,
+    name: str | None,
+    version: str,
+    extra_signals: tuple[str, ...] = (),
+    dynamic_signals: bool = False,
+) -> _C:
     runs = [m for m in vars(cls).values() if getattr(m, _RUN_ATTR, False)]
     if len(runs) != 1:
         raise TypeError(f"{cls.__qualname__} needs exactly one @workflow.run method")
@@ -132,6 +141,7 @@ def _build(cls: _C, name: str | None, version: str) -> _C:
         signals=signals,
         queries=queries,
         updates=updates,
+        declared_signals=None if dynamic_signals else frozenset((*signals, *extra_signals)),
     )
     setattr(cls, _DEFN_ATTR, definition)
     return cls
@@ -153,21 +163,58 @@ def _duplicate(
 @overload
 def defn(cls: _C, /) -> _C: ...
 @overload
-def defn(*, name: str | None = None, version: str | int = "1") -> Callable[[_C], _C]: ...
 def defn(
-    cls: _C | None = None, /, *, name: str | None = None, version: str | int = "1"
+    *,
+    name: str | None = None,
+    version: str | int = "1",
+    signals: Iterable[str] = (),
+    dynamic_signals: bool = False,
+) -> Callable[[_C], _C]: ...
+def defn(
+    cls: _C | None = None,
+    /,
+    *,
+    name: str | None = None,
+    version: str | int = "1",
+    signals: Iterable[str] = (),
+    dynamic_signals: bool = False,
 ) -> _C | Callable[[_C], _C]:
     """Mark a class as a workflow definition ``(name, version)``; name defaults to the
     class name. The class needs one ``@workflow.run`` async method and a no-argument
     constructor; each run gets a fresh instance. ``version`` is a string; an int (the
     natural spelling, ``version=2``) stands for its decimal string, so ``2`` and ``"2"``
-    are the same definition."""
+    are the same definition.
+
+    The signals a run accepts are declared here: the names of its ``@workflow.signal``
+    handlers, plus ``signals`` (names read through ``workflow.set_signal_handler``). The
+    server refuses any other with SIGNAL_NOT_DECLARED instead of buffering it unread.
+    ``dynamic_signals=True`` opts out: any name is accepted (handlers chosen at run time).
+    """
     version = _version_text(version)
     if name is not None and (not isinstance(name, str) or not name):
         raise TypeError(f"workflow name must be a non-empty str, not {name!r}")
+    declared = _signal_names(signals)
+    if dynamic_signals and declared:
+        raise TypeError("dynamic_signals=True accepts every signal: drop signals=")
     if cls is not None:
-        return _build(cls, name, version)
-    return functools.partial(_build, name=name, version=version)
+        return _build(cls, name, version, declared, dynamic_signals)
+    return functools.partial(
+        _build,
+        name=name,
+        version=version,
+        extra_signals=declared,
+        dynamic_signals=dynamic_signals,
+    )
+
+
+def _signal_names(signals: Iterable[str]) -> tuple[str, ...]:
+    if isinstance(signals, str):  # one name, not its characters
+        raise TypeError(f"signals must be a list of names, not the str {signals!r}")
+    names = tuple(signals)
+    for signal_name in names:
+        if not isinstance(signal_name, str) or not signal_name:
+            raise TypeError(f"a declared signal must be a non-empty str, not {signal_name!r}")
+    return names
 
 
 def _version_text(version: object) -> str:

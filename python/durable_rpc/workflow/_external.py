@@ -23,8 +23,9 @@ if TYPE_CHECKING:
 
 
 class ExternalSignalError(Exception):
-    """The signal could not be delivered: ``reason`` is "NOT_FOUND" (no such run) or
-    "WORKFLOW_NOT_RUNNING" (the run is closed)."""
+    """The signal could not be delivered: ``reason`` is "NOT_FOUND" (no such run),
+    "WORKFLOW_NOT_RUNNING" (the run is closed) or "SIGNAL_NOT_DECLARED" (the run's code
+    does not read that signal)."""
 
     failure_type = "ExternalSignalError"
 
