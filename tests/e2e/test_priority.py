@@ -48,6 +48,13 @@ async def test_a_priority_1_run_is_taken_before_a_priority_5_backlog(
     urgent = await client.start_workflow(
         Marked.run, "urgent", id="urgent", task_queue=QUEUE, priority=1, fairness_key="tenant-1"
     )
+    described_queue = await run_cli_async(
+        "task-queue", "describe", QUEUE, "--json", address=server.address
+    )
+    [workflow_backlog] = [
+        b for b in json.loads(described_queue.stdout)["backlog"] if b["kind"] == "workflow"
+    ]
+    assert workflow_backlog["queuedByPriority"] == {"1": "1", "5": str(BACKLOG)}
     worker = WorkerProcess(server.address, QUEUE, tmp_path, module="tests.e2e.priority_app")
     try:
         assert await urgent.result(timeout=60) == "urgent"

@@ -194,3 +194,15 @@ async def test_an_overlong_fairness_key_is_refused(store: Store) -> None:
         await _start(store, "bad", key="k" * 129)
     assert raised.value.reason == "INVALID_FAIRNESS_KEY"
     await _start(store, "ok", key="k" * 128)
+
+
+async def test_task_queue_describe_counts_the_queued_backlog_by_priority(store: Store) -> None:
+    await _schedule_activities(store, "batch", 3, priority=5)
+    await _schedule_activities(store, "urgent", 1, priority=1)
+    await _start(store, "waiting-wf", priority=2)
+    backlog = {b.kind: b for b in (await store.describe_task_queue(NS, QUEUE)).backlog}
+    assert backlog["activity"].queued_by_priority == ((1, 1), (5, 3))
+    assert backlog["workflow"].queued_by_priority == ((2, 1),)
+    await _activity_run(store)
+    backlog = {b.kind: b for b in (await store.describe_task_queue(NS, QUEUE)).backlog}
+    assert backlog["activity"].queued_by_priority == ((5, 3),)

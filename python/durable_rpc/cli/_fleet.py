@@ -121,6 +121,10 @@ def task_queue_describe(queue: str, namespace: str, address: str, as_json: bool)
             _age(b),
         )
     console.print(backlog)
+    for b in reply.backlog:
+        if len(b.queued_by_priority) > 1:  # one priority is the table's queued column
+            by_priority = ", ".join(f"{p}: {n}" for p, n in sorted(b.queued_by_priority.items()))
+            console.print(f"{b.kind} tasks queued by priority: {by_priority}")
     if reply.HasField("limit"):
         console.print(
             f"activity limit: {reply.activities_in_use} of "

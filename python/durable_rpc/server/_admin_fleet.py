@@ -44,6 +44,7 @@ def backlog_message(backlog: QueueBacklog, now_ms: int) -> pb.TaskQueueBacklog:
         leased=backlog.leased,
         waiting=backlog.waiting,
         recoverable=backlog.recoverable,
+        queued_by_priority=dict(backlog.queued_by_priority),
     )
     oldest = backlog.oldest_queued_at_ms
     if oldest is not None:

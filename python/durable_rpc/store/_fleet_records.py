@@ -51,6 +51,10 @@ class QueueBacklog:
     recoverable: int
     #: When the oldest queued task became visible (None: nothing queued).
     oldest_queued_at_ms: int | None
+    #: The tasks in state queued by claim priority, most urgent first: (priority, count)
+    #: (a retry whose backoff just ended counts in ``queued`` before its due pass, not
+    #: here).
+    queued_by_priority: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

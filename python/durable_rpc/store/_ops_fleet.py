@@ -151,6 +151,15 @@ def _backlog(tx: Tx, namespace: str, task_queue: str, now: int) -> tuple[QueueBa
         (namespace, task_queue),
     )
     by_kind = {row["kind"]: row for row in rows}
+    # By priority: one range of tasks_ready per kind, in its order (no sort).
+    priorities: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for counted in tx.all(
+        "SELECT kind, priority, count(*) AS n FROM tasks WHERE namespace = ? "
+        "AND kind IN ('workflow', 'activity') AND task_queue = ? AND state = 'queued' "
+        "GROUP BY kind, priority ORDER BY kind, priority",
+        (namespace, task_queue),
+    ):
+        priorities[counted["kind"]].append((int(counted["priority"]), int(counted["n"])))
     out = []
     for kind in BACKLOG_KINDS:
         row = by_kind.get(kind)
@@ -164,6 +173,7 @@ def _backlog(tx: Tx, namespace: str, task_queue: str, now: int) -> tuple[QueueBa
                 oldest_queued_at_ms=(
                     int(row["oldest"]) if row is not None and row["oldest"] is not None else None
                 ),
+                queued_by_priority=tuple(priorities.get(kind, ())),
             )
         )
     return tuple(out)

@@ -632,6 +632,26 @@ Global___DescribeTaskQueueRequest: _TypeAlias = DescribeTaskQueueRequest  # noqa
 class TaskQueueBacklog(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class QueuedByPriorityEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.int
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.int = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     KIND_FIELD_NUMBER: _builtins.int
     QUEUED_FIELD_NUMBER: _builtins.int
     LEASED_FIELD_NUMBER: _builtins.int
@@ -639,6 +659,7 @@ class TaskQueueBacklog(_message.Message):
     RECOVERABLE_FIELD_NUMBER: _builtins.int
     OLDEST_QUEUED_TIME_FIELD_NUMBER: _builtins.int
     OLDEST_QUEUED_AGE_FIELD_NUMBER: _builtins.int
+    QUEUED_BY_PRIORITY_FIELD_NUMBER: _builtins.int
     kind: _builtins.str
     """"workflow" or "activity"."""
     queued: _builtins.int
@@ -656,6 +677,12 @@ class TaskQueueBacklog(_message.Message):
     def oldest_queued_age(self) -> _duration_pb2.Duration:
         """Database time minus that, when read."""
 
+    @_builtins.property
+    def queued_by_priority(self) -> _containers.ScalarMap[_builtins.int, _builtins.int]:
+        """The tasks in state queued by claim priority (1 most urgent .. 5): the claims take
+        them in that order (docs/engine.md, "Priority and fairness").
+        """
+
     def __init__(
         self,
         *,
@@ -666,10 +693,11 @@ class TaskQueueBacklog(_message.Message):
         recoverable: _builtins.int = ...,
         oldest_queued_time: _timestamp_pb2.Timestamp | None = ...,
         oldest_queued_age: _duration_pb2.Duration | None = ...,
+        queued_by_priority: _abc.Mapping[_builtins.int, _builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["oldest_queued_age", b"oldest_queued_age", "oldest_queued_time", b"oldest_queued_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["kind", b"kind", "leased", b"leased", "oldest_queued_age", b"oldest_queued_age", "oldest_queued_time", b"oldest_queued_time", "queued", b"queued", "recoverable", b"recoverable", "waiting", b"waiting"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["kind", b"kind", "leased", b"leased", "oldest_queued_age", b"oldest_queued_age", "oldest_queued_time", b"oldest_queued_time", "queued", b"queued", "queued_by_priority", b"queued_by_priority", "recoverable", b"recoverable", "waiting", b"waiting"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
