@@ -5,7 +5,8 @@
 One workflow task and one activity at a time (a supervisor of one slot, one activity
 slot), so the order the activities run in is the order the server hands out the
 tasks. ``Marked`` runs one ``mark`` activity, which appends ``mark:<tag>`` to
-$DURABLE_RPC_TEST_LOG (``tests.e2e.apps.record``).
+$DURABLE_RPC_TEST_LOG (``tests.e2e.apps.record``); ``MarkedFanout`` schedules ``mark``
+activities of their own priorities.
 """
 
 from __future__ import annotations
@@ -42,6 +43,25 @@ class Marked:
         )
 
 
+@workflow.defn(name="MarkedFanout")
+class MarkedFanout:
+    """``count`` priority-5 activities, then one of priority 1, in one decision."""
+
+    @workflow.run
+    async def run(self, count: int) -> list[str]:
+        timeout = timedelta(seconds=60)
+        calls = [
+            workflow.execute_activity(
+                mark, f"batch-{i}", start_to_close_timeout=timeout, priority=5
+            )
+            for i in range(count)
+        ]
+        calls.append(
+            workflow.execute_activity(mark, "urgent", start_to_close_timeout=timeout, priority=1)
+        )
+        return list(await asyncio.gather(*calls))
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("address")
@@ -51,7 +71,7 @@ async def main() -> None:
     worker = Worker(
         client,
         task_queue=args.task_queue,
-        workflows=[Marked],
+        workflows=[Marked, MarkedFanout],
         activities=[mark],
         max_concurrent_activities=1,
     )

@@ -15,7 +15,7 @@ from durable_rpc import Client
 from durable_rpc.errors import InvalidFairnessKeyError, InvalidPriorityError
 from tests.cli_process import run_cli_async
 from tests.e2e.conftest import ServerProcess, WorkerProcess, eventually
-from tests.e2e.priority_app import Marked
+from tests.e2e.priority_app import Marked, MarkedFanout
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -72,6 +72,30 @@ async def test_a_priority_1_run_is_taken_before_a_priority_5_backlog(
     assert (data["priority"], data["fairness_key"]) == (1, "tenant-1")
     batch = await client.get_handle("batch-0").describe()
     assert (batch.priority, batch.fairness_key) == (5, "")
+
+
+async def test_an_activitys_own_priority_orders_its_claim(
+    server: ServerProcess,
+    client: Client,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    log = tmp_path / "executions.log"
+    log.touch()
+    monkeypatch.setenv("DURABLE_RPC_TEST_LOG", str(log))
+    worker = WorkerProcess(server.address, QUEUE, tmp_path, module="tests.e2e.priority_app")
+    try:
+        # Few: the one-cycle worker alternates long polls, and a workflow poll that finds
+        # nothing (each completion carries its decision inline) waits out its timeout.
+        handle = await client.start_workflow(MarkedFanout.run, 6, id="fanout", task_queue=QUEUE)
+        assert len(await handle.result(timeout=120)) == 7
+    finally:
+        worker.stop()
+    order = marks(log)
+    # The decision's first activity may be claimed eagerly (nothing more urgent was queued
+    # yet); every other claim takes the priority-1 activity before the priority-5 ones,
+    # which the run's own priority (3) would have put last.
+    assert order.index("urgent") <= 1, order
 
 
 async def test_bad_priority_and_fairness_key_are_refused(

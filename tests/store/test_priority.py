@@ -206,3 +206,45 @@ async def test_task_queue_describe_counts_the_queued_backlog_by_priority(store: 
     await _activity_run(store)
     backlog = {b.kind: b for b in (await store.describe_task_queue(NS, QUEUE)).backlog}
     assert backlog["activity"].queued_by_priority == ((5, 3),)
+
+
+async def test_an_activitys_own_priority_outranks_its_runs(store: Store) -> None:
+    await _schedule_activities(store, "batch", 200)  # the default priority, 3
+    await _start(store, "mixed")
+    task = await claim(store)
+    assert task.workflow_id == "mixed"
+    slow, urgent = schedule(1, "act"), schedule(2, "act")
+    slow.schedule_activity.options.priority = 5
+    urgent.schedule_activity.options.priority = 1
+    # One decision, so the eager-claim-free general path and PostgreSQL's function
+    # (which must hand it over: its INSERT gives a task its run's priority) both apply.
+    await store.complete_workflow_task(NS, task.lease, 1, [slow, urgent])
+    assert await _activity_run(store) == ("mixed", 2)
+    claimed = [await _activity_run(store) for _ in range(201)]
+    assert claimed[:200] == [("batch", seq) for seq in range(1, 201)]
+    assert claimed[200] == ("mixed", 1)
+
+
+@pytest.mark.parametrize("priority", [6, -1])
+async def test_an_activity_priority_out_of_range_is_refused(store: Store, priority: int) -> None:
+    await _start(store, "bad")
+    task = await claim(store)
+    command = schedule(1, "act")
+    command.schedule_activity.options.priority = priority
+    with pytest.raises(InvalidPriorityError, match="command seq 1: priority must be 1") as raised:
+        await store.complete_workflow_task(NS, task.lease, 1, [command])
+    assert raised.value.reason == "INVALID_PRIORITY"
+
+
+async def test_an_eager_claim_honours_the_activitys_own_priority(store: Store) -> None:
+    await _schedule_activities(store, "queued", 1)  # the default priority, 3
+    await _start(store, "eager")
+    task = await claim(store)
+    command = schedule(1)
+    command.schedule_activity.options.priority = 5
+    eager = EagerActivities(QUEUE, frozenset({"act"}), 3)
+    # Less urgent than the queued activity: not taken eagerly (on PostgreSQL the function
+    # would give the task its run's priority 3 and take it, so it must hand it over).
+    assert await store.complete_workflow_task(NS, task.lease, 1, [command], eager=eager) == []
+    assert await _activity_run(store) == ("queued", 1)
+    assert await _activity_run(store) == ("eager", 1)

@@ -17,6 +17,7 @@ from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, StatusCode, TraceFlags
 
 from durable_rpc import Client
+from durable_rpc.client._payload_channel import PayloadChannel
 from durable_rpc.telemetry import TracingChannel, TracingServerInterceptor
 from tests.telemetry.conftest import (
     PARENT_ID,
@@ -239,7 +240,10 @@ async def test_client_connect_uses_a_tracing_channel(start_server: ServerFactory
     server = await start_server([])
     client = await Client.connect(f"127.0.0.1:{server.port}", timeout=10)
     try:
-        assert isinstance(client.channel, TracingChannel)
+        # The payload wrapper is outermost; every call it makes, uploads and downloads
+        # included, goes through the tracing channel beneath it.
+        assert isinstance(client.channel, PayloadChannel)
+        assert isinstance(client.channel.channel, TracingChannel)
     finally:
         await client.close()
 

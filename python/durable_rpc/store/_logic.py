@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from google.protobuf import duration_pb2
 from google.protobuf.message import DecodeError, Message
 
-from durable_rpc.errors import InvalidArgumentError, InvalidPayloadError
+from durable_rpc.errors import InvalidArgumentError, InvalidPayloadError, InvalidPriorityError
+from durable_rpc.store._fairness import MAX_PRIORITY, MIN_PRIORITY
 from durable_rpc.v1 import history_pb2, options_pb2, payload_pb2, workflow_task_pb2
 
 #: Events delivered to workflow code (a new one after a task's view needs a new task).
@@ -192,6 +193,11 @@ def validate_activity_options(options: options_pb2.ActivityOptions, seq: int) ->
     ):
         _check_duration(getattr(options, field), f"command seq {seq}: {field}")
     validate_retry_policy(options.retry_policy, f"command seq {seq}")
+    if options.priority and not MIN_PRIORITY <= options.priority <= MAX_PRIORITY:
+        raise InvalidPriorityError(
+            f"command seq {seq}: priority must be {MIN_PRIORITY} (most urgent) to "
+            f"{MAX_PRIORITY} (0: the run's), got {options.priority}"
+        )
 
 
 def validate_retry_policy(policy: options_pb2.RetryPolicy, where: str) -> None:

@@ -254,7 +254,11 @@ class _CommandOps(_SqlOpsBase):
     ) -> None:
         """Queues attempt 1 of activity ``seq`` (its ActivityScheduled is the caller's:
         a decision appends it, a redrive copies it); its timeouts count from ``now``.
-        ``fair``: the run's (priority, fairness key), which the task takes."""
+        ``fair``: the run's (priority, fairness key), which the task takes (the priority
+        unless ``options.priority`` sets the activity's own)."""
+        if options.priority:
+            # The activity's own priority outranks the run's; the run's key still applies.
+            fair = (options.priority, fair[1])
         timeouts = activity_timeouts(options)
         close_deadline = (
             now + timeouts.schedule_to_close_ms

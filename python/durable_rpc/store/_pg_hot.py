@@ -109,9 +109,13 @@ class DecisionCall:
         if _references_payloads(decision, commands, closing):
             # The function writes history without the payload refs (``_payloads``).
             return None
-        if any(c.schedule_activity.options.rate_limit_key for c in commands):
-            # The function's INSERT has no rate_limit_key column: the general path
-            # records the key on the task row (``_rate_limits``).
+        if any(
+            c.schedule_activity.options.rate_limit_key or c.schedule_activity.options.priority
+            for c in commands
+        ):
+            # The function's INSERT has no rate_limit_key column and gives a task its
+            # run's priority: the general path records the key or the activity's own
+            # priority on the task row (``_rate_limits``, ``_fairness``).
             return None
         eager = decision.eager or EagerActivities("", frozenset(), 0)
         # The run's queue: a worker that asks for eager activities polls it (the

@@ -76,6 +76,7 @@ class ActivityOptions(_message.Message):
     RETRY_POLICY_FIELD_NUMBER: _builtins.int
     NON_IDEMPOTENT_FIELD_NUMBER: _builtins.int
     RATE_LIMIT_KEY_FIELD_NUMBER: _builtins.int
+    PRIORITY_FIELD_NUMBER: _builtins.int
     non_idempotent: _builtins.bool
     """The activity's effect must not run twice: when an attempt's lease expires with no
     outcome, it is not retried; the workflow sees AmbiguousEffectError.
@@ -84,6 +85,10 @@ class ActivityOptions(_message.Message):
     """The named downstream whose rate limit the attempts take a token from (AdminService
     SetRateLimit, scope KEY; e.g. "openai"). Empty: the rate limit of the activity type
     (scope ACTIVITY_TYPE), if the namespace has one. Checked at every claim.
+    """
+    priority: _builtins.int
+    """The attempts' claim priority, 1 (most urgent) to 5; 0 = the run's priority. Within
+    a priority the run's fairness key applies.
     """
     @_builtins.property
     def start_to_close_timeout(self) -> _duration_pb2.Duration:
@@ -115,10 +120,11 @@ class ActivityOptions(_message.Message):
         retry_policy: Global___RetryPolicy | None = ...,
         non_idempotent: _builtins.bool = ...,
         rate_limit_key: _builtins.str = ...,
+        priority: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["heartbeat_timeout", b"heartbeat_timeout", "retry_policy", b"retry_policy", "schedule_to_close_timeout", b"schedule_to_close_timeout", "schedule_to_start_timeout", b"schedule_to_start_timeout", "start_to_close_timeout", b"start_to_close_timeout"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["heartbeat_timeout", b"heartbeat_timeout", "non_idempotent", b"non_idempotent", "rate_limit_key", b"rate_limit_key", "retry_policy", b"retry_policy", "schedule_to_close_timeout", b"schedule_to_close_timeout", "schedule_to_start_timeout", b"schedule_to_start_timeout", "start_to_close_timeout", b"start_to_close_timeout"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["heartbeat_timeout", b"heartbeat_timeout", "non_idempotent", b"non_idempotent", "priority", b"priority", "rate_limit_key", b"rate_limit_key", "retry_policy", b"retry_policy", "schedule_to_close_timeout", b"schedule_to_close_timeout", "schedule_to_start_timeout", b"schedule_to_start_timeout", "start_to_close_timeout", b"start_to_close_timeout"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -392,6 +392,7 @@ async def execute_activity(
     idempotent: bool = True,
     task_queue: str | None = None,
     rate_limit_key: str | None = None,
+    priority: int | None = None,
     result_type: type[_R] | None = None,
 ) -> _R: ...
 @overload
@@ -406,6 +407,7 @@ async def execute_activity(
     idempotent: bool = True,
     task_queue: str | None = None,
     rate_limit_key: str | None = None,
+    priority: int | None = None,
     result_type: type[_R] | None = None,
 ) -> _R: ...
 @overload
@@ -420,6 +422,7 @@ async def execute_activity(
     idempotent: bool = True,
     task_queue: str | None = None,
     rate_limit_key: str | None = None,
+    priority: int | None = None,
     result_type: type[_R],
 ) -> _R: ...
 @overload
@@ -434,6 +437,7 @@ async def execute_activity(
     idempotent: bool = True,
     task_queue: str | None = None,
     rate_limit_key: str | None = None,
+    priority: int | None = None,
     result_type: None = None,
 ) -> Any: ...
 async def execute_activity(
@@ -447,6 +451,7 @@ async def execute_activity(
     idempotent: bool = True,
     task_queue: str | None = None,
     rate_limit_key: str | None = None,
+    priority: int | None = None,
     result_type: Any = None,
 ) -> Any:
     """Schedule an activity and wait for its result (typed from the function's return
@@ -459,6 +464,8 @@ async def execute_activity(
     ``rate_limit_key`` names the downstream whose rate limit the attempts take a token
     from; by function reference it defaults to ``@activity.defn(rate_limit_key=...)``.
     By name with no key, only a rate limit on the activity type applies.
+
+    ``priority`` (1 most urgent .. 5) orders the attempts' claims; None: the run's.
     """
     runtime = current()
     key = check_rate_limit_key(rate_limit_key)
@@ -480,6 +487,10 @@ async def execute_activity(
     )
     if key is not None:
         options.rate_limit_key = key
+    if priority is not None:
+        if isinstance(priority, bool) or not isinstance(priority, int) or not 1 <= priority <= 5:
+            raise ValueError(f"priority must be an int from 1 (most urgent) to 5: {priority!r}")
+        options.priority = priority
     seq, future = runtime.schedule_activity(
         activity_type,
         converter.encode_args(args),
