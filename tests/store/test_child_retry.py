@@ -8,9 +8,20 @@ from __future__ import annotations
 import pytest
 
 from durable_rpc.errors import InvalidArgumentError
-from durable_rpc.store import ClaimedWorkflowTask, Store
+from durable_rpc.store import ClaimedWorkflowTask, StartOptions, Store
 from durable_rpc.v1 import history_pb2, options_pb2, payload_pb2, workflow_task_pb2
-from tests.store.helpers import NS, claim, complete, events, history, kinds, start, wait_db_time
+from tests.store.helpers import (
+    NS,
+    QUEUE,
+    claim,
+    complete,
+    events,
+    history,
+    kinds,
+    payload,
+    start,
+    wait_db_time,
+)
 
 KIDS = "kids"
 BACKOFF_MS = 300
@@ -22,8 +33,16 @@ def retry_policy(**fields: object) -> options_pb2.RetryPolicy:
     return policy
 
 
-async def start_parent_with_kid(store: Store, policy: options_pb2.RetryPolicy) -> str:
-    parent_run = await start(store, "parent")
+async def start_parent_with_kid(
+    store: Store, policy: options_pb2.RetryPolicy, options: StartOptions | None = None
+) -> str:
+    if options is None:
+        parent_run = await start(store, "parent")
+    else:
+        started = await store.start_workflow(
+            NS, "parent", "Order", "1", QUEUE, payload(b"args"), "req-parent", options=options
+        )
+        parent_run = started.run_id
     task = await claim(store)
     spec = workflow_task_pb2.StartChildWorkflow(
         workflow_type="Kid",
@@ -154,3 +173,16 @@ async def test_a_bad_child_retry_policy_is_refused(store: Store) -> None:
             len(task.events),
             [workflow_task_pb2.Command(seq=1, start_child_workflow=spec)],
         )
+
+
+async def test_a_retried_child_keeps_its_parents_priority_and_fairness_key(store: Store) -> None:
+    await start_parent_with_kid(
+        store, retry_policy(maximum_attempts=2), StartOptions(priority=1, fairness_key="t-1")
+    )
+    first = await claim_kid(store)
+    assert first is not None
+    failed_at = await fail_kid(store, first, "Oops")
+    second = await next_attempt(store, failed_at)
+    assert started_of(second).attempt == 2
+    described = await store.describe(NS, "kid", second.run_id)
+    assert (described.priority, described.fairness_key) == (1, "t-1")

@@ -19,7 +19,8 @@ def retry_child_run(tx: Tx, namespace: str, run_id: str, failure: bytes | None, 
     its retry policy allows one; returns whether it did.
 
     The new run keeps the workflow id, type, version, task queue, input, memo, search
-    attributes given at start, trace context, parent link and build pin; the run timeout
+    attributes given at start, trace context, parent link, build pin, priority and
+    fairness key; the run timeout
     applies afresh to each attempt, the execution timeout spans them all (an attempt
     that would start after it is not made: the failure is final)."""
     first = tx.one(
@@ -82,6 +83,7 @@ def retry_child_run(tx: Tx, namespace: str, run_id: str, failure: bytes | None, 
             run["parent_close_policy"],
         ),
         build_id=carried_pin(run),
+        fair=(run["priority"], run["fairness_key"]),
     )
     # The backoff: the attempt's first workflow task is due, not queued (process_due
     # queues it on the database clock, as an activity retry's).
