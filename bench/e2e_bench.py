@@ -9,6 +9,10 @@ return short strings):
 - throughput: --workflows runs started concurrently, workflows/s until all complete
   (best and median of --reps);
 - peak RSS (VmHWM) of the server and the worker process;
+- with --limits, every flow-control mechanism a hello run can meet is configured, set
+  high enough never to hold a run back (so the figures are what checking them costs): a
+  concurrency limit on the task queue, a rate limit on each activity type and the
+  namespace's admission policy (open runs and start rate);
 - CPU per workflow over the whole run, from /proc: the server(s), the worker, this process
   (the client) and, on PostgreSQL, every postgres process (a cluster on this machine;
   with --pg-pid, only that cluster's, whose peak RSS is then reported too).
@@ -119,6 +123,25 @@ def bootstrap_key(db_url: str) -> str:
     return made.stdout.strip()
 
 
+#: --limits: CLI commands run against the first server before the measurement.
+LIMITS = (
+    ("task-queue", "limit", "set", "bench", "100000"),
+    ("task-queue", "rate-limit", "set", "say_hello", "100000/s", "--activity-type"),
+    ("task-queue", "rate-limit", "set", "say_bye", "100000/s", "--activity-type"),
+    ("namespace", "admission", "set", "--max-open-runs", "100000", "--rate", "1000000"),
+)
+
+
+def configure_limits(address: str) -> None:
+    for command in LIMITS:
+        subprocess.run(
+            [sys.executable, "-m", "durable_rpc.cli", *command, "--address", address],
+            check=True,
+            capture_output=True,
+            env=child_env(),
+        )
+
+
 def percentile(values: list[float], pct: float) -> float:
     """Nearest-rank percentile."""
     ordered = sorted(values)
@@ -225,6 +248,11 @@ def main() -> int:
         "--auth", action="store_true", help="servers with --auth; every call carries an API key"
     )
     parser.add_argument(
+        "--limits",
+        action="store_true",
+        help="flow control configured (a queue limit, rate limits, admission), never binding",
+    )
+    parser.add_argument(
         "--metrics",
         action="store_true",
         help="metrics on: servers with --metrics-listen, the worker on an SDK MeterProvider",
@@ -278,6 +306,8 @@ def main() -> int:
             assert worker.stdout is not None
             if worker.stdout.readline().strip() != b"worker ready":
                 raise SystemExit("worker did not start")
+            if args.limits:
+                configure_limits(replicas[0][1])
             cpu = cpu_by_process(servers, worker, args.store, args.pg_pid)
             figures = run_event_loop(measure(address, queue, args, db_url))
             cpu_after = cpu_by_process(servers, worker, args.store, args.pg_pid)
@@ -304,6 +334,7 @@ def main() -> int:
     figures["workflows"] = args.workflows
     figures["auth"] = args.auth
     figures["metrics"] = args.metrics
+    figures["limits"] = args.limits
     figures["store"] = (
         "sqlite-file (synchronous=FULL)"
         if args.store == "sqlite"
