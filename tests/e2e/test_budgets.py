@@ -211,3 +211,42 @@ async def test_bad_budget_input_is_a_clear_error(
     )
     with pytest.raises(Exception, match="BUDGET_AMOUNT_EXCEEDS_CAPACITY"):
         await too_big.result(timeout=60)
+
+
+async def test_a_refill_rate_is_set_and_shown_through_the_cli_and_the_api(
+    server: ServerProcess, client: Client
+) -> None:
+    reply = await run_cli_async(
+        "namespace",
+        "budget",
+        "set",
+        BUDGET,
+        "--capacity",
+        "5000",
+        "--refill",
+        "1000/min",
+        "--json",
+        address=server.address,
+    )
+    shown = json.loads(reply.stdout)["budget"]
+    assert (shown["refillUnits"], shown["refillPeriodMs"]) == ("1000", "60000")
+    table = await run_cli_async("namespace", "budget", "list", address=server.address)
+    assert "1000/min" in table.stdout, table.stdout
+    assert (await listed(client)).refill_units == 1000
+    bad = await run_cli_async(
+        "namespace",
+        "budget",
+        "set",
+        BUDGET,
+        "--capacity",
+        "10",
+        "--refill",
+        "5/fortnight",
+        address=server.address,
+    )
+    assert bad.returncode == 2 and "5/fortnight" in bad.stderr, bad.stderr
+    with pytest.raises(InvalidArgumentError, match="refill must be"):
+        await client.call(
+            client.admin_service.SetBudget,
+            pb.SetBudgetRequest(name=BUDGET, capacity=10, refill_units=5),
+        )

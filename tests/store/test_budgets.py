@@ -12,7 +12,7 @@ from durable_rpc.errors import BudgetInUseError, InvalidArgumentError, NotFoundE
 from durable_rpc.store import Budget, ClaimedWorkflowTask, Store
 from durable_rpc.v1 import workflow_task_pb2
 from tests.store.conftest import Backend
-from tests.store.helpers import NS, claim, complete, events, history, kinds, start
+from tests.store.helpers import NS, claim, complete, events, history, kinds, start, wait_db_time
 
 BUDGET = "llm-tokens"
 
@@ -224,3 +224,65 @@ async def test_two_stores_deciding_at_once_never_over_grant(durable_backend: Bac
     finally:
         await first.close()
         await second.close()
+
+
+def granted_at(raw: list[bytes]) -> int:
+    (event,) = [e for e in events(raw) if e.HasField("budget_reserved")]
+    return event.event_time.ToMilliseconds()
+
+
+async def test_a_refilling_budget_gives_released_units_back_at_its_rate(store: Store) -> None:
+    # 1000 units a minute: what a releases is spent, not back at once.
+    await store.set_budget(NS, BUDGET, 1000, refill_units=1000, refill_period_ms=60_000)
+    tasks = await first_tasks(store, "a", "b")
+    await decide(store, tasks["a"], [reserve(1, 1000)])
+    again = await claim(store)
+    assert again.run_id == tasks["a"].run_id
+    await decide(store, again, [release(1)])
+    await decide(store, tasks["b"], [reserve(1, 600)])
+    assert resolutions(await history(store, "b")) == []
+    described = await budget(store)
+    assert (described.held, described.waiting, described.refill_units) == (0, 1, 1000)
+    assert described.refilling > 400  # 600 back takes 36 s at this rate
+    # A faster rate applies from now to what is still coming back: 1000 per 300 ms, so
+    # the 600 b needs are back 180 ms (of database time) later, granted by the due pass.
+    changed = await store.set_budget(NS, BUDGET, 1000, refill_units=1000, refill_period_ms=300)
+    changed_at = changed.updated_at_ms
+    if not resolutions(await history(store, "b")):
+        report = await store.process_due()
+        assert report.next_due_ms is not None and report.next_due_ms <= changed_at + 180
+        await wait_db_time(store, changed_at + 180)
+        await store.process_due()
+    assert resolutions(await history(store, "b")) == [("reserved", 1, "")]
+    assert granted_at(await history(store, "b")) >= changed_at + 180 - 400 * 300 // 1000
+    assert (await claim(store)).run_id == tasks["b"].run_id
+    assert (await budget(store)).held == 600
+
+
+async def test_a_run_closing_while_holding_spends_a_refilling_budgets_units(
+    store: Store,
+) -> None:
+    await store.set_budget(NS, BUDGET, 1000, refill_units=1, refill_period_ms=3_600_000)
+    tasks = await first_tasks(store, "a", "b")
+    await decide(store, tasks["a"], [reserve(1, 1000)])
+    await decide(store, tasks["b"], [reserve(1, 1000)])
+    again = await claim(store)
+    assert again.run_id == tasks["a"].run_id
+    await decide(store, again, [complete(2)])
+    # Without the refill the close would have granted b at once (the test above this
+    # one's sibling); with it, the 1000 units come back at 1 an hour.
+    assert resolutions(await history(store, "b")) == []
+    described = await budget(store)
+    assert (described.held, described.waiting, described.refilling) == (0, 1, 1000)
+    # No refill any more: the spent units are back at once and b is granted.
+    await store.set_budget(NS, BUDGET, 1000)
+    assert resolutions(await history(store, "b")) == [("reserved", 1, "")]
+
+
+@pytest.mark.parametrize(
+    ("units", "period_ms"), [(1, 0), (0, 1000), (-1, 1000), (1, 32 * 24 * 3600 * 1000)]
+)
+async def test_a_bad_refill_is_refused(store: Store, units: int, period_ms: int) -> None:
+    with pytest.raises(InvalidArgumentError, match="refill must be") as raised:
+        await store.set_budget(NS, BUDGET, 10, refill_units=units, refill_period_ms=period_ms)
+    assert raised.value.reason == "INVALID_ARGUMENT"

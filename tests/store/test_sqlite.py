@@ -178,6 +178,7 @@ async def test_migrations_are_versioned_and_applied_once(db_path: Path) -> None:
             (21,),
             (22,),
             (23,),
+            (24,),
         ]
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
         assert conn.execute("SELECT name FROM namespaces").fetchall() == [("default",)]

@@ -19,6 +19,9 @@ def budget_message(budget: Budget) -> pb.Budget:
         waiting=budget.waiting,
         waiting_units=budget.waiting_units,
         update_time=_convert.timestamp(budget.updated_at_ms),
+        refill_units=budget.refill_units,
+        refill_period_ms=budget.refill_period_ms,
+        refilling=budget.refilling,
     )
 
 
@@ -33,6 +36,8 @@ class AdminBudgetsMixin:
             _validate.namespace(request.namespace),
             _validate.name("name", request.name),
             request.capacity,
+            request.refill_units,
+            request.refill_period_ms,
         )
         return pb.SetBudgetResponse(budget=budget_message(budget))
 

@@ -789,10 +789,19 @@ class Store(abc.ABC):
 
     # budgets (see _ops_budgets, _budgets)
     @abc.abstractmethod
-    async def set_budget(self, namespace: str, name: str, capacity: int) -> Budget:
+    async def set_budget(
+        self,
+        namespace: str,
+        name: str,
+        capacity: int,
+        refill_units: int = 0,
+        refill_period_ms: int = 0,
+    ) -> Budget:
         """Creates or changes a budget; a raised capacity grants the waiting reservations
-        that now fit, a lowered one refuses those larger than it. One transaction.
-        InvalidArgumentError for a capacity outside 1..10^15."""
+        that now fit, a lowered one refuses those larger than it. One transaction. With a
+        refill (``refill_units`` per ``refill_period_ms``), released units come back at
+        that rate instead of at once. InvalidArgumentError for a capacity outside
+        1..10^15 or a refill that is not 1..10^15 units per 1 ms..31 days (or 0, 0)."""
 
     @abc.abstractmethod
     async def list_budgets(self, namespace: str) -> list[Budget]:

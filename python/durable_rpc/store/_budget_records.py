@@ -17,3 +17,8 @@ class Budget:
     waiting: int
     waiting_units: int
     updated_at_ms: int
+    #: Released units come back at refill_units per refill_period_ms (0, 0: at once).
+    refill_units: int = 0
+    refill_period_ms: int = 0
+    #: Released units not back yet (only with a refill).
+    refilling: int = 0

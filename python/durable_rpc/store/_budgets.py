@@ -6,8 +6,13 @@ A budget is a row of ``budgets`` (namespace, name, capacity). A reservation is a
 The rule: the units held by a budget's reservations never exceed its capacity; a
 reservation is granted when its amount fits in what is free *and* no reservation of the
 budget waits before it (strict FIFO, so a large reservation is never starved by small
-ones); a release returns the units at once (no refill rate: a budget bounds what open
-reservations hold at one time, like a semaphore). Every change that may free units (a
+ones). A release returns the units at once, unless the budget has a **refill** rate
+(``refill_units`` per ``refill_period_ms``: a budget of tokens per minute, say): then the
+released units are *spent* and come back at that rate, so work cannot recycle a budget
+faster than its rate. Spent units are one number per budget, ``debt`` as of
+``debt_at_ms``, settled lazily (``settled``: whole units, on the database clock); a
+waiting reservation that only spent units hold back is granted by the due pass at
+``next_grant_ms``, the moment enough have come back. Every change that may free units (a
 release, a run close, a raised capacity) locks the budget row (PostgreSQL: FOR UPDATE,
 so two replicas never over-grant; SQLite has one writer) and grants the waiting
 reservations that now fit, in the same transaction: each gets its BudgetReserved event
@@ -32,6 +37,47 @@ BUDGET_NOT_FOUND = "BUDGET_NOT_FOUND"
 BUDGET_AMOUNT_EXCEEDS_CAPACITY = "BUDGET_AMOUNT_EXCEEDS_CAPACITY"
 #: A capacity above this is a mistake (and keeps sums far from 64-bit overflow).
 MAX_CAPACITY = 10**15
+#: The longest refill period: a budget that refills slower than a unit a month is a
+#: capacity, not a rate.
+MAX_REFILL_PERIOD_MS = 31 * 24 * 3600 * 1000
+
+
+def budget_refill_columns(bigint: str) -> tuple[str, ...]:
+    """The refill migration: a budget's rate and its spent units (``settled``)."""
+    return (
+        f"ALTER TABLE budgets ADD COLUMN refill_units {bigint} NOT NULL DEFAULT 0",
+        f"ALTER TABLE budgets ADD COLUMN refill_period_ms {bigint} NOT NULL DEFAULT 0",
+        f"ALTER TABLE budgets ADD COLUMN debt {bigint} NOT NULL DEFAULT 0",
+        f"ALTER TABLE budgets ADD COLUMN debt_at_ms {bigint} NOT NULL DEFAULT 0",
+        f"ALTER TABLE budgets ADD COLUMN next_grant_ms {bigint}",
+        "CREATE INDEX budgets_next_grant ON budgets (next_grant_ms) "
+        "WHERE next_grant_ms IS NOT NULL",
+    )
+
+
+def check_refill(refill_units: int, refill_period_ms: int) -> None:
+    """No refill (both 0), or a whole number of units per period."""
+    if refill_units == 0 and refill_period_ms == 0:
+        return
+    if not 1 <= refill_units <= MAX_CAPACITY or not 1 <= refill_period_ms <= MAX_REFILL_PERIOD_MS:
+        raise InvalidArgumentError(
+            f"a budget's refill must be 1 to {MAX_CAPACITY} units per 1 ms to "
+            f"{MAX_REFILL_PERIOD_MS} ms (or both 0: released units return at once), got "
+            f"{refill_units} per {refill_period_ms} ms"
+        )
+
+
+def settled(row: Row, now: int) -> tuple[int, int]:
+    """The budget's spent units still coming back at ``now``, and the time that count is
+    as of: whole units come back, the remainder of a unit's time is kept (never early)."""
+    debt, at = int(row["debt"]), int(row["debt_at_ms"])
+    units, period = int(row["refill_units"]), int(row["refill_period_ms"])
+    if debt == 0 or units == 0:
+        return 0, now
+    back = (now - at) * units // period
+    if back >= debt:
+        return 0, now
+    return debt - back, at + -(-back * period // units)
 
 
 def budget_tables(bigint: str, identity: str) -> tuple[str, ...]:
@@ -90,6 +136,7 @@ def _usage(tx: Tx, namespace: str, name: str) -> Row:
 
 def describe_budget(tx: Tx, row: Row) -> Budget:
     usage = _usage(tx, row["namespace"], row["name"])
+    spent, _ = settled(row, tx.now_ms())
     return Budget(
         namespace=row["namespace"],
         name=row["name"],
@@ -98,6 +145,9 @@ def describe_budget(tx: Tx, row: Row) -> Budget:
         waiting=int(usage["waiting"]),
         waiting_units=int(usage["waiting_units"]),
         updated_at_ms=int(row["updated_at_ms"]),
+        refill_units=int(row["refill_units"]),
+        refill_period_ms=int(row["refill_period_ms"]),
+        refilling=spent,
     )
 
 
@@ -123,22 +173,25 @@ def grant_waiting(tx: Tx, namespace: str, name: str, now: int, deciding_run: str
     input events, appended after its command events."""
     from durable_rpc.store._shared import decision_input
 
-    budget = tx.one(
-        "SELECT capacity FROM budgets WHERE namespace = ? AND name = ?", (namespace, name)
-    )
+    budget = tx.one("SELECT * FROM budgets WHERE namespace = ? AND name = ?", (namespace, name))
     if budget is None:
         return
-    free = int(budget["capacity"]) - int(_usage(tx, namespace, name)["held"])
+    spent, spent_at = settled(budget, now)
+    held = int(_usage(tx, namespace, name)["held"])
+    free = int(budget["capacity"]) - held - spent
     waiting = tx.all(
         "SELECT id, run_id, seq, amount FROM budget_reservations "
         "WHERE namespace = ? AND budget = ? AND state = 'waiting' ORDER BY id",
         (namespace, name),
     )
+    head: int | None = None  # the amount of the first reservation left waiting
     for reservation in waiting:
         amount = int(reservation["amount"])
         if amount > free:
+            head = amount
             break
         free -= amount
+        held += amount
         tx.run(
             "UPDATE budget_reservations SET state = 'held', granted_at_ms = ? WHERE id = ?",
             (now, reservation["id"]),
@@ -148,6 +201,61 @@ def grant_waiting(tx: Tx, namespace: str, name: str, now: int, deciding_run: str
             decision_input(tx, namespace, deciding_run, now, "budget_reserved", event)
         else:
             _input_event(tx, namespace, reservation["run_id"], now, "budget_reserved", event)
+    if int(budget["refill_units"]):
+        _settle(tx, budget, spent, spent_at, _grant_time(budget, spent, spent_at, held, head))
+
+
+def _grant_time(budget: Row, spent: int, spent_at: int, held: int, head: int | None) -> int | None:
+    """When the head waiter fits, if only spent units hold it back (None: nothing waits,
+    or it needs held units released, which grant it themselves)."""
+    if head is None:
+        return None
+    short = spent - (int(budget["capacity"]) - held - head)  # units to come back first
+    if short <= 0 or short > spent:
+        return None
+    units, period = int(budget["refill_units"]), int(budget["refill_period_ms"])
+    # The first time at which ``(t - spent_at) * units // period >= short``.
+    return spent_at + -(-short * period // units)
+
+
+def _settle(tx: Tx, budget: Row, spent: int, spent_at: int, grant_at: int | None) -> None:
+    tx.run(
+        "UPDATE budgets SET debt = ?, debt_at_ms = ?, next_grant_ms = ? "
+        "WHERE namespace = ? AND name = ?",
+        (spent, spent_at, grant_at, budget["namespace"], budget["name"]),
+    )
+    if grant_at is not None:
+        tx.notes.due.add(grant_at)
+
+
+def _spend(tx: Tx, namespace: str, name: str, units: int, now: int) -> None:
+    """Released held units of a refilling budget are spent: they come back at its rate.
+    The caller locked the budget row."""
+    budget = tx.one("SELECT * FROM budgets WHERE namespace = ? AND name = ?", (namespace, name))
+    if budget is None or not int(budget["refill_units"]) or units <= 0:
+        return
+    spent, spent_at = settled(budget, now)
+    tx.run(
+        "UPDATE budgets SET debt = ?, debt_at_ms = ? WHERE namespace = ? AND name = ?",
+        (spent + units, spent_at, namespace, name),
+    )
+
+
+def grant_due(tx: Tx, now: int) -> None:
+    """The due pass: budgets whose head waiter fits now that spent units came back."""
+    due = tx.all(
+        "SELECT namespace, name FROM budgets WHERE next_grant_ms IS NOT NULL "
+        "AND next_grant_ms <= ? ORDER BY namespace, name",
+        (now,),
+    )
+    for row in due:
+        budget_row(tx, row["namespace"], row["name"])  # the lock: once across replicas
+        grant_waiting(tx, row["namespace"], row["name"], now)
+
+
+def next_grant_ms(tx: Tx) -> int | None:
+    value = tx.value("SELECT MIN(next_grant_ms) AS m FROM budgets WHERE next_grant_ms IS NOT NULL")
+    return None if value is None else int(value)
 
 
 def refuse_larger_than(tx: Tx, namespace: str, name: str, capacity: int, now: int) -> None:
@@ -202,12 +310,15 @@ def release(tx: Tx, namespace: str, run_id: str, seq: int, now: int) -> None:
     """A ReleaseBudget command: the reservation (held or waiting) goes; what waits on
     its budget is granted as far as the freed units go."""
     row = tx.one(
-        "SELECT budget FROM budget_reservations WHERE namespace = ? AND run_id = ? AND seq = ?",
+        "SELECT budget, amount, state FROM budget_reservations "
+        "WHERE namespace = ? AND run_id = ? AND seq = ?",
         (namespace, run_id, seq),
     )
     if row is None:
         return  # refused, or already released: nothing is held
     budget_row(tx, namespace, row["budget"])  # the lock, before the units change
+    if row["state"] == "held":
+        _spend(tx, namespace, row["budget"], int(row["amount"]), now)
     tx.run(
         "DELETE FROM budget_reservations WHERE namespace = ? AND run_id = ? AND seq = ?",
         (namespace, run_id, seq),
@@ -219,12 +330,14 @@ def release_run(tx: Tx, namespace: str, run_id: str, now: int) -> None:
     """The run closed while holding or waiting: every reservation of it goes, in the
     close's transaction, and the budgets it used grant their waiters."""
     budgets = tx.all(
-        "SELECT DISTINCT budget FROM budget_reservations WHERE namespace = ? AND run_id = ? "
-        "ORDER BY budget",
+        "SELECT budget, coalesce(sum(CASE WHEN state = 'held' THEN amount END), 0) AS held "
+        "FROM budget_reservations WHERE namespace = ? AND run_id = ? "
+        "GROUP BY budget ORDER BY budget",
         (namespace, run_id),
     )
     for row in budgets:  # in name order: two closes lock the rows in the same order
         budget_row(tx, namespace, row["budget"])
+        _spend(tx, namespace, row["budget"], int(row["held"]), now)
     tx.run(
         "DELETE FROM budget_reservations WHERE namespace = ? AND run_id = ?",
         (namespace, run_id),

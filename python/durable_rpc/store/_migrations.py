@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from durable_rpc.store._admission import admission_tables, concurrency_key_tables
-from durable_rpc.store._budgets import budget_tables
+from durable_rpc.store._budgets import budget_refill_columns, budget_tables
 from durable_rpc.store._declared_signals import DECLARED_SIGNALS_MIGRATION
 from durable_rpc.store._fairness import migration as fairness_migration
 from durable_rpc.store._payloads import payload_tables
@@ -456,6 +456,7 @@ SQLITE_MIGRATIONS: tuple[Migration, ...] = (
     Migration(21, "large payloads by SHA-256", payload_tables("BLOB", "INTEGER")),
     Migration(22, "priority and fairness of claims", fairness_migration("INTEGER")),
     Migration(23, "declared signals of definitions", DECLARED_SIGNALS_MIGRATION),
+    Migration(24, "budget refill rates", budget_refill_columns("INTEGER")),
 )
 
 

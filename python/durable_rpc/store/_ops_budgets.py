@@ -7,9 +7,11 @@ from durable_rpc.store._budget_records import Budget
 from durable_rpc.store._budgets import (
     budget_row,
     check_capacity,
+    check_refill,
     describe_budget,
     grant_waiting,
     refuse_larger_than,
+    settled,
 )
 from durable_rpc.store._ops_base import _SqlOpsBase
 from durable_rpc.store._shared import require, require_namespace
@@ -17,20 +19,35 @@ from durable_rpc.store._tx import Tx
 
 
 class _BudgetOps(_SqlOpsBase):
-    async def set_budget(self, namespace: str, name: str, capacity: int) -> Budget:
+    async def set_budget(
+        self,
+        namespace: str,
+        name: str,
+        capacity: int,
+        refill_units: int = 0,
+        refill_period_ms: int = 0,
+    ) -> Budget:
         require(name, "name")
         check_capacity(capacity)
+        check_refill(refill_units, refill_period_ms)
 
         def op(tx: Tx) -> Budget:
             require_namespace(tx, namespace)
             now = tx.now_ms()
-            budget_row(tx, namespace, name)  # the lock first, as every grant takes it
+            existing = budget_row(tx, namespace, name)  # the lock first, as every grant
+            # What is still coming back, at the old rate until now; from now on at the
+            # new one. No refill any more: the spent units are back at once.
+            spent = 0 if existing is None or not refill_units else settled(existing, now)[0]
             row = tx.one(
-                "INSERT INTO budgets (namespace, name, capacity, updated_at_ms) "
-                "VALUES (?, ?, ?, ?) ON CONFLICT (namespace, name) DO UPDATE SET "
-                "capacity = excluded.capacity, updated_at_ms = excluded.updated_at_ms "
+                "INSERT INTO budgets (namespace, name, capacity, updated_at_ms, refill_units, "
+                "refill_period_ms, debt_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (namespace, name) DO UPDATE SET "
+                "capacity = excluded.capacity, updated_at_ms = excluded.updated_at_ms, "
+                "refill_units = excluded.refill_units, "
+                "refill_period_ms = excluded.refill_period_ms, "
+                "debt = ?, debt_at_ms = excluded.debt_at_ms, next_grant_ms = NULL "
                 "RETURNING *",
-                (namespace, name, capacity, now),
+                (namespace, name, capacity, now, refill_units, refill_period_ms, now, spent),
             )
             assert row is not None
             # Lowered: what can never fit is refused; raised: what fits now is granted.

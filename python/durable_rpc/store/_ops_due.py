@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from durable_rpc.store._admission import admit_waiting, due_namespaces, next_admit_ms
 from durable_rpc.store._api import DueReport, TaskKind
+from durable_rpc.store._budgets import grant_due, next_grant_ms
 from durable_rpc.store._logic import (
     ACTIVITY_TIMEOUT_ERROR,
     AMBIGUOUS_EFFECT_ERROR,
@@ -226,8 +227,13 @@ class _DueOps(_ActivityOps):
             for namespace in due_namespaces(tx, now):
                 admit_waiting(tx, namespace)
 
+            # 8. Budgets whose waiting reservation fits now that spent units came back
+            # (a refill rate; ``grant_due`` locks each budget row: once across replicas).
+            grant_due(tx, now)
+
             next_due = earliest(
                 next_admit_ms(tx),
+                next_grant_ms(tx),
                 tx.value("SELECT MIN(deadline_ms) AS m FROM runs WHERE deadline_ms IS NOT NULL"),
                 tx.value("SELECT MIN(due_ms) AS m FROM tasks WHERE state IN ('waiting', 'leased')"),
                 tx.value(

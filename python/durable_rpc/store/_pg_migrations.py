@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from durable_rpc.store._admission import concurrency_key_tables
 from durable_rpc.store._admission_pg import pg_migration as admission_pg_migration
+from durable_rpc.store._budgets import budget_refill_columns
 from durable_rpc.store._budgets_pg import pg_migration as budgets_pg_migration
 from durable_rpc.store._declared_signals import DECLARED_SIGNALS_MIGRATION
 from durable_rpc.store._fairness_pg import pg_migration as fairness_pg_migration
@@ -203,4 +204,5 @@ PG_MIGRATIONS: tuple[Migration, ...] = (
     Migration(21, "large payloads by SHA-256", payload_tables("BYTEA", "BIGINT")),
     Migration(22, "priority and fairness of claims", fairness_pg_migration()),
     Migration(23, "declared signals of definitions", DECLARED_SIGNALS_MIGRATION),
+    Migration(24, "budget refill rates", budget_refill_columns("BIGINT")),
 )

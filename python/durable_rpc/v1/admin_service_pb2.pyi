@@ -1127,6 +1127,9 @@ class Budget(_message.Message):
     WAITING_FIELD_NUMBER: _builtins.int
     WAITING_UNITS_FIELD_NUMBER: _builtins.int
     UPDATE_TIME_FIELD_NUMBER: _builtins.int
+    REFILL_UNITS_FIELD_NUMBER: _builtins.int
+    REFILL_PERIOD_MS_FIELD_NUMBER: _builtins.int
+    REFILLING_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     capacity: _builtins.int
     """Units open reservations may hold at once."""
@@ -1135,6 +1138,11 @@ class Budget(_message.Message):
     waiting: _builtins.int
     """Reservations waiting (FIFO) and the units they ask for."""
     waiting_units: _builtins.int
+    refill_units: _builtins.int
+    """Released units come back at refill_units per refill_period_ms (both 0: at once)."""
+    refill_period_ms: _builtins.int
+    refilling: _builtins.int
+    """Released units not back yet (only with a refill)."""
     @_builtins.property
     def update_time(self) -> _timestamp_pb2.Timestamp: ...
     def __init__(
@@ -1146,10 +1154,13 @@ class Budget(_message.Message):
         waiting: _builtins.int = ...,
         waiting_units: _builtins.int = ...,
         update_time: _timestamp_pb2.Timestamp | None = ...,
+        refill_units: _builtins.int = ...,
+        refill_period_ms: _builtins.int = ...,
+        refilling: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["update_time", b"update_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["capacity", b"capacity", "held", b"held", "name", b"name", "update_time", b"update_time", "waiting", b"waiting", "waiting_units", b"waiting_units"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["capacity", b"capacity", "held", b"held", "name", b"name", "refill_period_ms", b"refill_period_ms", "refill_units", b"refill_units", "refilling", b"refilling", "update_time", b"update_time", "waiting", b"waiting", "waiting_units", b"waiting_units"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1162,20 +1173,31 @@ class SetBudgetRequest(_message.Message):
     NAMESPACE_FIELD_NUMBER: _builtins.int
     NAME_FIELD_NUMBER: _builtins.int
     CAPACITY_FIELD_NUMBER: _builtins.int
+    REFILL_UNITS_FIELD_NUMBER: _builtins.int
+    REFILL_PERIOD_MS_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     name: _builtins.str
     capacity: _builtins.int
     """1 to 10^15. Anything else: INVALID_ARGUMENT."""
+    refill_units: _builtins.int
+    """A refill rate (a budget of tokens per minute, say): released units are spent and
+    come back at refill_units per refill_period_ms, whole units on the database clock,
+    instead of at once. Both 0: no refill. Otherwise 1 to 10^15 units per 1 ms to 31
+    days; anything else: INVALID_ARGUMENT.
+    """
+    refill_period_ms: _builtins.int
     def __init__(
         self,
         *,
         namespace: _builtins.str = ...,
         name: _builtins.str = ...,
         capacity: _builtins.int = ...,
+        refill_units: _builtins.int = ...,
+        refill_period_ms: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["capacity", b"capacity", "name", b"name", "namespace", b"namespace"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["capacity", b"capacity", "name", b"name", "namespace", b"namespace", "refill_period_ms", b"refill_period_ms", "refill_units", b"refill_units"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
