@@ -231,6 +231,19 @@ class EvolvingV2:
         return x
 
 
+async def serve(client: Client, worker: Worker, cycles: int = 8) -> None:
+    """Runs ``worker`` (``cycles`` claim-and-execute cycles) until SIGTERM, prints its
+    report for the test's log and closes ``client``: the shared main of the test apps."""
+    token = CancellationToken()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, token.cancel)
+    config = WorkflowSupervisorConfig(cycles).with_backoff(
+        timedelta(milliseconds=50), timedelta(seconds=1)
+    )
+    report = await WorkflowSupervisor(worker, config).run(token)
+    print(report, flush=True)
+    await client.close()
+
+
 async def main() -> None:
     global RELEASED
     parser = argparse.ArgumentParser()
@@ -250,17 +263,9 @@ async def main() -> None:
         activities=[step, slow_step, charge_card, nap],
         allow_definition_change=True,
     )
-    token = CancellationToken()
-    loop = asyncio.get_running_loop()
-    loop.add_signal_handler(signal.SIGTERM, token.cancel)
     # SIGUSR1 releases the blocked activities of a worker started without --release.
-    loop.add_signal_handler(signal.SIGUSR1, _release.set)
-    config = WorkflowSupervisorConfig(8).with_backoff(
-        timedelta(milliseconds=50), timedelta(seconds=1)
-    )
-    report = await WorkflowSupervisor(worker, config).run(token)
-    print(report, flush=True)
-    await client.close()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, _release.set)
+    await serve(client, worker)
 
 
 if __name__ == "__main__":

@@ -14,19 +14,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import signal
 from datetime import timedelta
 
 from durable_rpc import (
-    CancellationToken,
     Client,
     Worker,
-    WorkflowSupervisor,
-    WorkflowSupervisorConfig,
     activity,
     workflow,
 )
-from tests.e2e.apps import record
+from tests.e2e.apps import record, serve
 
 BUDGET = "llm-tokens"
 
@@ -82,15 +78,7 @@ async def main() -> None:
     args = parser.parse_args()
     client = await Client.connect(args.address)
     worker = Worker(client, task_queue=args.task_queue, workflows=[Reserving], activities=[spend])
-    token = CancellationToken()
-    loop = asyncio.get_running_loop()
-    loop.add_signal_handler(signal.SIGTERM, token.cancel)
-    config = WorkflowSupervisorConfig(8).with_backoff(
-        timedelta(milliseconds=50), timedelta(seconds=1)
-    )
-    report = await WorkflowSupervisor(worker, config).run(token)
-    print(report, flush=True)
-    await client.close()
+    await serve(client, worker)
 
 
 if __name__ == "__main__":

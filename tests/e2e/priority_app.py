@@ -13,19 +13,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import signal
 from datetime import timedelta
 
 from durable_rpc import (
-    CancellationToken,
     Client,
     Worker,
-    WorkflowSupervisor,
-    WorkflowSupervisorConfig,
     activity,
     workflow,
 )
-from tests.e2e.apps import record
+from tests.e2e.apps import record, serve
 
 
 @activity.defn
@@ -75,15 +71,7 @@ async def main() -> None:
         activities=[mark],
         max_concurrent_activities=1,
     )
-    token = CancellationToken()
-    loop = asyncio.get_running_loop()
-    loop.add_signal_handler(signal.SIGTERM, token.cancel)
-    config = WorkflowSupervisorConfig(1).with_backoff(
-        timedelta(milliseconds=50), timedelta(seconds=1)
-    )
-    report = await WorkflowSupervisor(worker, config).run(token)
-    print(report, flush=True)
-    await client.close()
+    await serve(client, worker, cycles=1)
 
 
 if __name__ == "__main__":
