@@ -203,6 +203,13 @@ def _start(tx: Tx, row: Row, due: int) -> str:
 
 def _fire(tx: Tx, row: Row, due: int, overlap: str) -> int:
     """Applies the overlap policy to one due time; returns how many runs started."""
+    return 1 if _fire_action(tx, row, due, overlap) == "started" else 0
+
+
+def _fire_action(tx: Tx, row: Row, due: int, overlap: str) -> str:
+    """Applies the overlap policy to one due time; returns the action it recorded (two
+    triggers in one millisecond record two actions of one due time, so the action is
+    returned, not read back)."""
     ns, sid = row["namespace"], row["schedule_id"]
     open_run = None if overlap == "ALLOW_ALL" else _last_run_open(tx, row)
     if overlap in BUFFERING and (open_run is not None or waiting(tx, ns, sid)):
@@ -214,13 +221,13 @@ def _fire(tx: Tx, row: Row, due: int, overlap: str) -> int:
             request_cancel_run(tx, ns, open_run, reason, tx.now_ms())
         if push(tx, ns, sid, due, overlap):
             _record(tx, row, due, "buffered", "", "")
-        else:
-            _record(tx, row, due, "skipped", "", "")  # BUFFER_ALL's buffer is full
-        return 0
+            return "buffered"
+        _record(tx, row, due, "skipped", "", "")  # BUFFER_ALL's buffer is full
+        return "skipped"
     if open_run is not None:
         if overlap == "SKIP":
             _record(tx, row, due, "skipped", open_run["workflow_id"], open_run["run_id"])
-            return 0
+            return "skipped"
         # TERMINATE_OTHER: the open run ends before the new one starts.
         now = tx.now_ms()
         reason = f"terminated by schedule {row['schedule_id']!r} (overlap TERMINATE_OTHER)"
@@ -240,7 +247,7 @@ def _fire(tx: Tx, row: Row, due: int, overlap: str) -> int:
             now,
             failure=failure_bytes(reason, "WorkflowTerminatedError"),
         )
-    return 1 if _start(tx, row, due) == "started" else 0
+    return _start(tx, row, due)
 
 
 class _ScheduleOps(_SqlOpsBase):
@@ -359,8 +366,7 @@ class _ScheduleOps(_SqlOpsBase):
         def op(tx: Tx) -> str:
             row = _schedule(tx, namespace, schedule_id)
             now = tx.now_ms()
-            started = _fire(tx, row, now, row["overlap"])
-            return "started" if started else _latest_action(tx, row)
+            return _fire_action(tx, row, now, row["overlap"])
 
         return await self._write(op)
 
@@ -492,15 +498,6 @@ def _fire_due(tx: Tx, row: Row, now: int) -> int:
         assert current is not None
         started += _fire(tx, current, one, row["overlap"])
     return started
-
-
-def _latest_action(tx: Tx, row: Row) -> str:
-    action = tx.value(
-        "SELECT action FROM schedule_actions WHERE namespace = ? AND schedule_id = ? "
-        "ORDER BY due_ms DESC LIMIT 1",
-        (row["namespace"], row["schedule_id"]),
-    )
-    return str(action or "")
 
 
 def _info(tx: Tx, row: Row, with_details: bool) -> ScheduleInfo:
