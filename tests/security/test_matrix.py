@@ -278,3 +278,30 @@ def test_every_worker_id_a_worker_request_holds_is_bound_to_its_key() -> None:
     for method in worker_service.methods:
         for path in _worker_id_paths(method.input_type):
             assert path in bound | batch_items, (method.name, path)
+
+
+@pytest.mark.parametrize(
+    ("caller", "role", "namespace"),
+    [
+        ("client", "client", NS_A),
+        ("worker", "worker", NS_A),
+        ("admin", "admin", NS_A),
+        ("root", "admin", ""),
+    ],
+)
+async def test_server_info_names_the_calling_key(
+    auth_server: AuthServer, keys: Keys, caller: str, role: str, namespace: str
+) -> None:
+    """What the web UI asks to know which actions to offer: the key's role and scope
+    (never its secret), from the key the call presented."""
+    secret = secret_of(keys, caller)
+    assert secret is not None
+    async with await Client.connect(auth_server.address, api_key=secret) as client:
+        info = await client.call(
+            client.worker_service.GetServerInfo, service_pb2.GetServerInfoRequest()
+        )
+    assert info.auth_required
+    assert info.HasField("caller")
+    assert (info.caller.role, info.caller.namespace) == (role, namespace)
+    assert info.caller.key_id == secret.split("_")[1]
+    assert secret not in str(info)

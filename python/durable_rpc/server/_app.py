@@ -275,6 +275,7 @@ class Server:
                 shutting_down=self._shutting_down,
                 handoffs=handoffs,
                 metrics=self.metrics,
+                auth_required=self.config.auth,
             ),
             server,
         )

@@ -12,6 +12,7 @@ from google.protobuf import duration_pb2
 
 from durable_rpc import _protocol
 from durable_rpc._rpc_status import status_message
+from durable_rpc.auth import Principal
 from durable_rpc.errors import (
     DurableRpcError,
     InvalidArgumentError,
@@ -20,6 +21,7 @@ from durable_rpc.errors import (
 )
 from durable_rpc.payload import PayloadError
 from durable_rpc.server import _convert, _validate
+from durable_rpc.server._auth import current_principal
 from durable_rpc.server._handoff import Handoffs
 from durable_rpc.server._interceptor import internal_error
 from durable_rpc.server._metrics import ServerMetrics
@@ -115,6 +117,18 @@ def _activity_task_message(task: ClaimedActivityTask) -> service_pb2.PollActivit
     return response
 
 
+def _caller_identity(principal: Principal | None) -> service_pb2.CallerIdentity | None:
+    """Who the calling key is, for GetServerInfo (None: authentication is off)."""
+    if principal is None:
+        return None
+    return service_pb2.CallerIdentity(
+        key_id=principal.key_id,
+        name=principal.name,
+        role=principal.role.value,
+        namespace=principal.namespace or "",
+    )
+
+
 class WorkerService(service_pb2_grpc.WorkerServiceServicer):
     def __init__(
         self,
@@ -126,7 +140,9 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
         shutting_down: asyncio.Event,
         handoffs: Handoffs | None = None,
         metrics: ServerMetrics | None = None,
+        auth_required: bool = False,
     ) -> None:
+        self._auth_required = auth_required
         self._queries = QueryRelay(store, notifier)
         self._metrics = metrics
         self._store = store
@@ -290,6 +306,8 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
             min_protocol_version=_protocol.MIN_PROTOCOL_VERSION,
             capabilities=_protocol.SERVER_CAPABILITIES,
             server_version=_protocol.server_version(),
+            auth_required=self._auth_required,
+            caller=_caller_identity(current_principal.get()),
         )
 
     async def WorkerHeartbeat(

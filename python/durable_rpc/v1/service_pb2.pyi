@@ -1214,14 +1214,25 @@ class GetServerInfoResponse(_message.Message):
     MIN_PROTOCOL_VERSION_FIELD_NUMBER: _builtins.int
     CAPABILITIES_FIELD_NUMBER: _builtins.int
     SERVER_VERSION_FIELD_NUMBER: _builtins.int
+    AUTH_REQUIRED_FIELD_NUMBER: _builtins.int
+    CALLER_FIELD_NUMBER: _builtins.int
     protocol_version: _builtins.int
     """The newest worker protocol the server speaks, and the oldest it still serves."""
     min_protocol_version: _builtins.int
     server_version: _builtins.str
     """The server's release (the durable-rpc package version)."""
+    auth_required: _builtins.bool
+    """Whether this server requires an API key on every call (`--auth`)."""
     @_builtins.property
     def capabilities(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Stable names of what the server supports (docs/engine.md lists them)."""
+
+    @_builtins.property
+    def caller(self) -> Global___CallerIdentity:
+        """Who the calling key is (unset when authentication is off, where every caller may do
+        everything): what a client such as the web UI shows and which actions it offers. The
+        server still decides every call by itself.
+        """
 
     def __init__(
         self,
@@ -1230,14 +1241,47 @@ class GetServerInfoResponse(_message.Message):
         min_protocol_version: _builtins.int = ...,
         capabilities: _abc.Iterable[_builtins.str] | None = ...,
         server_version: _builtins.str = ...,
+        auth_required: _builtins.bool = ...,
+        caller: Global___CallerIdentity | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["caller", b"caller"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["capabilities", b"capabilities", "min_protocol_version", b"min_protocol_version", "protocol_version", b"protocol_version", "server_version", b"server_version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["auth_required", b"auth_required", "caller", b"caller", "capabilities", b"capabilities", "min_protocol_version", b"min_protocol_version", "protocol_version", b"protocol_version", "server_version", b"server_version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetServerInfoResponse: _TypeAlias = GetServerInfoResponse  # noqa: Y015
+
+@_typing.final
+class CallerIdentity(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KEY_ID_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    ROLE_FIELD_NUMBER: _builtins.int
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    key_id: _builtins.str
+    """The key's public id and name (never its secret)."""
+    name: _builtins.str
+    role: _builtins.str
+    """"client", "worker" or "admin"."""
+    namespace: _builtins.str
+    """The one namespace the key is for; empty: every namespace (a cluster admin)."""
+    def __init__(
+        self,
+        *,
+        key_id: _builtins.str = ...,
+        name: _builtins.str = ...,
+        role: _builtins.str = ...,
+        namespace: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["key_id", b"key_id", "name", b"name", "namespace", b"namespace", "role", b"role"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CallerIdentity: _TypeAlias = CallerIdentity  # noqa: Y015
 
 @_typing.final
 class WorkerHeartbeatRequest(_message.Message):
