@@ -147,6 +147,9 @@ def test_a_failed_activity_marks_its_bar_and_the_run() -> None:
     (bar,) = bars(root, "activity")
     assert bar.get("data-status") == "failed"
     assert any("failed" in classes(e) for e in bar), "the bar's segment is marked failed"
+    # Its one attempt is the bar: no notch for an earlier attempt that never was.
+    assert len(with_class(bar, "failed")) == 1
+    assert not with_class(bar, "attempt")
     (run,) = bars(root, "run")
     assert run.get("data-status") == "failed"
 

@@ -115,11 +115,19 @@ class Bar:
     #: Attempt times placed from their durations (local activities).
     approximate: bool = False
     event_ids: tuple[int, ...] = ()
-    title: str = ""
+    #: The lane's label ("charge #3") and what else names the item (queue, child id,
+    #: failure), for the tooltip.
+    label: str = ""
+    detail: str = ""
 
     @property
     def open(self) -> bool:
         return self.closed_ms is None
+
+    @property
+    def title(self) -> str:
+        """The tooltip text (made when asked: a drawing shows only the lanes in range)."""
+        return _bar_title(self)
 
     @property
     def failed_attempts(self) -> int:
@@ -433,14 +441,15 @@ def _lane(item: _Open, now_ms: int) -> Lane:
         due_ms=item.due_ms,
         approximate=item.approximate,
         event_ids=tuple(item.event_ids),
-        title=_bar_title(item, label, end),
+        label=label,
+        detail=item.detail,
     )
     return Lane(item.key, item.kind, item.seq, label, (bar,))
 
 
-def _bar_title(item: _Open, label: str, end: int) -> str:
-    kind = item.kind.replace("_", " ")
-    lines = [f"{kind} {label}" if item.kind != TIMER else label]
+def _bar_title(item: Bar) -> str:
+    kind, end = item.kind.replace("_", " "), item.end_ms
+    lines = [f"{kind} {item.label}" if item.kind != TIMER else item.label]
     if item.detail:
         lines.append(item.detail)
     lines.append(f"scheduled {time_text(item.scheduled_ms)}")
@@ -653,7 +662,7 @@ class _Drawing:
     def _axis(self, bottom: int) -> Iterator[str]:
         span = self.hi - self.lo
         step = next(
-            (s for s in _STEPS if s / span * self.plot_w >= 90),
+            (s for s in _STEPS if s / span * self.plot_w >= _tick_room(s)),
             _STEPS[-1],
         )
         yield '<g class="axis">'
@@ -801,7 +810,8 @@ class _Drawing:
         )
 
     def _attempts(self, bar: Bar, span: tuple[float, float], top: int) -> Iterator[str]:
-        unknown = [a for a in bar.attempts if a.start_ms is None and a.failed]
+        # Earlier attempts known only by count (a final failed attempt is the bar itself).
+        unknown = [a for a in bar.attempts if a.failed and a.start_ms is None and a.end_ms is None]
         for index, attempt in enumerate(unknown[:MAX_ATTEMPT_MARKS]):
             # No time recorded: a notch at the bar's start stands for the attempt.
             x = span[0] + 1 + index * 6
@@ -860,6 +870,11 @@ class _Drawing:
                     f'height="{_ROW - 8}" fill-opacity="{count / peak:.2f}"/>'
                 )
         yield "</g>"
+
+
+def _tick_room(step: int) -> float:
+    """Pixels between two ticks of ``step``: their labels' width and a gap."""
+    return len(_tick_label(step, step)) * _CHAR_W + 24
 
 
 def _tick_label(ms: int, step: int) -> str:
