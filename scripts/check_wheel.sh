@@ -33,11 +33,17 @@ with zipfile.ZipFile(sys.argv[1]) as zf:
     tags = [ln.split(":", 1)[1].strip() for ln in zf.read(meta).decode().splitlines()
             if ln.startswith("Tag:")]
     libs = [n for n in zf.namelist() if n.endswith((".so", ".pyd"))]
+    names = set(zf.namelist())
 bad = [t for t in tags if not (t.startswith("cp311-abi3-manylinux") and t.endswith("_x86_64"))]
 if not tags or bad:
     sys.exit(f"WHEEL tags {tags}: want only cp311-abi3-manylinux*_x86_64")
 if libs != ["durable_rpc/_core.abi3.so"]:
     sys.exit(f"extension modules {libs}: want exactly durable_rpc/_core.abi3.so")
+# `durable-rpc ui` serves its templates and static files from the package.
+ui_assets = {"durable_rpc/ui/templates/base.html", "durable_rpc/ui/static/ui.js",
+             "durable_rpc/ui/static/ui.css"}
+if not ui_assets <= names:
+    sys.exit(f"the wheel lacks the web UI's assets: {sorted(ui_assets - names)}")
 print("wheel tags:", ", ".join(tags))
 PY
 

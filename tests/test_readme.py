@@ -78,3 +78,14 @@ def test_readme_block_runs_as_pasted(
     assert EXPECTED_OUTPUT[index] in done.stdout.splitlines(), (
         f"block #{index + 1} printed {done.stdout!r}, expected a line {EXPECTED_OUTPUT[index]!r}"
     )
+
+
+def test_the_quickstart_ends_by_opening_the_web_ui() -> None:
+    """The quickstart's last words: the web UI's address, where `durable-rpc ui` listens
+    by default."""
+    from durable_rpc.cli._ui import DEFAULT_LISTEN
+
+    text = README.read_text()
+    quickstart = text.split("## Quickstart", 1)[1].split("\n## ", 1)[0]
+    assert quickstart.strip().endswith(f"open http://{DEFAULT_LISTEN}")
+    assert "durable-rpc ui" in quickstart

@@ -19,6 +19,7 @@ from durable_rpc.cli._replay import replay
 from durable_rpc.cli._schedule import schedule
 from durable_rpc.cli._selfcheck import selfcheck
 from durable_rpc.cli._server import server
+from durable_rpc.cli._ui import ui
 from durable_rpc.cli._workflow import workflow
 
 
@@ -63,6 +64,7 @@ task_queue.add_command(rate_limit)
 cli.add_command(task_queue)
 cli.add_command(definition)
 cli.add_command(schedule)
+cli.add_command(ui)
 
 
 def main() -> None:

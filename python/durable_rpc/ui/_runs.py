@@ -1,0 +1,306 @@
+"""The runs list and the run detail pages."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime as dt
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.responses import Response
+
+from durable_rpc.errors import DurableRpcError, UnauthenticatedError
+from durable_rpc.ui import _timeline, _values
+from durable_rpc.ui._web import BadInput, Page
+from durable_rpc.v1 import history_pb2, service_pb2
+
+PAGE_SIZE = 50
+#: The runs the counts by status are taken over (one list call; more: "newest N").
+COUNT_WINDOW = 1000
+
+STATUSES = [
+    "running",
+    "completed",
+    "failed",
+    "cancelled",
+    "terminated",
+    "timed_out",
+    "continued_as_new",
+]
+_STATUS_ENUM = {
+    name: service_pb2.WorkflowStatus.Value(f"WORKFLOW_STATUS_{name.upper()}") for name in STATUSES
+}
+
+
+def status_name(value: int) -> str:
+    return next((n for n, v in _STATUS_ENUM.items() if v == value), "unknown")
+
+
+@dataclass(frozen=True)
+class RunFilters:
+    status: str
+    workflow_type: str
+    started_after: str
+    started_before: str
+    query: str
+
+    @classmethod
+    def parse(cls, params: Any) -> RunFilters:
+        status = params.get("status", "")
+        if status and status not in _STATUS_ENUM:
+            raise BadInput(f"unknown status {status!r}: one of {', '.join(STATUSES)}")
+        return cls(
+            status=status,
+            workflow_type=params.get("type", "").strip(),
+            started_after=params.get("after", "").strip(),
+            started_before=params.get("before", "").strip(),
+            query=params.get("q", "").strip(),
+        )
+
+    def request(self, namespace: str, *, with_status: bool) -> service_pb2.ListWorkflowsRequest:
+        request = service_pb2.ListWorkflowsRequest(
+            namespace=namespace, workflow_type=self.workflow_type, query=self.query
+        )
+        if with_status and self.status:
+            request.status = _STATUS_ENUM[self.status]
+        for text, field in (
+            (self.started_after, "started_after"),
+            (self.started_before, "started_before"),
+        ):
+            if text:
+                getattr(request, field).FromMilliseconds(_time_input_ms(text, field))
+        return request
+
+
+def _time_input_ms(text: str, what: str) -> int:
+    """A ``datetime-local`` input (``2026-01-31T12:30``, read as UTC) as epoch ms."""
+    try:
+        moment = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise BadInput(
+            f"{what.replace('_', ' ')}: {text!r} is not a time like 2026-01-31T12:30 (UTC)"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=dt.UTC)
+    return int(moment.timestamp() * 1000)
+
+
+def _page_token(text: str) -> bytes:
+    try:
+        return base64.b64decode(text.encode(), altchars=b"-_", validate=True) if text else b""
+    except (binascii.Error, ValueError):
+        raise BadInput("the page link is malformed: start again from the first page") from None
+
+
+async def runs_page(page: Page) -> Response:
+    params = page.request.query_params
+    try:
+        filters = RunFilters.parse(params)
+    except BadInput as exc:
+        return await page.render("runs.html", status=400, error=str(exc), **_empty(params))
+    client = await page.client()
+    try:
+        request = filters.request(page.namespace, with_status=True)
+        request.page_size = PAGE_SIZE
+        request.next_page_token = _page_token(params.get("page", ""))
+        reply = await client.call(client.workflow_service.ListWorkflows, request)
+        counted = filters.request(page.namespace, with_status=False)
+        counted.page_size = COUNT_WINDOW
+        window = await client.call(client.workflow_service.ListWorkflows, counted)
+    except UnauthenticatedError:
+        raise  # a revoked or expired key: _web.page sends the visitor to sign in
+    except (BadInput, DurableRpcError) as exc:
+        # A malformed query or time is answered on the page, above the filters.
+        message = str(exc)
+        status = 400 if isinstance(exc, BadInput) else None
+        return await page.render(
+            "runs.html", status=status or _status_of(exc), error=message, **_empty(params)
+        )
+    counts = Counter(status_name(r.status) for r in window.workflows)
+    next_token = base64.urlsafe_b64encode(reply.next_page_token).decode()
+    return await page.render(
+        "runs.html",
+        runs=[_run_row(r) for r in reply.workflows],
+        filters=filters,
+        statuses=STATUSES,
+        counts=[(s, counts.get(s, 0)) for s in STATUSES],
+        counts_truncated=bool(window.next_page_token),
+        count_window=COUNT_WINDOW,
+        next_page=next_token if reply.next_page_token else "",
+        query_string=_without_page(params),
+        batch_denied=page.denied("a batch action"),
+        error=None,
+    )
+
+
+def _status_of(exc: BaseException) -> int:
+    from durable_rpc.ui._web import _STATUS
+
+    return next((s for t, s in _STATUS.items() if isinstance(exc, t)), 500)
+
+
+def _empty(params: Any) -> dict[str, Any]:
+    return {
+        "runs": [],
+        "filters": RunFilters(
+            status=params.get("status", "") if params.get("status", "") in _STATUS_ENUM else "",
+            workflow_type=params.get("type", ""),
+            started_after=params.get("after", ""),
+            started_before=params.get("before", ""),
+            query=params.get("q", ""),
+        ),
+        "statuses": STATUSES,
+        "counts": [],
+        "counts_truncated": False,
+        "count_window": COUNT_WINDOW,
+        "next_page": "",
+        "query_string": "",
+        "batch_denied": None,
+    }
+
+
+def _without_page(params: Any) -> str:
+    from urllib.parse import urlencode
+
+    return urlencode([(k, v) for k, v in params.multi_items() if k != "page" and v])
+
+
+def _run_row(info: service_pb2.WorkflowInfo) -> dict[str, Any]:
+    return {
+        "workflow_id": info.workflow_id,
+        "run_id": info.run_id,
+        "type": info.workflow_type,
+        "version": info.workflow_version,
+        "task_queue": info.task_queue,
+        "status": status_name(info.status),
+        "start": _ms(info.start_time) if info.HasField("start_time") else None,
+        "close": _ms(info.close_time) if info.HasField("close_time") else None,
+        "events": info.history_length,
+    }
+
+
+def _ms(timestamp: Any) -> int:
+    return _values.time_ms(timestamp)
+
+
+async def run_page(page: Page) -> Response:
+    workflow_id = page.request.path_params["workflow_id"]
+    params = page.request.query_params
+    client = await page.client()
+    describe = await client.call(
+        client.workflow_service.DescribeWorkflow,
+        service_pb2.DescribeWorkflowRequest(
+            namespace=page.namespace, workflow_id=workflow_id, run_id=params.get("run", "")
+        ),
+    )
+    info = describe.info
+    events = await client.get_handle(workflow_id, info.run_id).history()
+    now_ms = int(time.time() * 1000)
+    row = _run_row(info)
+    start_ms, end_ms = _zoom(params, row["start"])
+    timeline = _timeline.build_timeline(events, now_ms=now_ms)
+    svg = _timeline.render_timeline_svg(timeline, start_ms=start_ms, end_ms=end_ms, now_ms=now_ms)
+    is_open = row["status"] == "running"
+    failure = (
+        _values.failure_view(describe.last_workflow_task_failure)
+        if describe.HasField("last_workflow_task_failure")
+        else None
+    )
+    return await page.render(
+        "run.html",
+        run=row,
+        describe=describe,
+        is_open=is_open,
+        links=_links(events),
+        input_text=_first_payload(events, "workflow_started", "input"),
+        result=_result(events),
+        pending=[_pending(p) for p in describe.pending_activities],
+        task_failure=failure,
+        timeline_svg=svg,
+        zoom_from=params.get("from", ""),
+        zoom_to=params.get("to", ""),
+        events=_values.event_summaries(events),
+        actions={name: page.denied(name) for name in ("signal", "cancel", "terminate", "redrive")},
+    )
+
+
+def _zoom(params: Any, start: int | None) -> tuple[int | None, int | None]:
+    """The time range asked for, as seconds after the run's start (``from``/``to``)."""
+    bounds: list[int | None] = []
+    for name in ("from", "to"):
+        text = params.get(name, "").strip()
+        if not text or start is None:
+            bounds.append(None)
+            continue
+        try:
+            seconds = float(text)
+        except ValueError:
+            raise BadInput(f"zoom {name}: {text!r} is not a number of seconds") from None
+        if not 0 <= seconds < 10**9:
+            raise BadInput(f"zoom {name}: {text!r} is out of range")
+        bounds.append(start + int(seconds * 1000))
+    low, high = bounds
+    if low is not None and high is not None and high <= low:
+        raise BadInput("zoom: 'to' must come after 'from'")
+    return low, high
+
+
+def _links(events: list[history_pb2.HistoryEvent]) -> list[tuple[str, str, str]]:
+    """(label, workflow id, run id) of the parent, children and continued runs."""
+    links: list[tuple[str, str, str]] = []
+    for event in events:
+        kind = event.WhichOneof("attributes")
+        if kind == "workflow_started":
+            started = event.workflow_started
+            if started.parent_run_id:
+                links.append(("parent", started.parent_workflow_id, started.parent_run_id))
+            if started.continued_from_run_id:
+                links.append(("continued from", started.workflow_id, started.continued_from_run_id))
+        elif kind == "child_workflow_started":
+            child = event.child_workflow_started
+            links.append((f"child (seq {child.seq})", child.workflow_id, child.run_id))
+        elif kind == "workflow_continued_as_new":
+            first = events[0].workflow_started
+            links.append(
+                ("continued as", first.workflow_id, event.workflow_continued_as_new.new_run_id)
+            )
+    return links
+
+
+def _first_payload(events: list[history_pb2.HistoryEvent], kind: str, field: str) -> str | None:
+    for event in events:
+        if event.WhichOneof("attributes") == kind:
+            attrs = getattr(event, kind)
+            return _values.payload_text(getattr(attrs, field)) if attrs.HasField(field) else None
+    return None
+
+
+def _result(events: list[history_pb2.HistoryEvent]) -> tuple[str, str] | None:
+    """(how the run closed, what it closed with) from its closing event."""
+    for event in reversed(events):
+        kind = event.WhichOneof("attributes")
+        if kind == "workflow_completed":
+            return "result", _values.payload_text(event.workflow_completed.result)
+        if kind == "workflow_failed":
+            return "failure", _values.failure_view(event.workflow_failed.failure).line
+        if kind in ("workflow_cancelled", "workflow_terminated", "workflow_timed_out"):
+            attrs = getattr(event, kind)
+            reason = getattr(attrs, "reason", "")
+            return kind.removeprefix("workflow_"), reason or "-"
+    return None
+
+
+def _pending(activity: service_pb2.PendingActivity) -> dict[str, Any]:
+    return {
+        "seq": activity.seq,
+        "type": activity.activity_type,
+        "state": activity.state,
+        "attempt": activity.attempt,
+        "worker": activity.worker_id,
+        "last_failure": _values.failure_view(activity.last_failure)
+        if activity.HasField("last_failure")
+        else None,
+    }
