@@ -22,7 +22,7 @@ from durable_rpc.ui._timeline import (
     build_timeline,
     render_timeline_svg,
 )
-from durable_rpc.v1 import history_pb2
+from durable_rpc.v1 import history_pb2, service_pb2
 from tests.ui.history_builder import T0, HistoryBuilder, all_kinds, failure, unknown_kind_event
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -167,6 +167,44 @@ def test_an_open_bar_reaches_now() -> None:
     (drawn,) = bars(later, "activity")
     assert "open" in classes(drawn)
     assert int(later.get("data-end-ms", "0")) == last + 50_000
+
+
+def test_an_open_activity_shows_its_pending_attempts_from_describe() -> None:
+    # The history records nothing of an open activity's attempts; describe's pending
+    # activities say which attempt is due or running and how the last one failed.
+    b = HistoryBuilder().started().task()
+    b.add("activity_scheduled", seq=1, activity_type="charge", task_queue="q")
+    b.add("activity_scheduled", seq=2, activity_type="ship", task_queue="q")
+    b.add("activity_completed", 40, seq=2, attempt=1)
+    pending = [
+        service_pb2.PendingActivity(
+            seq=1,
+            activity_type="charge",
+            state="waiting",
+            attempt=3,
+            last_failure=failure("TimeoutError", "gateway timed out"),
+        ),
+        # Closed in the history (a describe read before the completion) or unknown:
+        # the history wins, nothing is invented.
+        service_pb2.PendingActivity(seq=2, state="leased", attempt=2),
+        service_pb2.PendingActivity(seq=9, state="queued", attempt=1),
+    ]
+    t = build_timeline(b.events, now_ms=b.now + 1_000, pending=pending)
+    charge, ship = (lane.bars[0] for lane in t.lanes)
+    assert [(a.number, a.outcome, a.failed) for a in charge.attempts] == [
+        (1, "failed", True),
+        (2, "failed", True),
+        (3, "waiting", False),
+    ]
+    assert "TimeoutError: gateway timed out" in charge.attempts[1].message
+    assert "attempt 3 waiting" in charge.title
+    assert "attempt 2: TimeoutError: gateway timed out" in charge.title
+    assert [(a.number, a.outcome) for a in ship.attempts] == [(1, "completed")]
+    assert [lane.key for lane in t.lanes] == ["activity:1", "activity:2"]
+    root = parse(render_timeline_svg(t))
+    (bar,) = [e for e in bars(root, "activity") if e.get("data-lane") == "activity:1"]
+    assert len(with_class(bar, "failed")) == 2 and "open" in classes(bar)
+    assert build_timeline(b.events).lanes[0].bars[0].attempts == (), "without describe: none"
 
 
 @pytest.mark.parametrize("name", ["checkout", "fulfil", "cancelled", "failed", "stuck"])

@@ -14,7 +14,8 @@ What the history records decides what a bar can show:
   attempt that closed it, but not when each attempt ran: a bar closed by attempt N carries
   N-1 failed attempts of unknown time (an attempt retried after a failure or a lost lease),
   drawn as marks at the bar's start; its final attempt is failed when the activity
-  failed. An open activity's attempts are unknown (describe the run for them);
+  failed. An open activity's attempts are not in the history: build_timeline takes them
+  from describe's pending activities when given (``pending=``);
 - a **local activity** ran inside one workflow task (from the task's claim to its
   completion: the bar) and its marker's attempt log gives each attempt's outcome and
   duration; the attempts are drawn back to back from the bar's start (backoffs are not
@@ -44,7 +45,7 @@ from typing import Any
 
 from durable_rpc import payload as codec
 from durable_rpc.ui._values import duration_text, time_ms, time_text
-from durable_rpc.v1 import history_pb2
+from durable_rpc.v1 import history_pb2, service_pb2
 
 #: Lane kinds.
 ACTIVITY = "activity"
@@ -210,9 +211,17 @@ class _Open:
 
 
 def build_timeline(
-    events: Sequence[history_pb2.HistoryEvent], *, now_ms: int | None = None
+    events: Sequence[history_pb2.HistoryEvent],
+    *,
+    now_ms: int | None = None,
+    pending: Sequence[service_pb2.PendingActivity] = (),
 ) -> Timeline:
     """Fold ``events`` (a run's history, in order) into a :class:`Timeline`.
+
+    ``pending`` (DescribeWorkflowResponse.pending_activities) adds what the history does
+    not record of an open activity: its earlier attempts (failed) and the current one
+    (queued, leased or waiting), with the last failure. An activity the history already
+    closed, or does not know, takes nothing from it.
 
     Never raises on what a history holds: an event of a kind without a lane (or unknown
     to this code) is a run-lane mark, and a lane's later event without its first one (a
@@ -258,6 +267,10 @@ def build_timeline(
             marks.append(Mark(event_id, when, kind, _mark_label(kind, attrs)))
     now = now_ms if now_ms is not None else last_ms
     first_ms = time_ms(events[0].event_time) if events else 0
+    for activity in pending:
+        item = items.get(f"{ACTIVITY}:{activity.seq}")
+        if item is not None and item.closed_ms is None and closed_ms is None:
+            _pending_attempts(item, activity)
     if closed_ms is not None:
         # The run's tasks ended with it: what was still open ends at its close.
         for item in items.values():
@@ -291,13 +304,29 @@ def _close(item: _Open, status: str, when: int, event_id: int) -> None:
     item.event_ids.append(event_id)
 
 
+#: What is known of an attempt the history records only by count.
+_BY_COUNT = "failed or lost its lease and was retried"
+
+
 def _earlier_attempts(item: _Open, last: int) -> None:
     # Attempts before the last one ended without an outcome in history: each failed or
     # lost its lease, and was retried. The history keeps only their count.
     for number in range(1, last):
-        item.attempts.append(
-            Attempt(number, "failed", True, message="failed or lost its lease and was retried")
+        item.attempts.append(Attempt(number, "failed", True, message=_BY_COUNT))
+
+
+def _pending_attempts(item: _Open, activity: service_pb2.PendingActivity) -> None:
+    last = max(1, activity.attempt)
+    _earlier_attempts(item, last)
+    if last > 1 and activity.HasField("last_failure"):
+        failure = activity.last_failure
+        item.attempts[-1] = Attempt(
+            last - 1, "failed", True, message=f"{failure.type}: {failure.message}"
         )
+    state = activity.state or "pending"
+    item.attempts.append(Attempt(last, state, False))
+    who = f" by worker {activity.worker_id}" if activity.worker_id else ""
+    item.detail += f"{'; ' if item.detail else ''}attempt {last} {state}{who}"
 
 
 def _fold_activity(items: dict[str, _Open], kind: str, a: Any, event_id: int, when: int) -> None:
@@ -466,7 +495,7 @@ def _bar_title(item: Bar) -> str:
         lines.append(
             f"{status} {time_text(item.closed_ms)} ({duration_text(end - item.scheduled_ms)})"
         )
-    earlier = sum(1 for a in item.attempts if a.start_ms is None and a.end_ms is None)
+    earlier = sum(1 for a in item.attempts if a.message == _BY_COUNT)
     if item.attempts:
         last = item.attempts[-1]
         lines.append(f"{len(item.attempts)} attempt(s); the last {last.outcome.replace('_', ' ')}")
@@ -474,8 +503,8 @@ def _bar_title(item: Bar) -> str:
         lines.append(f"{earlier} earlier attempt(s) failed; the history does not record when")
     if item.approximate:
         lines.append("attempts placed from their durations (backoffs not recorded)")
-    # Attempts with a recorded outcome (not the earlier ones known only by count).
-    recorded = [a for a in item.attempts if a.end_ms is not None and a.message]
+    # Attempts with a known outcome (not the earlier ones known only by count).
+    recorded = [a for a in item.attempts if a.message and a.message != _BY_COUNT]
     for attempt in recorded[-MAX_ATTEMPT_MARKS:]:
         lines.append(f"attempt {attempt.number}: {attempt.message}")
     return "\n".join(lines)
