@@ -225,3 +225,38 @@ def test_a_failure_chain_is_bounded() -> None:
     while cause.cause is not None:
         cause, depth = cause.cause, depth + 1
     assert depth == 16
+
+
+def test_search_attributes_are_shown_with_their_values() -> None:
+    b = HistoryBuilder()
+    event = b.add("search_attributes_upserted")
+    fields = event.search_attributes_upserted.search_attributes.indexed_fields
+    fields["region"].string_value = "eu-west"
+    fields["items"].int_value = 3
+    fields["vip"].bool_value = True
+    fields["placed"].datetime_value.FromMilliseconds(1_764_600_000_250)
+    view = event_summary(event)
+    assert view.summary == "search attributes upserted: items, placed, region, vip"
+    assert view.payloads == (
+        (
+            "search_attributes",
+            "{\n"
+            '  "items": 3,\n'
+            '  "placed": "2025-12-01 14:40:00.250",\n'
+            '  "region": "eu-west",\n'
+            '  "vip": true\n'
+            "}",
+        ),
+    )
+
+
+@pytest.mark.skipif(
+    "cleanup_deadline" not in history_pb2.CancelRequested.DESCRIPTOR.fields_by_name,
+    reason="CancelRequested.cleanup_deadline (cooperative cancellation) not built yet",
+)
+def test_a_cancel_request_names_its_cleanup_deadline() -> None:
+    event = HistoryBuilder().add("cancel_requested", reason="customer asked")
+    event.cancel_requested.cleanup_deadline.FromMilliseconds(1_764_600_030_000)  # type: ignore[attr-defined]
+    assert event_summary(event).summary == (
+        "cancel requested: customer asked (terminated if still open at 2025-12-01 14:40:30.000)"
+    )

@@ -236,7 +236,8 @@ class EventView:
     #: The timeline lane the event belongs to (``activity:3``, ``timer:2``, ``child:4``,
     #: ``local_activity:5``); None: the run lane.
     lane: str | None
-    #: (field path, text) of each payload the event holds, decoded.
+    #: (field path, text) of each payload the event holds, decoded, and of its search
+    #: attributes with their values.
     payloads: tuple[tuple[str, str], ...]
     failure: FailureView | None
 
@@ -317,7 +318,7 @@ def event_summary(
         summary=summary,
         seq=seq,
         lane=lane_of(event),
-        payloads=tuple((path, payload_text(p, limit=limit)) for path, p in _payload_fields(attrs)),
+        payloads=tuple(_value_fields(attrs, limit)),
         failure=failure,
     )
 
@@ -345,9 +346,10 @@ def _seq_of(attrs: Message | None) -> int | None:
     return seq or None  # patch markers take no seq (0)
 
 
-def _payload_fields(attrs: Message | None, prefix: str = "") -> Iterator[tuple[str, Any]]:
-    """(path, Payload) of every payload in ``attrs`` except failures' (their details
-    belong to the failure view)."""
+def _value_fields(attrs: Message | None, limit: int, prefix: str = "") -> Iterator[tuple[str, str]]:
+    """(path, text) of every value in ``attrs``: each payload decoded, and search
+    attributes with their typed values. Failures are left out: their details belong to
+    the failure view."""
     if attrs is None:
         return
     for field, value in attrs.ListFields():
@@ -356,23 +358,40 @@ def _payload_fields(attrs: Message | None, prefix: str = "") -> Iterator[tuple[s
             continue
         path = prefix + field.name
         if target.full_name == "durable_rpc.v1.Payload":
-            yield path, value
+            yield path, payload_text(value, limit=limit)
+        elif target.full_name == "durable_rpc.v1.SearchAttributes":
+            yield path, value_text(_search_attributes(value), limit=limit)
         elif target.GetOptions().map_entry:
             if target.fields_by_name["value"].message_type is not None:
                 for key in sorted(value):
-                    yield from _payload_fields_of(value[key], f"{path}[{key}]")
+                    yield from _value_fields_of(value[key], f"{path}[{key}]", limit)
         elif field.label == FieldDescriptor.LABEL_REPEATED:
             for index, item in enumerate(value):
-                yield from _payload_fields_of(item, f"{path}[{index}]")
+                yield from _value_fields_of(item, f"{path}[{index}]", limit)
         else:
-            yield from _payload_fields(value, path + ".")
+            yield from _value_fields(value, limit, path + ".")
 
 
-def _payload_fields_of(value: Message, path: str) -> Iterator[tuple[str, Any]]:
+def _value_fields_of(value: Message, path: str, limit: int) -> Iterator[tuple[str, str]]:
     if value.DESCRIPTOR.full_name == "durable_rpc.v1.Payload":
-        yield path, value
+        yield path, payload_text(value, limit=limit)  # type: ignore[arg-type]
     else:
-        yield from _payload_fields(value, path + ".")
+        yield from _value_fields(value, limit, path + ".")
+
+
+def _search_attributes(attributes: Any) -> dict[str, Any]:
+    """Search attributes as plain values, by name (a datetime as its UTC time text)."""
+    out: dict[str, Any] = {}
+    for name in sorted(attributes.indexed_fields):
+        typed = attributes.indexed_fields[name]
+        which = typed.WhichOneof("value")
+        if which == "datetime_value":
+            out[name] = time_text(time_ms(typed.datetime_value))
+        elif which is not None:
+            out[name] = getattr(typed, which)
+        else:
+            out[name] = None
+    return out
 
 
 # -- one-line summaries ------------------------------------------------------------------
@@ -461,6 +480,14 @@ def _marker(a: Any, n: _Names) -> str:
     return f"marker {_short(a.kind)} {_short(a.id)}".rstrip() + seq
 
 
+def _cancel_requested(a: Any, n: _Names) -> str:
+    line = f"cancel requested: {_short(a.reason)}" if a.reason else "cancel requested"
+    # cleanup_deadline: cooperative cancellation's (issue 18), read where the protos have it.
+    if "cleanup_deadline" in a.DESCRIPTOR.fields_by_name and a.HasField("cleanup_deadline"):
+        line += f" (terminated if still open at {time_text(time_ms(a.cleanup_deadline))})"
+    return line
+
+
 def _update_completed(a: Any, n: _Names) -> str:
     if a.HasField("failure"):
         return f"update {_short(a.update_id)} failed: {_failure_line(a.failure)}"
@@ -489,9 +516,7 @@ _SUMMARIES: dict[str, Callable[[Any, _Names], str]] = {
     "timer_fired": lambda a, n: f"timer fired (seq {a.seq})",
     "timer_cancelled": lambda a, n: f"timer cancelled (seq {a.seq})",
     "signal_received": lambda a, n: f"signal {_short(a.signal_name)} received",
-    "cancel_requested": lambda a, n: (
-        f"cancel requested: {_short(a.reason)}" if a.reason else "cancel requested"
-    ),
+    "cancel_requested": _cancel_requested,
     "workflow_completed": lambda a, n: "workflow completed",
     "workflow_failed": lambda a, n: f"workflow failed: {_failure_line(a.failure)}",
     "workflow_cancelled": lambda a, n: "workflow cancelled",
