@@ -50,6 +50,8 @@ from durable_rpc.errors import (
 from durable_rpc.payload import PayloadError
 from durable_rpc.worker import (
     CancellationToken,
+    StickyCacheMetrics,
+    StickyCacheOptions,
     SupervisorReport,
     Worker,
     WorkflowSupervisor,
@@ -90,6 +92,8 @@ __all__ = [
     "RetryPolicy",
     "ScheduleOverlap",
     "ScheduleSpec",
+    "StickyCacheMetrics",
+    "StickyCacheOptions",
     "StoreUnavailableError",
     "SupervisorReport",
     "Worker",

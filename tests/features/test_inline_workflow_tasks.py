@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from durable_rpc import Worker, activity, workflow
+from durable_rpc import StickyCacheOptions, Worker, activity, workflow
 from durable_rpc.testing import Replayer, WorkflowEnvironment
 from durable_rpc.v1 import history_pb2
 
@@ -60,7 +60,7 @@ async def run_steps(
         task_queue="inline",
         workflows=WORKFLOWS,
         activities=[shout],
-        sticky_cache_size=sticky,
+        sticky_cache=StickyCacheOptions(max_entries=sticky),
     ) as worker:
         handle = await env.client.start_workflow(
             InlineSteps.run, "go", id=workflow_id, task_queue="inline"

@@ -9,7 +9,7 @@ from datetime import timedelta
 
 import pytest
 
-from durable_rpc import Client, Worker, activity, workflow
+from durable_rpc import Client, StickyCacheOptions, Worker, activity, workflow
 from durable_rpc.testing import Replayer, WorkflowEnvironment
 from durable_rpc.v1 import history_pb2, service_pb2, workflow_task_pb2
 from durable_rpc.worker import _worker as worker_module
@@ -129,7 +129,7 @@ def tally_worker(client: Client, sticky: int) -> Worker:
         task_queue="live",
         workflows=[LiveTally, LiveSum],
         activities=[double],
-        sticky_cache_size=sticky,
+        sticky_cache=StickyCacheOptions(max_entries=sticky),
     )
 
 
@@ -175,7 +175,7 @@ async def test_a_restarted_worker_replays_cold_and_continues() -> None:
             result = await handle.result(timeout=30)
             assert second.live_runs is not None
             # Its first task replayed cold (nothing kept to diverge from), the rest continued.
-            assert second.live_runs.diverged == 0
+            assert second.live_runs.forced_cold_replays == 0
             assert second.live_runs.hits >= 2
         events = await handle.history()
     assert len(result) == 6
@@ -244,7 +244,7 @@ async def test_the_least_recently_used_instance_is_dropped_past_the_capacity() -
         _, events, _ = await run_tally(env, "recorded", 0)
     first = next(e for e in events if e.HasField("workflow_task_completed"))
     ms = first.workflow_task_completed.workflow_time.ToMilliseconds()
-    runs = LiveRuns(capacity=2)
+    runs = LiveRuns(StickyCacheOptions(max_entries=2))
     for run_id in ("a", "b", "c"):
         runs.keep(run_id, _decide(_task_before(events, first, ms)).run)
     assert len(runs) == 2

@@ -17,7 +17,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from durable_rpc import Worker
+from durable_rpc import StickyCacheOptions, Worker
 from durable_rpc.testing import WorkflowEnvironment
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
@@ -36,7 +36,7 @@ async def main() -> None:
             task_queue="traced",
             workflows=[HelloWorkflow],
             activities=[say_hello, say_goodbye],
-            sticky_cache_size=0 if "--sticky-off" in sys.argv else 1000,
+            sticky_cache=StickyCacheOptions(max_entries=0 if "--sticky-off" in sys.argv else 1000),
         ),
     ):
         with trace.get_tracer("test").start_as_current_span("caller"):

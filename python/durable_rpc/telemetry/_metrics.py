@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Literal, get_args
+from collections.abc import Callable, Iterable, Sequence
+from typing import Literal, Protocol, get_args
 
 from opentelemetry import metrics
+from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.util.types import Attributes
 
 from durable_rpc.telemetry._common import SCOPE
@@ -50,6 +51,17 @@ SECONDS_BUCKETS: Sequence[float] = (
 COUNT_BUCKETS: Sequence[float] = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000, 10000)
 
 
+class StickySnapshot(Protocol):
+    """What the sticky cache gauges read (``StickyCacheMetrics``)."""
+
+    @property
+    def evictions(self) -> int: ...
+    @property
+    def entries(self) -> int: ...
+    @property
+    def history_bytes(self) -> int: ...
+
+
 def kind_label(task_kind: str) -> str:
     return task_kind if task_kind in _TASK_KINDS else OTHER
 
@@ -92,6 +104,12 @@ class EngineMetrics:
     - ``durable_rpc.sticky_cache`` counter {namespace, task_queue, result}: workflow tasks
       that continued a live instance (``hit``), found none (``miss``), or found one the
       history did not continue (``diverged``) (worker).
+    - ``durable_rpc.sticky_cache_evictions`` counter {namespace, task_queue}: live
+      instances a sticky cache bound removed (LRU past the entry or byte bound, too big
+      to keep, expired) (worker).
+    - ``durable_rpc.sticky_cache_entries`` gauge {namespace, task_queue}: live instances
+      kept now, and ``durable_rpc.sticky_cache_history_bytes`` gauge, By: the encoded
+      history they consumed (worker).
     """
 
     def __init__(self, meter_provider: metrics.MeterProvider | None = None) -> None:
@@ -141,8 +159,48 @@ class EngineMetrics:
             "{task}",
             "Workflow tasks by whether they continued a live instance",
         )
+        # The workers' live-instance caches, read when metrics are collected (nothing
+        # is recorded on the task path for them).
+        self._sticky_caches: list[tuple[Attributes, Callable[[], StickySnapshot]]] = []
+        meter.create_observable_counter(
+            "durable_rpc.sticky_cache_evictions",
+            callbacks=[self._observe_sticky("evictions")],
+            unit="{entry}",
+            description="Live workflow instances removed by a sticky cache bound",
+        )
+        meter.create_observable_gauge(
+            "durable_rpc.sticky_cache_entries",
+            callbacks=[self._observe_sticky("entries")],
+            unit="{entry}",
+            description="Live workflow instances a worker keeps",
+        )
+        meter.create_observable_gauge(
+            "durable_rpc.sticky_cache_history_bytes",
+            callbacks=[self._observe_sticky("history_bytes")],
+            unit="By",
+            description="Encoded history the kept live workflow instances consumed",
+        )
         # Label dicts of the histograms, built once per label set (hot path).
         self._attributes: dict[tuple[str, ...], Attributes] = {}
+
+    def observe_sticky_cache(
+        self, namespace: str, task_queue: str, snapshot: Callable[[], StickySnapshot]
+    ) -> None:
+        """Report a worker's live-instance cache (evictions, entries, history bytes) at
+        each collection; ``snapshot`` runs on the exporter's thread and only reads."""
+        labels: Attributes = {NAMESPACE: namespace, TASK_QUEUE: task_queue}
+        self._sticky_caches.append((labels, snapshot))
+
+    def _observe_sticky(
+        self, field: Literal["evictions", "entries", "history_bytes"]
+    ) -> Callable[[CallbackOptions], Iterable[Observation]]:
+        def observe(options: CallbackOptions) -> Iterable[Observation]:
+            return [
+                Observation(getattr(snapshot(), field), labels)
+                for labels, snapshot in list(self._sticky_caches)
+            ]
+
+        return observe
 
     def _histogram_labels(self, *key: str) -> Attributes:
         labels = self._attributes.get(key)

@@ -13,6 +13,11 @@ or, for a worker in the background of a block: ``async with Worker(...) as worke
 from __future__ import annotations
 
 from durable_rpc.worker._client import WorkerClient
+from durable_rpc.worker._sticky_cache import (
+    StickyCacheMetrics,
+    StickyCacheOptions,
+    StickyCacheOptionsError,
+)
 from durable_rpc.worker._supervisor import (
     CancellationToken,
     SupervisorReport,
@@ -25,6 +30,9 @@ from durable_rpc.worker._workflow_task import replay
 __all__ = [
     "CancellationToken",
     "DefinitionUnavailableError",
+    "StickyCacheMetrics",
+    "StickyCacheOptions",
+    "StickyCacheOptionsError",
     "SupervisorReport",
     "Worker",
     "WorkerClient",

@@ -2,7 +2,8 @@
 completion that causes it, saving a round trip and a durable commit per activity.
 
 After a workflow-task completion the server answers the events it appended; the worker
-keeps the run's whole history (`StickyHistories`, bounded, least recently used out).
+keeps the run's whole history (`StickyHistories`, within the worker's
+``StickyCacheOptions``: entries, their bytes and TTL, least recently used out).
 When one of the run's activities completes on this worker, the worker appends the
 ``ActivityCompleted`` event the server would append, replays, and sends the resulting
 commands with the completion (``CompleteActivityTaskRequest.inline_workflow_task``).
@@ -18,11 +19,11 @@ cannot know while it runs: a decision whose code read ``workflow.now()`` is drop
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from durable_rpc.v1 import history_pb2, payload_pb2, service_pb2, workflow_task_pb2
+from durable_rpc.worker._sticky_cache import BoundedCache, StickyCacheOptions
 
 # Commands after which the run has no next workflow task to decide.
 _CLOSING = frozenset({"complete_workflow", "fail_workflow", "cancel_workflow", "continue_as_new"})
@@ -45,27 +46,31 @@ class StickyRun:
 
 
 class StickyHistories:
-    """The histories of the runs this worker decided last, by run id (LRU, bounded)."""
+    """The histories of the runs this worker decided last, by run id, within the
+    worker's sticky cache bounds (entries, their bytes, TTL; ``_sticky_cache.py``)."""
 
-    def __init__(self, capacity: int) -> None:
-        self._capacity = capacity
-        self._runs: OrderedDict[str, StickyRun] = OrderedDict()
+    def __init__(self, options: StickyCacheOptions) -> None:
+        self._runs: BoundedCache[StickyRun] = BoundedCache(options)
 
     def __len__(self) -> int:
         return len(self._runs)
 
+    @property
+    def history_bytes(self) -> int:
+        return self._runs.history_bytes
+
     def get(self, run_id: str) -> StickyRun | None:
-        run = self._runs.get(run_id)
-        if run is not None:
-            self._runs.move_to_end(run_id)
-        return run
+        return self._runs.get(run_id)
 
     def forget(self, run_id: str) -> None:
-        self._runs.pop(run_id, None)
+        self._runs.forget(run_id)
 
     def take(self, run_id: str) -> StickyRun | None:
         """Removes and returns ``run_id``'s history (a workflow task of it began)."""
-        return self._runs.pop(run_id, None)
+        return self._runs.take(run_id)
+
+    def clear(self) -> None:
+        self._runs.clear()
 
     def extend(
         self,
@@ -83,10 +88,7 @@ class StickyHistories:
             return
         run.history += appended.SerializeToString()
         run.history_length = history_length
-        self._runs[run_id] = run
-        self._runs.move_to_end(run_id)
-        while len(self._runs) > self._capacity:
-            self._runs.popitem(last=False)
+        self._runs.put(run_id, run, len(run.history))
 
 
 def sticky_run(task: service_pb2.PollWorkflowTaskResponse, history: bytes) -> StickyRun:

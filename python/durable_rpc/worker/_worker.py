@@ -56,6 +56,11 @@ from durable_rpc.worker._outcomes import OutcomeSender
 from durable_rpc.worker._report_retry import DEFAULT_SHUTDOWN_GRACE_S, ReportBackoff
 from durable_rpc.worker._server_info import checked_server_info
 from durable_rpc.worker._server_link import ServerLink, is_transient
+from durable_rpc.worker._sticky_cache import (
+    DEFAULT_STICKY_CACHE,
+    StickyCacheMetrics,
+    StickyCacheOptions,
+)
 from durable_rpc.worker._task_history import HistoryWarnings, fetch_rest_of_history
 from durable_rpc.worker._task_logs import log_failed_attempt, log_failed_workflow_task
 from durable_rpc.worker._workflow_task import (
@@ -131,7 +136,7 @@ class Worker:
         allow_definition_change: bool = False,
         workflow_task_deadline: timedelta = timedelta(seconds=10),
         activity_executor: Executor | None = None,
-        sticky_cache_size: int = 1000,
+        sticky_cache: StickyCacheOptions = DEFAULT_STICKY_CACHE,
         shutdown_report_grace: timedelta = timedelta(seconds=DEFAULT_SHUTDOWN_GRACE_S),
         meter_provider: MeterProvider | None = None,
     ) -> None:
@@ -170,13 +175,19 @@ class Worker:
         # Every call reports to it; it logs the server's loss and return, once each.
         self.link = ServerLink(self.worker_id)
         self._keeper = LeaseKeeper(client, self.link)
+        if not isinstance(sticky_cache, StickyCacheOptions):
+            raise TypeError("sticky_cache must be a StickyCacheOptions")
+        self.sticky_cache = sticky_cache
         # Histories of recently decided runs, for inline workflow tasks, and their live
-        # workflow instances, so their next task applies only new events (0 = none kept).
-        self._sticky = StickyHistories(sticky_cache_size) if sticky_cache_size > 0 else None
-        self._live = LiveRuns(sticky_cache_size) if sticky_cache_size > 0 else None
+        # workflow instances, so their next task applies only new events; each within
+        # the sticky cache bounds (max_entries=0: nothing kept).
+        self._sticky = StickyHistories(sticky_cache) if sticky_cache.enabled else None
+        self._live = LiveRuns(sticky_cache) if sticky_cache.enabled else None
         # Recorded on ``meter_provider``, else on the global provider (a no-op until an SDK
         # one is installed; docs/operations.md, "Metrics").
         self.metrics = EngineMetrics(meter_provider)
+        if self._live is not None:
+            self.metrics.observe_sticky_cache(self.namespace, task_queue, self._live.snapshot)
         # The server's history warn marks (events, bytes), from its latest workflow task.
         self._history_warn = DEFAULT_HISTORY_WARN
         self._history_warned = HistoryWarnings()
@@ -240,8 +251,17 @@ class Worker:
     @property
     def live_runs(self) -> LiveRuns | None:
         """The live workflow instances kept for the runs' next tasks (None when
-        ``sticky_cache_size`` is 0); ``hits`` counts the tasks that continued one."""
+        ``sticky_cache.max_entries`` is 0)."""
         return self._live
+
+    def sticky_cache_metrics(self) -> StickyCacheMetrics:
+        """What the live-instance cache did since the worker started (hits, misses,
+        evictions, forced cold replays) and what it keeps now (entries, their encoded
+        history bytes); all zero when the cache is disabled. Call it on the worker's
+        event loop."""
+        if self._live is None:
+            return StickyCacheMetrics(0, 0, 0, 0, 0, 0)
+        return self._live.metrics()
 
     # --- lifecycle ------------------------------------------------------------------
 
@@ -318,8 +338,11 @@ class Worker:
             except DurableRpcError as error:
                 log.warning("deregistering worker %s failed: %s", self.worker_id, error)
             self._registered = False
+        # Nothing kept outlives the worker (the next one replays cold).
         if self._live is not None:
             self._live.clear()
+        if self._sticky is not None:
+            self._sticky.clear()
         self._workflow_executor.shutdown(wait=False, cancel_futures=True)
         if self._owns_activity_executor:
             self._activity_executor.shutdown(wait=False, cancel_futures=True)
@@ -596,13 +619,8 @@ class Worker:
         decided = await self._run_workflow_code(run, "workflow task")
         events = len(task.history.events)
         if self._live is not None:
-            self._live.hits += decided.continued
-            self._live.diverged += decided.diverged is not None
-            self.metrics.record_sticky_cache(
-                self.namespace,
-                self.task_queue,
-                "hit" if decided.continued else "miss" if live is None else "diverged",
-            )
+            result = self._live.count(found=live is not None, continued=decided.continued)
+            self.metrics.record_sticky_cache(self.namespace, self.task_queue, result)
         # A continued instance applied only the events after those it knew.
         replayed = events - live.known if decided.continued and live is not None else events
         self.metrics.record_replayed_events(self.namespace, self.task_queue, replayed)

@@ -90,10 +90,13 @@ def decide_task(
     raises."""
     task_time_ms = task.workflow_time.ToMilliseconds()
     diverged: str | None = None
+    # The encoded size of the events the machine consumes, from the bytes it is handed.
+    history_bytes = 0
     if live is not None:
-        tail = history_pb2.History(events=task.history.events[live.known :])
+        tail = history_pb2.History(events=task.history.events[live.known :]).SerializeToString()
+        history_bytes = live.history_bytes + len(tail)
         try:
-            diverged = live.machine.continue_with(tail.SerializeToString(), task_time_ms, live.sent)
+            diverged = live.machine.continue_with(tail, task_time_ms, live.sent)
         except _core.MalformedHistoryError as exc:
             diverged = str(exc)  # the cold replay below reports it
         if diverged is not None:
@@ -105,7 +108,9 @@ def decide_task(
         instance.history_warn = history_warn
         instance.rejected_updates = []
     else:
-        machine = _core.ReplayMachine(task.history.SerializeToString(), task_time_ms)
+        whole = task.history.SerializeToString()
+        history_bytes = len(whole)
+        machine = _core.ReplayMachine(whole, task_time_ms)
         instance = WorkflowInstance(
             definition, task_queue=task_queue, deadline=deadline, history_warn=history_warn
         )
@@ -117,7 +122,7 @@ def decide_task(
     new_commands = _drive(machine, instance, deadline)
     _settle_local_activities(instance, new_commands, deadline)
     decision = Decision(new_commands, list(instance.rejected_updates))
-    run = LiveRun(machine, instance, known=last_event_id(task.history))
+    run = LiveRun(machine, instance, known=last_event_id(task.history), history_bytes=history_bytes)
     return TaskDecision(decision, run, continued=live is not None, diverged=diverged)
 
 
