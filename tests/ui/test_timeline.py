@@ -169,6 +169,23 @@ def test_an_open_bar_reaches_now() -> None:
     assert int(later.get("data-end-ms", "0")) == last + 50_000
 
 
+def test_a_now_behind_the_history_never_cuts_it_off() -> None:
+    # The UI's clock is not the database's: a "now" earlier than the last event (a UI
+    # host whose clock is behind) must not end open bars before recorded events, nor
+    # leave those events out of the default range.
+    b = HistoryBuilder().started().task()
+    b.add("activity_scheduled", seq=1, activity_type="charge", task_queue="q")
+    b.add("signal_received", 10_000, signal_name="late")
+    last = b.now
+    for t in (build_timeline(b.events, now_ms=last - 5_000), build_timeline(b.events)):
+        (bar,) = (lane.bars[0] for lane in t.lanes)
+        assert (t.now_ms, bar.end_ms) == (last, last)
+        root = parse(render_timeline_svg(t, now_ms=last - 8_000))
+        assert root.get("data-end-ms") == str(last)
+        drawn = [e for e in with_class(root, "mark") if e.get("data-kind") == "signal_received"]
+        assert len(drawn) == 1, "the last event is inside the drawing"
+
+
 def test_an_open_activity_shows_its_pending_attempts_from_describe() -> None:
     # The history records nothing of an open activity's attempts; describe's pending
     # activities say which attempt is due or running and how the last one failed.

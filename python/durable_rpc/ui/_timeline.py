@@ -155,12 +155,14 @@ class Timeline:
     closed_ms: int | None
     #: How it closed ("running" while open).
     status: str
-    #: The time open bars reach: build_timeline's now_ms, or the last event's time.
+    #: The time open bars reach: build_timeline's now_ms, never before the last event.
     now_ms: int
     lanes: tuple[Lane, ...]
     #: The run lane's marks, in event order.
     marks: tuple[Mark, ...]
     events: int = 0
+    #: The last event's time: the database clock had reached it, so no "now" is earlier.
+    last_event_ms: int = 0
 
     @property
     def end_ms(self) -> int:
@@ -265,7 +267,9 @@ def build_timeline(
             _fold_local(items, attrs, event_id, when, task_start_ms)
         else:
             marks.append(Mark(event_id, when, kind, _mark_label(kind, attrs)))
-    now = now_ms if now_ms is not None else last_ms
+    # now_ms comes from the caller's clock, the events from the database's: a clock behind
+    # must not end open bars before what the history already recorded.
+    now = max(now_ms, last_ms) if now_ms is not None else last_ms
     first_ms = time_ms(events[0].event_time) if events else 0
     for activity in pending:
         item = items.get(f"{ACTIVITY}:{activity.seq}")
@@ -288,6 +292,7 @@ def build_timeline(
         lanes=lanes,
         marks=tuple(marks),
         events=len(events),
+        last_event_ms=last_ms,
     )
 
 
@@ -592,7 +597,7 @@ def render_timeline_svg(
         raise TimelineError("INVALID_WIDTH", f"width must be {_MIN_WIDTH}..{_MAX_WIDTH} pixels")
     if max_lanes < 1:
         raise TimelineError("INVALID_LANE_CAP", "max_lanes must be at least 1")
-    now = now_ms if now_ms is not None else timeline.now_ms
+    now = max(now_ms, timeline.last_event_ms) if now_ms is not None else timeline.now_ms
     run_end = timeline.closed_ms if timeline.closed_ms is not None else max(now, timeline.start_ms)
     lo = start_ms if start_ms is not None else timeline.start_ms
     hi = end_ms if end_ms is not None else run_end
