@@ -279,6 +279,9 @@ class WorkflowService(
                 attempt=activity.attempt,
                 last_failure=_convert.failure(activity.last_failure),
                 worker_id=activity.worker_id or "",
+                next_attempt_time=_convert.timestamp(activity.next_attempt_ms),
+                lease_expire_time=_convert.timestamp(activity.lease_expires_ms),
+                heartbeat_details=_convert.payload(activity.heartbeat_details),
             )
         return response
 

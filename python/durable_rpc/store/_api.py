@@ -244,6 +244,12 @@ class PendingActivity:
     attempt: int
     last_failure: bytes | None
     worker_id: str | None
+    #: "waiting": when the retry's backoff ends (database clock, epoch ms).
+    next_attempt_ms: int | None = None
+    #: "leased": when the attempt's lease runs out unless it heartbeats.
+    lease_expires_ms: int | None = None
+    #: The last heartbeat's details (a Payload), kept for the retries.
+    heartbeat_details: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)

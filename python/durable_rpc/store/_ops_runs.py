@@ -300,7 +300,8 @@ class _RunOps(_LeaseOps):
         def op(tx: Tx) -> RunDescription:
             run = find_run(tx, namespace, workflow_id, run_id)
             rows = tx.all(
-                "SELECT seq, activity_type, state, attempt, last_failure, worker_id FROM tasks "
+                "SELECT seq, activity_type, state, attempt, last_failure, worker_id, due_ms, "
+                "expires_at_ms, heartbeat_details FROM tasks "
                 "WHERE namespace = ? AND run_id = ? AND kind = 'activity' "
                 f"AND state IN {ACTIVE} ORDER BY seq",
                 (namespace, run["run_id"]),
@@ -323,6 +324,11 @@ class _RunOps(_LeaseOps):
                         attempt=row["attempt"],
                         last_failure=blob(row["last_failure"]),
                         worker_id=row["worker_id"] if row["state"] == "leased" else None,
+                        next_attempt_ms=row["due_ms"] if row["state"] == "waiting" else None,
+                        lease_expires_ms=(
+                            row["expires_at_ms"] if row["state"] == "leased" else None
+                        ),
+                        heartbeat_details=blob(row["heartbeat_details"]),
                     )
                     for row in rows
                 ],

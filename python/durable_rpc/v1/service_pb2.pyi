@@ -574,6 +574,9 @@ class PendingActivity(_message.Message):
     ATTEMPT_FIELD_NUMBER: _builtins.int
     LAST_FAILURE_FIELD_NUMBER: _builtins.int
     WORKER_ID_FIELD_NUMBER: _builtins.int
+    NEXT_ATTEMPT_TIME_FIELD_NUMBER: _builtins.int
+    LEASE_EXPIRE_TIME_FIELD_NUMBER: _builtins.int
+    HEARTBEAT_DETAILS_FIELD_NUMBER: _builtins.int
     seq: _builtins.int
     activity_type: _builtins.str
     state: _builtins.str
@@ -582,6 +585,20 @@ class PendingActivity(_message.Message):
     worker_id: _builtins.str
     @_builtins.property
     def last_failure(self) -> _payload_pb2.Failure: ...
+    @_builtins.property
+    def next_attempt_time(self) -> _timestamp_pb2.Timestamp:
+        """"waiting": when the retry's backoff ends and the next attempt can be claimed."""
+
+    @_builtins.property
+    def lease_expire_time(self) -> _timestamp_pb2.Timestamp:
+        """"leased": when the attempt's lease runs out unless it heartbeats (then the attempt
+        is retried, or fails closed for a non-idempotent activity).
+        """
+
+    @_builtins.property
+    def heartbeat_details(self) -> _payload_pb2.Payload:
+        """The last heartbeat's details, kept across retries (activity.info().heartbeat_details)."""
+
     def __init__(
         self,
         *,
@@ -591,10 +608,13 @@ class PendingActivity(_message.Message):
         attempt: _builtins.int = ...,
         last_failure: _payload_pb2.Failure | None = ...,
         worker_id: _builtins.str = ...,
+        next_attempt_time: _timestamp_pb2.Timestamp | None = ...,
+        lease_expire_time: _timestamp_pb2.Timestamp | None = ...,
+        heartbeat_details: _payload_pb2.Payload | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["last_failure", b"last_failure"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["heartbeat_details", b"heartbeat_details", "last_failure", b"last_failure", "lease_expire_time", b"lease_expire_time", "next_attempt_time", b"next_attempt_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity_type", b"activity_type", "attempt", b"attempt", "last_failure", b"last_failure", "seq", b"seq", "state", b"state", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity_type", b"activity_type", "attempt", b"attempt", "heartbeat_details", b"heartbeat_details", "last_failure", b"last_failure", "lease_expire_time", b"lease_expire_time", "next_attempt_time", b"next_attempt_time", "seq", b"seq", "state", b"state", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
