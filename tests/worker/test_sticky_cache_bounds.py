@@ -89,6 +89,13 @@ def test_past_max_entries_the_least_recently_used_goes() -> None:
     assert (len(c), c.history_bytes) == (2, 2)
 
 
+def test_a_cache_of_no_entries_keeps_nothing() -> None:
+    dropped: list[str] = []
+    c = cache(Clock(), dropped, max_entries=0)
+    c.put("a", "A", 1)
+    assert (len(c), c.history_bytes, c.evictions, dropped) == (0, 0, 1, ["A"])
+
+
 def test_past_the_byte_bound_the_least_recently_used_go_until_it_holds() -> None:
     dropped: list[str] = []
     c = cache(Clock(), dropped, max_history_bytes=100)

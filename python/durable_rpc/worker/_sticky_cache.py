@@ -130,6 +130,9 @@ class BoundedCache(Generic[V]):
         self.clock = clock
         self._on_drop = on_drop
         self._ttl = options.ttl.total_seconds()
+        # Read at every put (a put and a take per workflow task): plain attributes.
+        self._max_entries = options.max_entries
+        self._max_bytes = options.max_history_bytes
         self._entries: OrderedDict[str, _Entry[V]] = OrderedDict()
         self.history_bytes = 0
         #: Entries a bound removed (LRU, too big, expired).
@@ -171,27 +174,30 @@ class BoundedCache(Generic[V]):
     def put(self, run_id: str, value: V, size: int) -> None:
         """Keep ``value`` (``size`` bytes of encoded history) for ``run_id``, its TTL from
         now, replacing what was kept for it; then evict until the bounds hold."""
-        old = self._remove(run_id)
-        if old is not None and old.value is not value:
-            self._drop(old.value)
-        if size > self.options.max_history_bytes:
+        entries = self._entries
+        old = entries.pop(run_id, None)
+        if old is not None:
+            self.history_bytes -= old.size
+            if old.value is not value:
+                self._drop(old.value)
+        if size > self._max_bytes:
             # Kept, it would evict everything else and still not fit.
             self._evicted(_Entry(value, size, 0.0))
             return
         now = self.clock()
-        self._entries[run_id] = _Entry(value, size, now)
+        entries[run_id] = _Entry(value, size, now)
         self.history_bytes += size
-        entries = self._entries
+        # Entries put at or before this instant have expired.
+        expired_at = now - self._ttl
         # Oldest first: entries put long ago and not read since sit at the front, so the
-        # expired ones there go now (others expire when read, or in sweep()).
-        while entries:
-            first = next(iter(entries.values()))
-            over = (
-                len(entries) > self.options.max_entries
-                or self.history_bytes > self.options.max_history_bytes
-            )
-            if not over and now - first.put_at < self._ttl:
-                break
+        # expired ones there go now (others expire when read, or in sweep()). The new
+        # entry fits alone and has not expired: the loop stops at it at the latest (or
+        # empties a cache of max_entries=0, which a worker never builds).
+        while entries and (
+            len(entries) > self._max_entries
+            or self.history_bytes > self._max_bytes
+            or next(iter(entries.values())).put_at <= expired_at
+        ):
             _, evicted = entries.popitem(last=False)
             self.history_bytes -= evicted.size
             self._evicted(evicted)
