@@ -44,6 +44,11 @@ SIDE_EFFECT_MARKER = "side_effect"
 LOCAL_ACTIVITY_MARKER = "local_activity"
 PATCH_MARKER = "patch"
 VERSION_MARKER = "version"
+#: workflow.parallel / workflow.selection: a group's membership, a selection's winner.
+PARALLEL_MARKER = "parallel"
+SELECTION_MARKER = "selection"
+SELECTION_WINNER_MARKER = "selection_winner"
+GROUP_MARKERS = frozenset({PARALLEL_MARKER, SELECTION_MARKER, SELECTION_WINNER_MARKER})
 
 #: Commands that close the run; must be the last command of a task.
 TERMINAL_COMMANDS: frozenset[str] = frozenset(
@@ -324,16 +329,31 @@ def validate_commands(commands: Sequence[workflow_task_pb2.Command]) -> CommandP
         elif kind == "start_timer":
             _check_duration(command.start_timer.duration, f"command seq {seq}: timer duration")
             started_timers.add(seq)
+        elif kind == "record_marker" and command.record_marker.kind in GROUP_MARKERS:
+            _check_group_marker(command.record_marker, seq)
         elif kind == "record_marker" and command.record_marker.kind not in (
             SIDE_EFFECT_MARKER,
             LOCAL_ACTIVITY_MARKER,
         ):
             raise InvalidArgumentError(
                 f"command seq {seq}: unknown marker kind {command.record_marker.kind!r} "
-                f"(expected {SIDE_EFFECT_MARKER!r}, {LOCAL_ACTIVITY_MARKER!r}, {PATCH_MARKER!r} "
-                f"or {VERSION_MARKER!r})"
+                f"(expected {SIDE_EFFECT_MARKER!r}, {LOCAL_ACTIVITY_MARKER!r}, {PATCH_MARKER!r}, "
+                f"{VERSION_MARKER!r}, {PARALLEL_MARKER!r}, {SELECTION_MARKER!r} "
+                f"or {SELECTION_WINNER_MARKER!r})"
             )
     return CommandPlan(tuple(new_seqs), tuple(cancelled_existing))
+
+
+def _check_group_marker(marker: workflow_task_pb2.RecordMarker, seq: int) -> None:
+    """A group marker holds its keys (a selection winner: the key, and the selection's
+    seq as its id); replay reads them back, so one without them is refused."""
+    if not marker.HasField("payload"):
+        raise InvalidArgumentError(f"command seq {seq}: {marker.kind} marker carries no payload")
+    if marker.kind == SELECTION_WINNER_MARKER and not marker.id.isdigit():
+        raise InvalidArgumentError(
+            f"command seq {seq}: selection_winner marker id must be the selection's seq, "
+            f"got {marker.id!r}"
+        )
 
 
 def lease_lost_message(task_id: int, worker_id: str, fencing_token: int) -> str:

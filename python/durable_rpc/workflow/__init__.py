@@ -88,9 +88,24 @@ from durable_rpc.workflow._external import (
     get_external_workflow_handle,
 )
 from durable_rpc.workflow._logger import logger
+from durable_rpc.workflow._members import ParallelGroupError
+from durable_rpc.workflow._parallel import (
+    ParallelCall,
+    ParallelCompletion,
+    ParallelFailure,
+    ParallelMemberFailure,
+    parallel,
+)
 from durable_rpc.workflow._retry import RetryPolicy
 from durable_rpc.workflow._runtime import WorkflowInfo, WorkflowInstance
 from durable_rpc.workflow._saga import CompensationError, Saga
+from durable_rpc.workflow._selection import (
+    DurableOperationCancelled,
+    DurableOperationHandle,
+    Selection,
+    SelectionResult,
+    selection,
+)
 
 __all__ = [
     "BudgetError",
@@ -110,6 +125,15 @@ __all__ = [
     "ApplicationError",
     "CompensationError",
     "ContinueAsNewError",
+    "DurableOperationCancelled",
+    "DurableOperationHandle",
+    "ParallelCall",
+    "ParallelCompletion",
+    "ParallelFailure",
+    "ParallelGroupError",
+    "ParallelMemberFailure",
+    "Selection",
+    "SelectionResult",
     "RestrictedOperationError",
     "RetryPolicy",
     "Saga",
@@ -133,11 +157,13 @@ __all__ = [
     "info",
     "logger",
     "now",
+    "parallel",
     "patched",
     "query",
     "random",
     "run",
     "select",
+    "selection",
     "set_signal_handler",
     "side_effect",
     "signal",

@@ -13,7 +13,7 @@ from durable_rpc.search_attributes import from_proto as sa_from_proto
 from durable_rpc.search_attributes import memo_from_proto, memo_to_proto
 from durable_rpc.search_attributes import to_proto as sa_to_proto
 from durable_rpc.v1 import payload_pb2, workflow_task_pb2
-from durable_rpc.workflow import _budgets, _children, _external, _sandbox
+from durable_rpc.workflow import _budgets, _children, _external, _members, _sandbox
 from durable_rpc.workflow._definition import WorkflowDefinition
 from durable_rpc.workflow._errors import RestrictedOperationError
 from durable_rpc.workflow._loop import WorkflowLoop, new_loop
@@ -96,6 +96,14 @@ class InstanceState:
         # get_version() decisions of this run: one marker and one answer per change id.
         self._recorded_versions: dict[str, bytes] = {}
         self._versions: dict[str, int] = {}
+        # Selection winner markers of the replayed task, by seq (payload: the key).
+        self._recorded_winners: dict[int, bytes] = {}
+        # Where in history the current activation is: its number (1, 2, ...), how many
+        # jobs it has, and the index of the job that resolved each seq it resolved
+        # (a group member's end is ranked by these, see _members).
+        self._activation_no = 0
+        self._activation_jobs = 0
+        self._resolved_at: dict[int, int] = {}
         # Set while a query handler runs: producing a command then fails the query.
         self._querying: str | None = None
         # Updates accepted by this run (recorded or live), by id: delivered once each.
@@ -123,7 +131,16 @@ class InstanceState:
         self._refuse_in_query()
         seq = self._next_seq
         self._next_seq += 1
+        for member in _members.MEMBERS.get():
+            member.seqs.add(seq)
         return seq
+
+    def history_position(self, seqs: set[int]) -> tuple[int, int]:
+        """Where in history something that waited on ``seqs`` ended: the current
+        activation and the latest of its jobs that resolved one of them (after all of
+        them when none did, e.g. a signal or a local activity woke it)."""
+        at = [self._resolved_at[seq] for seq in seqs if seq in self._resolved_at]
+        return self._activation_no, max(at) if at else self._activation_jobs
 
     def _emit(self, command: workflow_task_pb2.Command) -> None:
         self._refuse_in_query()

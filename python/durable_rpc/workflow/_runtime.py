@@ -34,6 +34,7 @@ from durable_rpc.workflow import _budgets, _children, _external, _sandbox
 from durable_rpc.workflow._activities import ActivitiesMixin
 from durable_rpc.workflow._completion import CompletionMixin
 from durable_rpc.workflow._errors import WorkflowTaskError
+from durable_rpc.workflow._group_markers import SELECTION_WINNER_MARKER, GroupsMixin
 from durable_rpc.workflow._local_activities import LocalActivitiesMixin
 from durable_rpc.workflow._markers import (
     LOCAL_ACTIVITY_FAILED,
@@ -71,6 +72,19 @@ __all__ = [
 ]
 
 
+#: Activation jobs that resolve the call of their ``seq``.
+_SEQ_JOBS = frozenset(
+    {
+        "resolve_activity",
+        "fire_timer",
+        "resolve_child_workflow_start",
+        "resolve_child_workflow",
+        "resolve_signal_external",
+        "resolve_budget",
+    }
+)
+
+
 class WorkflowInstance(
     ActivitiesMixin,
     LocalActivitiesMixin,
@@ -78,6 +92,7 @@ class WorkflowInstance(
     SignalsMixin,
     UpdatesMixin,
     MarkersMixin,
+    GroupsMixin,
     QueriesMixin,
     CompletionMixin,
 ):
@@ -99,6 +114,10 @@ class WorkflowInstance(
         self._recorded_patches = set()
         self._recorded_versions = {}
         self._recorded_locals = {}
+        self._recorded_winners = {}
+        self._activation_no += 1
+        self._activation_jobs = len(activation.jobs)
+        self._resolved_at = {}
         for marker in activation.markers:
             if marker.kind == SIDE_EFFECT_MARKER:
                 self._recorded_side_effects[marker.seq] = payload_data(marker.payload)
@@ -108,6 +127,8 @@ class WorkflowInstance(
                 self._recorded_versions[marker.id] = payload_data(marker.payload)
             elif marker.kind == LOCAL_ACTIVITY_MARKER:
                 self._recorded_locals[marker.seq] = (marker.id, payload_data(marker.payload))
+            elif marker.kind == SELECTION_WINNER_MARKER:
+                self._recorded_winners[marker.seq] = payload_data(marker.payload)
         if activation.HasField("timestamp"):
             self._now = activation.timestamp.ToDatetime(tzinfo=UTC)
             self.loop.set_time(activation.timestamp.ToNanoseconds() / 1e9)
@@ -116,7 +137,7 @@ class WorkflowInstance(
             start: workflow_task_pb2.StartWorkflowJob | None = None
             cancel_reason: str | None = None
             updates: list[workflow_task_pb2.DoUpdateJob] = []
-            for job in activation.jobs:
+            for index, job in enumerate(activation.jobs):
                 kind = job.WhichOneof("job")
                 if kind == "start_workflow":
                     start = job.start_workflow
@@ -130,6 +151,9 @@ class WorkflowInstance(
                     signal = job.signal_workflow
                     self._signal(signal.signal_name, payload_data(signal.input))
                 else:
+                    if kind in _SEQ_JOBS:
+                        # History order of the resolutions, for selections (_members).
+                        self._resolved_at[getattr(job, kind).seq] = index
                     self._apply(job)
             # The main coroutine is scheduled after the other jobs, so signals delivered
             # with the start (signal-with-start) reach their handlers before it runs.
