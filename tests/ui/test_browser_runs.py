@@ -192,3 +192,22 @@ def test_the_pages_fit_a_phone_sized_screen(
             assert overflow <= 1, (path, overflow)
     finally:
         driver.set_window_size(1280, 900)
+
+
+def test_a_pending_activity_shows_its_next_retry_heartbeat_and_failure(
+    stack: Stack, driver: Any
+) -> None:
+    async def go() -> None:
+        async with await Client.connect(stack.server.address) as c:
+            await c.start_workflow("Resumable", 100, id="resumable-1", task_queue="ui-q")
+
+    asyncio.run(go())
+    driver.get(f"{stack.ui.url}/n/default/runs/resumable-1")
+    # The page updates itself while the run is open: the attempt fails, then waits.
+    row = wait(
+        driver, lambda d: d.find_element(By.CSS_SELECTOR, 'tr.pending[data-state="waiting"]')
+    )
+    assert "retry at " in row.find_element(By.CSS_SELECTOR, ".next-retry").text
+    assert '"row 41 of 100"' in row.find_element(By.CSS_SELECTOR, ".heartbeat").text
+    assert "the target table is locked" in row.text
+    assert "in backoff until" in driver.find_element(By.ID, "stuck-reason").text

@@ -303,4 +303,13 @@ def _pending(activity: service_pb2.PendingActivity) -> dict[str, Any]:
         "last_failure": _values.failure_view(activity.last_failure)
         if activity.HasField("last_failure")
         else None,
+        "next_attempt": _ms(activity.next_attempt_time)
+        if activity.HasField("next_attempt_time")
+        else None,
+        "lease_expires": _ms(activity.lease_expire_time)
+        if activity.HasField("lease_expire_time")
+        else None,
+        "heartbeat": _values.payload_text(activity.heartbeat_details)
+        if activity.HasField("heartbeat_details")
+        else None,
     }
