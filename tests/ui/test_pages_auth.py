@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import html
+import re
 
 import pytest
 
@@ -147,3 +148,33 @@ def test_a_revoked_key_is_sent_back_to_sign_in(auth_stack: AuthStack) -> None:
     asyncio.run(revoke(key))
     page = http.get("/n/default/runs")
     assert "/signin" in page.url and "revoked" in html.unescape(page.text)
+
+
+def test_the_namespace_switcher_lists_only_what_the_key_can_see(auth_stack: AuthStack) -> None:
+    from durable_rpc.v1 import admin_service_pb2
+
+    async def other_namespace() -> None:
+        async with await Client.connect(
+            auth_stack.server.address, api_key=auth_stack.root_key
+        ) as c:
+            await c.call(
+                c.admin_service.CreateNamespace,
+                admin_service_pb2.CreateNamespaceRequest(namespace="ui-elsewhere"),
+            )
+
+    asyncio.run(other_namespace())
+    options = re.compile(r'<option value="([^"]+)"[^>]*>[^<]*</option>')
+    switcher = re.compile(r'<select id="ns-switch".*?</select>', re.DOTALL)
+
+    def listed(key: str) -> list[str]:
+        page = signed_in(auth_stack, key).get("/n/default/runs")
+        match = switcher.search(page.text)
+        assert match is not None
+        return options.findall(match.group(0))
+
+    assert listed(auth_stack.client_key) == ["default"]
+    assert {"default", "ui-elsewhere"} <= set(listed(auth_stack.root_key))
+    # A key for one namespace reaches nothing of another, through the UI too.
+    http = signed_in(auth_stack, auth_stack.client_key)
+    refused = http.get("/n/ui-elsewhere/runs")
+    assert refused.status == 403 and "PERMISSION_DENIED" in refused.text

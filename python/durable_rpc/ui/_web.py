@@ -131,6 +131,13 @@ def _no_store(response: Response) -> None:
     response.headers["X-Content-Type-Options"] = "nosniff"
     response.headers["Referrer-Policy"] = "same-origin"
     response.headers["X-Frame-Options"] = "DENY"
+    # Only this UI's own script runs: text from runs (ids, payloads, failures) is escaped
+    # by the templates, and even a missed escape could not run a script. The timeline's
+    # SVG carries its own <style>.
+    response.headers["Content-Security-Policy"] = (
+        "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+        "img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+    )
 
 
 Handler = Callable[[Page], Awaitable[Response]]
