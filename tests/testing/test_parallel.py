@@ -344,6 +344,20 @@ async def test_selection_records_the_winner_and_a_loser_can_be_awaited(
     assert not any(e.HasField("activity_cancel_requested") for e in events)
 
 
+async def test_a_recorded_winner_that_has_not_ended_on_replay_is_nondeterminism(
+    env: WorkflowEnvironment,
+) -> None:
+    _, events = await run_case(env, SelectionCases, "await-loser")
+    (winner,) = [e for e in events if e.marker_recorded.kind == "selection_winner"]
+    # As if the history said "slow" had won: at that point of the replay it is running.
+    winner.marker_recorded.payload.data = converter.encode("slow")
+    result = Replayer(WORKFLOWS, raise_on_failure=False).replay(history_pb2.History(events=events))
+    assert result.nondeterminism is not None, result
+    assert result.nondeterminism.seq == 4
+    assert "key='slow'" in result.nondeterminism.expected
+    assert "'slow' has not finished" in result.nondeterminism.actual
+
+
 async def test_a_loser_cancelled_through_its_handle_raises_durable_operation_cancelled(
     env: WorkflowEnvironment,
 ) -> None:
