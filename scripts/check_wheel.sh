@@ -92,6 +92,13 @@ except _core.PayloadError as e:
 else:
     raise AssertionError("a bad frame decoded")
 print("import and codec round trip: ok")
+# `durable-rpc ui` finds its templates and static files in the installed package.
+from durable_rpc.ui._app import create_app
+
+templates = create_app("127.0.0.1:7233").state.ui.templates
+for name in ("base.html", "runs.html", "run.html", "signin.html"):
+    templates.get_template(name)
+print("web UI templates: ok")
 PY
   version="$("$tmp/venv/bin/durable-rpc" --version)"
   [ "$version" = "durable-rpc, version $("$tmp/venv/bin/python" -c 'import importlib.metadata as m; print(m.version("durable-rpc"))')" ] \
