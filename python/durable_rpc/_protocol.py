@@ -27,6 +27,7 @@ SERVER_CAPABILITIES: tuple[str, ...] = (
     "complete_tasks_batch",  # CompleteTasks
     "paged_task_history",  # GetWorkflowTaskHistory
     "build_ids",  # runs pinned to the build that started them
+    "durable_selection",  # parallel / selection / selection_winner markers (parallel groups)
 )
 
 #: What the Python worker uses when the server offers it.

@@ -395,6 +395,11 @@ async def test_replay_keeps_the_recorded_winner_when_the_code_would_pick_another
     assert converter.decode(commands[-1].complete_workflow.result.data) == "a"
 
 
+async def test_the_server_advertises_durable_selection(env: WorkflowEnvironment) -> None:
+    async with Worker(env.client, task_queue="q", workflows=WORKFLOWS) as worker:
+        assert "durable_selection" in worker.capabilities
+
+
 @pytest.mark.parametrize(
     ("case", "reason"),
     [
