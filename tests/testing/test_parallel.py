@@ -86,6 +86,13 @@ def summary(failure: ParallelFailure) -> dict[str, Any]:
     }
 
 
+@workflow.defn(name="ParallelKid")
+class Kid:
+    @workflow.run
+    async def run(self, tag: str) -> str:
+        return f"kid:{await act(tag)}"
+
+
 @workflow.defn(name="ParallelCases")
 class ParallelCases:
     @workflow.run
@@ -95,7 +102,13 @@ class ParallelCases:
             # come in input order.
             return await workflow.parallel([later(30, "a"), later(20, "b"), act("c")])
         if case == "keyed":
-            return await workflow.parallel(x=act("x"), y=workflow.sleep(3600))
+            return await workflow.parallel(
+                x=act("x"),
+                y=workflow.sleep(3600),
+                z=workflow.execute_child_workflow(
+                    Kid.run, "z", id=f"{workflow.info().workflow_id}-z"
+                ),
+            )
         if case == "fails":
             try:
                 await workflow.parallel([act("a"), broken("b"), later(20, "c")])
@@ -207,7 +220,7 @@ class BadGroups:
         raise AssertionError(case)
 
 
-WORKFLOWS = [ParallelCases, SelectionCases, BadGroups]
+WORKFLOWS = [ParallelCases, SelectionCases, BadGroups, Kid]
 ACTIVITIES = [echo, breaks, release]
 
 
@@ -262,11 +275,13 @@ async def test_parallel_returns_results_in_input_order(env: WorkflowEnvironment)
     assert (started, scheduled) == ([2, 3], [4, 5, 6])  # a's timer, b's timer, c, b, a
 
 
-async def test_a_keyed_group_returns_a_mapping_and_joins_a_timer(
+async def test_a_keyed_group_returns_a_mapping_and_joins_a_timer_and_a_child(
     env: WorkflowEnvironment,
 ) -> None:
-    result, _ = await run_case(env, ParallelCases, "keyed")
-    assert result == {"x": "ok:x", "y": None}
+    result, events = await run_case(env, ParallelCases, "keyed")
+    assert result == {"x": "ok:x", "y": None, "z": "kid:ok:z"}
+    assert list(result) == ["x", "y", "z"]
+    assert any(e.HasField("child_workflow_completed") for e in events)
 
 
 async def test_a_failed_member_raises_parallel_failure_with_the_successes(
