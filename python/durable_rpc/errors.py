@@ -214,6 +214,49 @@ class InvalidRateLimitError(InvalidArgumentError):
     reason = "INVALID_RATE_LIMIT"
 
 
+class InvalidSessionOptionsError(InvalidArgumentError):
+    """Worker-session options out of range: ttl <= 0, lease <= 0 or past the ttl, a
+    negative activity concurrency, an empty or overlong id or requirement."""
+
+    reason = "INVALID_SESSION_OPTIONS"
+
+
+class SessionHeldError(DurableRpcError):
+    """The session is held by another worker whose lease has not lapsed."""
+
+    reason = "SESSION_HELD"
+
+
+class SessionRequirementsUnmetError(DurableRpcError):
+    """The worker's session capabilities do not meet the session's requirements (or it
+    did not register worker sessions)."""
+
+    reason = "SESSION_REQUIREMENTS_UNMET"
+
+
+class SessionSlotsExhaustedError(DurableRpcError):
+    """The worker already holds max_concurrent_worker_sessions live sessions."""
+
+    reason = "SESSION_SLOTS_EXHAUSTED"
+
+
+class SessionLostError(DurableRpcError):
+    """The caller is no longer the session's holder (its lease lapsed and another worker
+    took it, or it names an older generation)."""
+
+    reason = "SESSION_LOST"
+
+
+class SessionClosedError(DurableRpcError):
+    """The session is closed (its TTL passed, or it was closed explicitly)."""
+
+    reason = "SESSION_CLOSED"
+
+
+class SessionNotFoundError(NotFoundError):
+    reason = "SESSION_NOT_FOUND"
+
+
 class PayloadMismatchError(InvalidArgumentError):
     """An uploaded payload does not match its reference: its bytes hash to another
     SHA-256, run past its size, or its size differs from the one stored under that hash."""
@@ -318,3 +361,17 @@ ERROR_BY_REASON: dict[str, type[DurableRpcError]] = {
         InvalidRateLimitError,
     )
 }
+
+
+# Worker sessions (server/_session_service.py): registered apart from the tables above.
+for _cls, _code in (
+    (InvalidSessionOptionsError, grpc.StatusCode.INVALID_ARGUMENT),
+    (SessionHeldError, grpc.StatusCode.FAILED_PRECONDITION),
+    (SessionRequirementsUnmetError, grpc.StatusCode.FAILED_PRECONDITION),
+    (SessionSlotsExhaustedError, grpc.StatusCode.FAILED_PRECONDITION),
+    (SessionLostError, grpc.StatusCode.FAILED_PRECONDITION),
+    (SessionClosedError, grpc.StatusCode.FAILED_PRECONDITION),
+    (SessionNotFoundError, grpc.StatusCode.NOT_FOUND),
+):
+    STATUS_BY_REASON[_cls.reason] = _code
+    ERROR_BY_REASON[_cls.reason] = _cls

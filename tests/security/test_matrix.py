@@ -22,6 +22,7 @@ from durable_rpc.v1 import (
     payload_service_pb2,
     schedule_service_pb2,
     service_pb2,
+    session_service_pb2,
 )
 from tests.security.conftest import NS_A, AuthServer, Keys, make_key
 
@@ -33,6 +34,7 @@ SERVICES = [
     admin_service_pb2.DESCRIPTOR.services_by_name["AdminService"],
     schedule_service_pb2.DESCRIPTOR.services_by_name["ScheduleService"],
     payload_service_pb2.DESCRIPTOR.services_by_name["PayloadService"],
+    session_service_pb2.DESCRIPTOR.services_by_name["WorkerSessionService"],
 ]
 UNKNOWN_KEY = "drpc_00000000deadbeef_" + "A" * 43
 
@@ -72,6 +74,10 @@ def allowed(service: str, method: str, caller: str) -> bool:
         return caller in {"worker", "admin", "root"}
     if service == "PayloadService":
         return caller in {"client", "worker", "admin", "root"}
+    if service == "WorkerSessionService" and method == "DescribeWorkerSession":
+        return caller in {"client", "worker", "admin", "root"}
+    if service == "WorkerSessionService":
+        return caller in {"worker", "admin", "root"}
     if method == "CreateNamespace":
         return caller == "root"
     if method == "ListNamespaces":
@@ -274,10 +280,13 @@ def test_every_worker_id_a_worker_request_holds_is_bound_to_its_key() -> None:
             "fail_activity_task",
         )
     }
-    worker_service = service_pb2.DESCRIPTOR.services_by_name["WorkerService"]
-    for method in worker_service.methods:
-        for path in _worker_id_paths(method.input_type):
-            assert path in bound | batch_items, (method.name, path)
+    for service in (
+        service_pb2.DESCRIPTOR.services_by_name["WorkerService"],
+        session_service_pb2.DESCRIPTOR.services_by_name["WorkerSessionService"],
+    ):
+        for method in service.methods:
+            for path in _worker_id_paths(method.input_type):
+                assert path in bound | batch_items, (method.name, path)
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,9 @@ NOT_PER_RUN = {
     "definitions",
     "worker_definitions",
     "worker_activities",
+    # A worker's session capabilities (RegisterWorkerSessions): a worker's row, deleted
+    # with the worker (WORKER_TABLES).
+    "worker_session_config",
     "api_keys",
     "maintenance_leases",
     "schema_version",

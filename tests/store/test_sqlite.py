@@ -179,6 +179,7 @@ async def test_migrations_are_versioned_and_applied_once(db_path: Path) -> None:
             (22,),
             (23,),
             (24,),
+            (25,),
         ]
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
         assert conn.execute("SELECT name FROM namespaces").fetchall() == [("default",)]

@@ -19,6 +19,7 @@ from durable_rpc.activity._context import (
     heartbeat_details,
     info,
     is_cancelled,
+    session,
 )
 from durable_rpc.activity._definition import ActivityDefinition, defn
 from durable_rpc.activity._errors import ApplicationError
@@ -32,4 +33,5 @@ __all__ = [
     "heartbeat_details",
     "info",
     "is_cancelled",
+    "session",
 ]

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from durable_rpc import converter
+from durable_rpc.sessions import WorkerSession
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,8 @@ class ActivityInfo:
     task_queue: str
     heartbeat_details: Sequence[Any]
     """Details of the last heartbeat of an earlier attempt (plain values), for resuming."""
+    session: WorkerSession | None = None
+    """The worker session the attempt runs in, as its claim left it (None: none)."""
 
 
 class ActivityContext:
@@ -69,6 +72,13 @@ def set_context(context: ActivityContext) -> contextvars.Token[ActivityContext]:
 def info() -> ActivityInfo:
     """The running attempt's identity; ``fencing_token`` protects external writes."""
     return current_context().info
+
+
+def session() -> WorkerSession | None:
+    """The worker session this attempt runs in (its id, holder, generation, lease and
+    TTL deadlines, as the attempt's claim left them), or None for an activity scheduled
+    without ``session=``. Its resources are this process's: a new holder rebuilds them."""
+    return current_context().info.session
 
 
 def heartbeat(*details: Any) -> None:

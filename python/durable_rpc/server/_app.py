@@ -35,6 +35,7 @@ from durable_rpc.server._retention import (
 )
 from durable_rpc.server._schedule_service import ScheduleService
 from durable_rpc.server._schedules import ScheduleLoop
+from durable_rpc.server._session_service import WorkerSessionService
 from durable_rpc.server._worker_service import WorkerService
 from durable_rpc.server._workflow_service import WorkflowService
 from durable_rpc.store import HistoryLimits, Store, StoreOptions, open_store
@@ -49,6 +50,8 @@ from durable_rpc.v1 import (
     schedule_service_pb2_grpc,
     service_pb2,
     service_pb2_grpc,
+    session_service_pb2,
+    session_service_pb2_grpc,
 )
 
 log = logging.getLogger("durable_rpc.server")
@@ -59,6 +62,7 @@ SERVICE_NAMES = (
     admin_service_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name,
     schedule_service_pb2.DESCRIPTOR.services_by_name["ScheduleService"].full_name,
     payload_service_pb2.DESCRIPTOR.services_by_name["PayloadService"].full_name,
+    session_service_pb2.DESCRIPTOR.services_by_name["WorkerSessionService"].full_name,
 )
 
 
@@ -289,6 +293,9 @@ class Server:
         )
         payload_service_pb2_grpc.add_PayloadServiceServicer_to_server(
             PayloadService(self.store), server
+        )
+        session_service_pb2_grpc.add_WorkerSessionServiceServicer_to_server(
+            WorkerSessionService(self.store), server
         )
         credentials = _tls_credentials(self.config)
         try:

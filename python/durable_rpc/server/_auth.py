@@ -38,6 +38,7 @@ _WORKER = "/durable_rpc.v1.WorkerService/"
 _ADMIN = "/durable_rpc.v1.AdminService/"
 _SCHEDULE = "/durable_rpc.v1.ScheduleService/"
 _PAYLOAD = "/durable_rpc.v1.PayloadService/"
+_SESSIONS = "/durable_rpc.v1.WorkerSessionService/"
 
 Rule = Callable[[Any], tuple[Access, str | None]]
 
@@ -107,6 +108,10 @@ def rule_for(method: str) -> Rule | None:
         return _in_namespace(Access.WORKER)
     if method.startswith(_PAYLOAD):
         return _in_namespace(Access.PAYLOADS)
+    if method == f"{_SESSIONS}DescribeWorkerSession":  # reads; a client may look too
+        return _in_namespace(Access.PAYLOADS)
+    if method.startswith(_SESSIONS):
+        return _in_namespace(Access.WORKER)
     if method.startswith(_ADMIN):
         return _ADMIN_RULES.get(method.removeprefix(_ADMIN))
     return None
@@ -185,7 +190,8 @@ def authorize_request(principal: Principal, method: str, request: Any) -> None:
         return
     access, namespace = rule(request)
     authorize(principal, access, namespace)
-    if method.startswith(_WORKER):
+    if method.startswith((_WORKER, _SESSIONS)):
+        # A session's holder is the claiming worker's bound id: its calls name the same.
         _bind_worker_ids(request, principal)
 
 

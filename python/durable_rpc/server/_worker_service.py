@@ -28,6 +28,7 @@ from durable_rpc.server._metrics import ServerMetrics
 from durable_rpc.server._notify import Arrival, Notifier, Wakeup, wait
 from durable_rpc.server._poll_replay import PollReplay
 from durable_rpc.server._queries import QueryRelay
+from durable_rpc.server._session_service import session_message
 from durable_rpc.server._task_history import next_page, workflow_task_message
 from durable_rpc.server._validate_message import check_request
 from durable_rpc.store import (
@@ -114,6 +115,8 @@ def _activity_task_message(task: ClaimedActivityTask) -> service_pb2.PollActivit
         response.heartbeat_timeout.FromMilliseconds(task.heartbeat_timeout_ms)
     if task.start_to_close_timeout_ms:
         response.start_to_close_timeout.FromMilliseconds(task.start_to_close_timeout_ms)
+    if task.session is not None:
+        response.session.CopyFrom(session_message(task.session))
     return response
 
 

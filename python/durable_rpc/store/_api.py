@@ -27,6 +27,7 @@ from durable_rpc.store._fleet_records import (
 )
 from durable_rpc.store._payload_records import PayloadUpload
 from durable_rpc.store._schedule_records import ScheduleDefinition, ScheduleFiring, ScheduleInfo
+from durable_rpc.store._session_records import WorkerSessionRecord
 from durable_rpc.v1 import workflow_task_pb2
 
 if TYPE_CHECKING:
@@ -457,6 +458,8 @@ class ClaimedActivityTask:
     trace_context: Mapping[str, str] = field(default_factory=dict)
     #: As ClaimedWorkflowTask.queue_delay_ms.
     queue_delay_ms: int = 0
+    #: The worker session the attempt runs in, as this claim left it (None: none).
+    session: WorkerSessionRecord | None = None
 
     @property
     def lease(self) -> LeaseRef:
@@ -792,6 +795,44 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def list_rate_limits(self, namespace: str) -> list[RateLimit]:
         """The namespace's rate limits, by scope then name."""
+
+    # worker sessions (see _ops_sessions, _sessions)
+    @abc.abstractmethod
+    async def register_worker_sessions(
+        self, namespace: str, worker_id: str, capabilities: Mapping[str, str], max_sessions: int
+    ) -> None:
+        """Records that the registered worker takes sessions, with these capabilities and
+        at most ``max_sessions`` live ones held at once (replacing what it registered).
+        NotFoundError for a worker that is not registered; InvalidSessionOptionsError."""
+
+    @abc.abstractmethod
+    async def create_worker_session(
+        self, namespace: str, worker_id: str, task_queue: str, options: bytes
+    ) -> WorkerSessionRecord:
+        """Creates the session ``options.session_id`` held by ``worker_id`` (or returns it
+        when that worker holds it live; takes it over when its holder was lost).
+        SessionHeldError, SessionClosedError, SessionRequirementsUnmetError,
+        SessionSlotsExhaustedError, InvalidSessionOptionsError."""
+
+    @abc.abstractmethod
+    async def renew_worker_session(
+        self, namespace: str, worker_id: str, session_id: str, generation: int
+    ) -> WorkerSessionRecord:
+        """Extends the holder's lease by the session's lease length (never past its TTL),
+        fenced by holder and generation: SessionLostError otherwise, SessionClosedError
+        once closed, SessionNotFoundError."""
+
+    @abc.abstractmethod
+    async def close_worker_session(
+        self, namespace: str, worker_id: str, session_id: str, generation: int, reason: str
+    ) -> WorkerSessionRecord:
+        """Closes it (fenced like renew; closing a closed one returns it) and fails its
+        queued activities with SessionClosed, in one transaction."""
+
+    @abc.abstractmethod
+    async def describe_worker_session(self, namespace: str, session_id: str) -> WorkerSessionRecord:
+        """The session as of now (``lost``: its holder's lease lapsed).
+        SessionNotFoundError."""
 
     # budgets (see _ops_budgets, _budgets)
     @abc.abstractmethod

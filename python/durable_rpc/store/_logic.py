@@ -12,6 +12,7 @@ from google.protobuf.message import DecodeError, Message
 
 from durable_rpc.errors import InvalidArgumentError, InvalidPayloadError, InvalidPriorityError
 from durable_rpc.store._fairness import MAX_PRIORITY, MIN_PRIORITY
+from durable_rpc.store._session_options import validate_session_options
 from durable_rpc.v1 import history_pb2, options_pb2, payload_pb2, workflow_task_pb2
 
 #: Events delivered to workflow code (a new one after a task's view needs a new task).
@@ -203,6 +204,8 @@ def validate_activity_options(options: options_pb2.ActivityOptions, seq: int) ->
             f"command seq {seq}: priority must be {MIN_PRIORITY} (most urgent) to "
             f"{MAX_PRIORITY} (0: the run's), got {options.priority}"
         )
+    if options.HasField("session"):
+        validate_session_options(options.session, f"command seq {seq}")
 
 
 def validate_retry_policy(policy: options_pb2.RetryPolicy, where: str) -> None:

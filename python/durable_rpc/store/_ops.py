@@ -34,6 +34,7 @@ from durable_rpc.store._ops_redrive import _RedriveOps
 from durable_rpc.store._ops_retention import _RetentionOps
 from durable_rpc.store._ops_runs import _RunOps
 from durable_rpc.store._ops_schedules import _ScheduleOps
+from durable_rpc.store._ops_sessions import _SessionOps
 from durable_rpc.store._ops_updates import _UpdateOps
 from durable_rpc.store._ops_workers import _WorkerOps
 from durable_rpc.store._ops_workflow_tasks import _WorkflowTaskOps
@@ -64,6 +65,7 @@ class SqlStore(
     _MetricOps,
     _ScheduleOps,
     _RateLimitOps,
+    _SessionOps,
 ):
     """The dialect-independent half of a SQL backend."""
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
+from dataclasses import replace
 
 from durable_rpc.errors import InvalidArgumentError, LeaseLostError
 from durable_rpc.store._api import (
@@ -44,6 +45,17 @@ from durable_rpc.store._rate_limits import (
     rate_limited_column,
     rate_open,
     take_token,
+)
+from durable_rpc.store._sessions import (
+    claimable_sessions,
+    closed_reason,
+    enter,
+    fail_for_closed,
+    next_lapse_ms,
+    record_of,
+    renew_for,
+    session_slot_freed,
+    worker_config,
 )
 from durable_rpc.store._shared import (
     append_event,
@@ -101,16 +113,28 @@ class _ActivityOps(_WorkflowTaskOps):
         def op(tx: Tx) -> ActivityPoll:
             require_namespace(tx, namespace)
             now = tx.now_ms()
+            # A worker that registered no sessions never claims a session's activity; one
+            # that did claims those of the sessions it may enter now (``_sessions``).
+            config = worker_config(tx, namespace, worker_id)
+            sessions = (
+                claimable_sessions(tx, namespace, task_queue, worker_id, config, now)
+                if config is not None
+                else []
+            )
+            session_filter = " AND (session_id IS NULL"
+            if sessions:
+                session_filter += f" OR session_id IN ({', '.join('?' for _ in sessions)})"
+            session_filter += ")"
 
             def where(visible: str) -> str:
                 return (
                     "FROM tasks t WHERE namespace = ? AND kind = 'activity' AND task_queue = ? "
                     f"AND {visible} "
                     f"AND (queue_deadline_ms IS NULL OR queue_deadline_ms > ?){type_filter} "
-                    f"AND {SERVED_ACTIVITIES}"
+                    f"AND {SERVED_ACTIVITIES}{session_filter}"
                 )
 
-            rest = (now, *types, namespace, worker_id, worker_id)
+            rest = (now, *types, namespace, worker_id, worker_id, *sessions)
             due = "due_ms IS NOT NULL AND due_ms <= ? AND state "
             # The first queued task in the claim order (``_fairness``: priority, pass, id,
             # read from tasks_ready; a queued task is visible, no due_ms condition, which
@@ -122,7 +146,8 @@ class _ActivityOps(_WorkflowTaskOps):
                 (due + "= 'waiting'", (now,), DUE_ORDER),
             ):
                 candidate = tx.one(
-                    "SELECT task_id, lease_ms, start_to_close_ms, schedule_to_close_deadline_ms, "
+                    "SELECT task_id, session_id, lease_ms, start_to_close_ms, "
+                    "schedule_to_close_deadline_ms, "
                     f"{QUEUE_LIMIT_COLUMN}, {rate_limited_column('t')} {where(visible)} "
                     f"AND {rate_open('t', '?')}{order}{tx.claim_lock_suffix}",
                     (namespace, task_queue, *due_now, *rest, namespace, now),
@@ -138,6 +163,12 @@ class _ActivityOps(_WorkflowTaskOps):
                 params = (namespace, task_queue, now, *rest)
                 if token_at is not None and tx.one(f"SELECT 1 AS held {held} LIMIT 1", params):
                     self._stats.rate_deferred_claims += 1
+                if config is not None:
+                    # A session held elsewhere may be lost (and enterable) at its lease's
+                    # end: nothing wakes the poll then.
+                    token_at = earliest(
+                        token_at, next_lapse_ms(tx, namespace, task_queue, worker_id, now)
+                    )
                 return ActivityPoll(None, None if token_at is None else token_at - now)
             if candidate["queue_limit"] is not None and not free_slots(tx, namespace, task_queue):
                 # Deferred, not failed: the task stays queued for the claim after the
@@ -152,7 +183,17 @@ class _ActivityOps(_WorkflowTaskOps):
                     # bucket: deferred, the task stays queued.
                     self._stats.rate_deferred_claims += 1
                     return ActivityPoll(None, token_at - now)
-            return ActivityPoll(self._lease_activity(tx, namespace, candidate, worker_id, now))
+            session = None
+            if candidate["session_id"] is not None:
+                session = enter(tx, namespace, candidate["session_id"], worker_id, now)
+                if session is None:
+                    # Another claim entered the session first (its holder or last slot):
+                    # nothing written; the poll looks again at once.
+                    return ActivityPoll(None, 0)
+            claimed = self._lease_activity(tx, namespace, candidate, worker_id, now)
+            if session is not None:
+                claimed = replace(claimed, session=record_of(session, now))
+            return ActivityPoll(claimed)
 
         return await self._write(op)
 
@@ -181,6 +222,9 @@ class _ActivityOps(_WorkflowTaskOps):
                 (now, now, now, now, details),
             )
             if row is not None and row["expires_at_ms"] > now:
+                if row["session_id"] is not None:
+                    # Heartbeats renew the session holder's lease (never its TTL).
+                    renew_for(tx, namespace, row["session_id"], lease.worker_id, now)
                 return HeartbeatResult(bool(row["cancel_requested"]), row["expires_at_ms"])
             if row is not None:
                 # A lease revived past the attempt's start_to_close deadline cannot be
@@ -241,6 +285,7 @@ class _ActivityOps(_WorkflowTaskOps):
             if task is None:
                 return ActivityCompletion()
             slot_freed(tx, task)
+            session_slot_freed(tx, task)
             run = open_run(tx, namespace, task["run_id"])
             event_id = append_event(
                 tx,
@@ -339,6 +384,7 @@ class _ActivityOps(_WorkflowTaskOps):
             if task is None:
                 return None
             slot_freed(tx, task)
+            session_slot_freed(tx, task)
             open_run(tx, namespace, task["run_id"])
             if parsed.type == "CancelledError" and self._cancel_requested_by_workflow(tx, task):
                 self._record_activity_cancelled(tx, task, now)
@@ -355,6 +401,11 @@ class _ActivityOps(_WorkflowTaskOps):
         delay in ms, None when it failed for good."""
         namespace: str = task["namespace"]
         run_id: str = task["run_id"]
+        closed = task["session_id"] and closed_reason(tx, namespace, task["session_id"])
+        if closed:
+            # The attempt's session closed while it ran: no retry can run in it.
+            fail_for_closed(tx, task, closed, now)
+            return None
         encoded = failure.SerializeToString()
         options = parse_options(bytes(task["options"]))
         delay = (

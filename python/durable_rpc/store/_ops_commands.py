@@ -16,6 +16,7 @@ from durable_rpc.store._ops_updates import settle_update
 from durable_rpc.store._rate_limits import rate_limited_column
 from durable_rpc.store._runs import continue_as_new
 from durable_rpc.store._search import parse_search_attributes, write_search_attributes
+from durable_rpc.store._sessions import fail_for_closed, schedule_into
 from durable_rpc.store._shared import append_event, close_run
 from durable_rpc.store._tx import Row, Tx
 from durable_rpc.v1 import history_pb2, options_pb2, payload_pb2, workflow_task_pb2
@@ -272,12 +273,17 @@ class _CommandOps(_SqlOpsBase):
         )
         queue_deadline = earliest(close_deadline, start_deadline)
         lease_ms = timeouts.lease_ms(self._options.default_activity_lease_ms)
+        session_id = closed = None
+        if options.HasField("session"):
+            # Only an activity routed to a worker session costs these statements.
+            session_id, closed = schedule_into(tx, namespace, run_id, queue, options.session, now)
         inserted = tx.one(
             "INSERT INTO tasks (namespace, run_id, kind, task_queue, state, visible_at_ms, "
             "due_ms, attempt, fencing_token, seq, activity_type, input, options, lease_ms, "
             "start_to_close_ms, schedule_to_close_deadline_ms, queue_deadline_ms, "
-            "created_at_ms, trace_context, rate_limit_key) "
-            "VALUES (?, ?, 'activity', ?, 'queued', ?, ?, 1, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+            "created_at_ms, trace_context, rate_limit_key, session_id) "
+            "VALUES (?, ?, 'activity', ?, 'queued', ?, ?, 1, 0, "
+            "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
             # The queue's limit and the task's rate limit ride on the insert (an eager
             # claim of the new task needs them; _queue_limits, _rate_limits): no
             # statement more.
@@ -302,9 +308,17 @@ class _CommandOps(_SqlOpsBase):
                 now,
                 json.dumps(trace_context) if trace_context else None,
                 options.rate_limit_key or None,
+                session_id,
             ),
         )
         assert inserted is not None
+        if closed is not None:
+            # Scheduled into a closed session: it fails at once, as the session's queued
+            # activities did when it closed.
+            row = tx.one("SELECT * FROM tasks WHERE task_id = ?", (inserted["task_id"],))
+            assert row is not None
+            fail_for_closed(tx, row, closed, now)
+            return
         outranked = bool(inserted["outranked"])
         if fair != (DEFAULT_PRIORITY, None):
             # Only a run with a priority or key set costs this write (_fairness).

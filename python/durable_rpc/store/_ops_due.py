@@ -13,7 +13,13 @@ from durable_rpc.store._logic import (
     parse_options,
 )
 from durable_rpc.store._ops_activities import _ActivityOps
-from durable_rpc.store._shared import append_event, blob, close_run, ensure_workflow_task
+from durable_rpc.store._sessions import expire_due, next_expiry_ms
+from durable_rpc.store._shared import (
+    append_event,
+    blob,
+    close_run,
+    ensure_workflow_task,
+)
 from durable_rpc.store._tx import Tx
 from durable_rpc.v1 import history_pb2, payload_pb2
 
@@ -188,6 +194,9 @@ class _DueOps(_ActivityOps):
                 )
                 ensure_workflow_task(tx, task["namespace"], task["run_id"], str(queue), now)
 
+            # 5b. Worker sessions past their TTL close; their queued activities fail.
+            saturated |= expire_due(tx, now, limit) >= limit
+
             # 6. Runs past their execution/run timeout close as timed_out.
             timed_out = tx.all(
                 "SELECT namespace, run_id, timeout_kind FROM runs WHERE deadline_ms IS NOT NULL "
@@ -233,6 +242,7 @@ class _DueOps(_ActivityOps):
 
             next_due = earliest(
                 next_admit_ms(tx),
+                next_expiry_ms(tx),
                 next_grant_ms(tx),
                 tx.value("SELECT MIN(deadline_ms) AS m FROM runs WHERE deadline_ms IS NOT NULL"),
                 tx.value("SELECT MIN(due_ms) AS m FROM tasks WHERE state IN ('waiting', 'leased')"),

@@ -40,10 +40,17 @@ RUN_TABLES = (
     "payload_refs",
     # Released when the run closes (store/_budgets); listed so a leftover never outlives it.
     "budget_reservations",
+    # A run's own worker session ("run:" + its id); a named one has no run_id.
+    "worker_sessions",
 )
 
 #: A worker's rows, keyed by (namespace, worker_id); ``workers`` last.
-WORKER_TABLES = ("worker_definitions", "worker_activities", "workers")
+WORKER_TABLES = (
+    "worker_definitions",
+    "worker_activities",
+    "worker_session_config",
+    "workers",
+)
 
 
 class _RetentionOps(_SqlOpsBase):

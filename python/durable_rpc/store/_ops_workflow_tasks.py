@@ -76,6 +76,8 @@ def _eager_seqs(
         if c.WhichOneof("kind") == "schedule_activity"
         and c.schedule_activity.task_queue in ("", eager.task_queue)
         and c.schedule_activity.activity_type in eager.activity_types
+        # A session's activity goes to the session's holder, through its claim.
+        and not c.schedule_activity.options.HasField("session")
     ][: eager.limit]
 
 

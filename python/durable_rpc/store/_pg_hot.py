@@ -110,12 +110,15 @@ class DecisionCall:
             # The function writes history without the payload refs (``_payloads``).
             return None
         if any(
-            c.schedule_activity.options.rate_limit_key or c.schedule_activity.options.priority
+            c.schedule_activity.options.rate_limit_key
+            or c.schedule_activity.options.priority
+            or c.schedule_activity.options.HasField("session")
             for c in commands
         ):
-            # The function's INSERT has no rate_limit_key column and gives a task its
-            # run's priority: the general path records the key or the activity's own
-            # priority on the task row (``_rate_limits``, ``_fairness``).
+            # The function's INSERT has no rate_limit_key or session_id column and gives a
+            # task its run's priority: the general path records the key, the activity's
+            # own priority or its worker session (``_rate_limits``, ``_fairness``,
+            # ``_sessions``).
             return None
         eager = decision.eager or EagerActivities("", frozenset(), 0)
         # The run's queue: a worker that asks for eager activities polls it (the

@@ -25,15 +25,21 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1c\x64urable_rpc/v1/options.proto\x12\x0e\x64urable_rpc.v1\x1a\x1egoogle/protobuf/duration.proto\"\xd1\x01\n\x0bRetryPolicy\x12\x33\n\x10initial_interval\x18\x01 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x1b\n\x13\x62\x61\x63koff_coefficient\x18\x02 \x01(\x01\x12\x33\n\x10maximum_interval\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x18\n\x10maximum_attempts\x18\x04 \x01(\x05\x12!\n\x19non_retryable_error_types\x18\x05 \x03(\t\"\xf3\x02\n\x0f\x41\x63tivityOptions\x12\x39\n\x16start_to_close_timeout\x18\x01 \x01(\x0b\x32\x19.google.protobuf.Duration\x12<\n\x19schedule_to_close_timeout\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12<\n\x19schedule_to_start_timeout\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x34\n\x11heartbeat_timeout\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x31\n\x0cretry_policy\x18\x05 \x01(\x0b\x32\x1b.durable_rpc.v1.RetryPolicy\x12\x16\n\x0enon_idempotent\x18\x06 \x01(\x08\x12\x16\n\x0erate_limit_key\x18\x07 \x01(\t\x12\x10\n\x08priority\x18\x08 \x01(\x05\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1c\x64urable_rpc/v1/options.proto\x12\x0e\x64urable_rpc.v1\x1a\x1egoogle/protobuf/duration.proto\"\xd1\x01\n\x0bRetryPolicy\x12\x33\n\x10initial_interval\x18\x01 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x1b\n\x13\x62\x61\x63koff_coefficient\x18\x02 \x01(\x01\x12\x33\n\x10maximum_interval\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x18\n\x10maximum_attempts\x18\x04 \x01(\x05\x12!\n\x19non_retryable_error_types\x18\x05 \x03(\t\"\xa4\x03\n\x0f\x41\x63tivityOptions\x12\x39\n\x16start_to_close_timeout\x18\x01 \x01(\x0b\x32\x19.google.protobuf.Duration\x12<\n\x19schedule_to_close_timeout\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12<\n\x19schedule_to_start_timeout\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x34\n\x11heartbeat_timeout\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x31\n\x0cretry_policy\x18\x05 \x01(\x0b\x32\x1b.durable_rpc.v1.RetryPolicy\x12\x16\n\x0enon_idempotent\x18\x06 \x01(\x08\x12\x16\n\x0erate_limit_key\x18\x07 \x01(\t\x12\x10\n\x08priority\x18\x08 \x01(\x05\x12/\n\x07session\x18\t \x01(\x0b\x32\x1e.durable_rpc.v1.SessionOptions\"\xe4\x01\n\x0eSessionOptions\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x15\n\rlease_seconds\x18\x02 \x01(\x03\x12\x13\n\x0bttl_seconds\x18\x03 \x01(\x03\x12!\n\x19max_concurrent_activities\x18\x04 \x01(\x05\x12>\n\x08requires\x18\x05 \x03(\x0b\x32,.durable_rpc.v1.SessionOptions.RequiresEntry\x1a/\n\rRequiresEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'durable_rpc.v1.options_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
+  _globals['_SESSIONOPTIONS_REQUIRESENTRY']._loaded_options = None
+  _globals['_SESSIONOPTIONS_REQUIRESENTRY']._serialized_options = b'8\001'
   _globals['_RETRYPOLICY']._serialized_start=81
   _globals['_RETRYPOLICY']._serialized_end=290
   _globals['_ACTIVITYOPTIONS']._serialized_start=293
-  _globals['_ACTIVITYOPTIONS']._serialized_end=664
+  _globals['_ACTIVITYOPTIONS']._serialized_end=713
+  _globals['_SESSIONOPTIONS']._serialized_start=716
+  _globals['_SESSIONOPTIONS']._serialized_end=944
+  _globals['_SESSIONOPTIONS_REQUIRESENTRY']._serialized_start=897
+  _globals['_SESSIONOPTIONS_REQUIRESENTRY']._serialized_end=944
 # @@protoc_insertion_point(module_scope)

@@ -77,6 +77,7 @@ class ActivityOptions(_message.Message):
     NON_IDEMPOTENT_FIELD_NUMBER: _builtins.int
     RATE_LIMIT_KEY_FIELD_NUMBER: _builtins.int
     PRIORITY_FIELD_NUMBER: _builtins.int
+    SESSION_FIELD_NUMBER: _builtins.int
     non_idempotent: _builtins.bool
     """The activity's effect must not run twice: when an attempt's lease expires with no
     outcome, it is not retried; the workflow sees AmbiguousEffectError.
@@ -110,6 +111,12 @@ class ActivityOptions(_message.Message):
 
     @_builtins.property
     def retry_policy(self) -> Global___RetryPolicy: ...
+    @_builtins.property
+    def session(self) -> Global___SessionOptions:
+        """Worker session routing (resource affinity): the attempts run only on the worker
+        holding this session (WorkerSessionService). Unset: any worker of the queue.
+        """
+
     def __init__(
         self,
         *,
@@ -121,11 +128,84 @@ class ActivityOptions(_message.Message):
         non_idempotent: _builtins.bool = ...,
         rate_limit_key: _builtins.str = ...,
         priority: _builtins.int = ...,
+        session: Global___SessionOptions | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["heartbeat_timeout", b"heartbeat_timeout", "retry_policy", b"retry_policy", "schedule_to_close_timeout", b"schedule_to_close_timeout", "schedule_to_start_timeout", b"schedule_to_start_timeout", "start_to_close_timeout", b"start_to_close_timeout"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["heartbeat_timeout", b"heartbeat_timeout", "retry_policy", b"retry_policy", "schedule_to_close_timeout", b"schedule_to_close_timeout", "schedule_to_start_timeout", b"schedule_to_start_timeout", "session", b"session", "start_to_close_timeout", b"start_to_close_timeout"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["heartbeat_timeout", b"heartbeat_timeout", "non_idempotent", b"non_idempotent", "priority", b"priority", "rate_limit_key", b"rate_limit_key", "retry_policy", b"retry_policy", "schedule_to_close_timeout", b"schedule_to_close_timeout", "schedule_to_start_timeout", b"schedule_to_start_timeout", "start_to_close_timeout", b"start_to_close_timeout"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["heartbeat_timeout", b"heartbeat_timeout", "non_idempotent", b"non_idempotent", "priority", b"priority", "rate_limit_key", b"rate_limit_key", "retry_policy", b"retry_policy", "schedule_to_close_timeout", b"schedule_to_close_timeout", "schedule_to_start_timeout", b"schedule_to_start_timeout", "session", b"session", "start_to_close_timeout", b"start_to_close_timeout"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ActivityOptions: _TypeAlias = ActivityOptions  # noqa: Y015
+
+@_typing.final
+class SessionOptions(_message.Message):
+    """A worker session: the activities that name it run on one worker (its holder), one
+    that registered worker sessions with capabilities meeting `requires`. The first of
+    them a worker claims creates the session on that worker (its lease and TTL counted
+    on the database clock from then); the session's options are the ones it was created
+    with. Recorded with ActivityScheduled: replaying code that changed them fails.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class RequiresEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    LEASE_SECONDS_FIELD_NUMBER: _builtins.int
+    TTL_SECONDS_FIELD_NUMBER: _builtins.int
+    MAX_CONCURRENT_ACTIVITIES_FIELD_NUMBER: _builtins.int
+    REQUIRES_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    """The session's name in the namespace (shared by every run naming it). Empty: the
+    run's own session ("run:" + the run id).
+    """
+    lease_seconds: _builtins.int
+    """How long the holder's authority lasts without a renewal (a claim, an activity
+    heartbeat or an explicit renew of the session); > 0 and <= ttl_seconds.
+    """
+    ttl_seconds: _builtins.int
+    """The session's whole lifetime from its creation, never extended (a new holder keeps
+    the original deadline); > 0. Past it the session closes and its queued activities
+    fail with SessionClosed.
+    """
+    max_concurrent_activities: _builtins.int
+    """At most this many of its activity attempts run at once (0: no limit)."""
+    @_builtins.property
+    def requires(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """Capabilities the holder must have (RegisterWorkerSessions), each key with that value."""
+
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        lease_seconds: _builtins.int = ...,
+        ttl_seconds: _builtins.int = ...,
+        max_concurrent_activities: _builtins.int = ...,
+        requires: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease_seconds", b"lease_seconds", "max_concurrent_activities", b"max_concurrent_activities", "requires", b"requires", "session_id", b"session_id", "ttl_seconds", b"ttl_seconds"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SessionOptions: _TypeAlias = SessionOptions  # noqa: Y015

@@ -7,6 +7,7 @@ from collections import abc as _abc
 from durable_rpc.v1 import history_pb2 as _history_pb2
 from durable_rpc.v1 import payload_pb2 as _payload_pb2
 from durable_rpc.v1 import search_attributes_pb2 as _search_attributes_pb2
+from durable_rpc.v1 import session_service_pb2 as _session_service_pb2
 from durable_rpc.v1 import workflow_task_pb2 as _workflow_task_pb2
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import duration_pb2 as _duration_pb2
@@ -1871,6 +1872,7 @@ class PollActivityTaskResponse(_message.Message):
     HEARTBEAT_TIMEOUT_FIELD_NUMBER: _builtins.int
     START_TO_CLOSE_TIMEOUT_FIELD_NUMBER: _builtins.int
     TRACE_CONTEXT_FIELD_NUMBER: _builtins.int
+    SESSION_FIELD_NUMBER: _builtins.int
     task_id: _builtins.int
     """0 = no task arrived before the poll timeout."""
     fencing_token: _builtins.int
@@ -1897,6 +1899,12 @@ class PollActivityTaskResponse(_message.Message):
         the attempt's span.
         """
 
+    @_builtins.property
+    def session(self) -> _session_service_pb2.WorkerSession:
+        """The worker session the attempt runs in (ActivityOptions.session), as this claim left
+        it: this worker is its holder. Unset for an activity without a session.
+        """
+
     def __init__(
         self,
         *,
@@ -1913,10 +1921,11 @@ class PollActivityTaskResponse(_message.Message):
         heartbeat_timeout: _duration_pb2.Duration | None = ...,
         start_to_close_timeout: _duration_pb2.Duration | None = ...,
         trace_context: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        session: _session_service_pb2.WorkerSession | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["heartbeat_details", b"heartbeat_details", "heartbeat_timeout", b"heartbeat_timeout", "input", b"input", "lease_expires_at", b"lease_expires_at", "start_to_close_timeout", b"start_to_close_timeout"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["heartbeat_details", b"heartbeat_details", "heartbeat_timeout", b"heartbeat_timeout", "input", b"input", "lease_expires_at", b"lease_expires_at", "session", b"session", "start_to_close_timeout", b"start_to_close_timeout"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity_type", b"activity_type", "attempt", b"attempt", "fencing_token", b"fencing_token", "heartbeat_details", b"heartbeat_details", "heartbeat_timeout", b"heartbeat_timeout", "input", b"input", "lease_expires_at", b"lease_expires_at", "run_id", b"run_id", "seq", b"seq", "start_to_close_timeout", b"start_to_close_timeout", "task_id", b"task_id", "trace_context", b"trace_context", "workflow_id", b"workflow_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity_type", b"activity_type", "attempt", b"attempt", "fencing_token", b"fencing_token", "heartbeat_details", b"heartbeat_details", "heartbeat_timeout", b"heartbeat_timeout", "input", b"input", "lease_expires_at", b"lease_expires_at", "run_id", b"run_id", "seq", b"seq", "session", b"session", "start_to_close_timeout", b"start_to_close_timeout", "task_id", b"task_id", "trace_context", b"trace_context", "workflow_id", b"workflow_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -15,6 +15,7 @@ from durable_rpc import converter, payload
 from durable_rpc.activity._context import ActivityContext, ActivityInfo, set_context
 from durable_rpc.activity._definition import ActivityDefinition
 from durable_rpc.activity._failure import failure_from_exception
+from durable_rpc.sessions import WorkerSession
 from durable_rpc.v1 import payload_pb2, service_pb2
 from durable_rpc.worker._lease_keeper import HeldLease, LeaseKeeper, lease_window_ms
 
@@ -78,6 +79,7 @@ def info_of(task: service_pb2.PollActivityTaskResponse, task_queue: str) -> Acti
         seq=task.seq,
         task_queue=task_queue,
         heartbeat_details=tuple(details),
+        session=WorkerSession.from_proto(task.session) if task.HasField("session") else None,
     )
 
 

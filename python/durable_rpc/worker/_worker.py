@@ -14,7 +14,7 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from datetime import timedelta
 from types import TracebackType
@@ -32,6 +32,7 @@ from durable_rpc.errors import (
     LeaseLostError,
     StoreUnavailableError,
 )
+from durable_rpc.sessions import SessionOptions
 from durable_rpc.telemetry import (
     EngineMetrics,
     activity_span,
@@ -56,6 +57,7 @@ from durable_rpc.worker._outcomes import OutcomeSender
 from durable_rpc.worker._report_retry import DEFAULT_SHUTDOWN_GRACE_S, ReportBackoff
 from durable_rpc.worker._server_info import checked_server_info
 from durable_rpc.worker._server_link import ServerLink, is_transient
+from durable_rpc.worker._sessions import WorkerSessionHandle, worker_sessions_of
 from durable_rpc.worker._sticky_cache import (
     DEFAULT_STICKY_CACHE,
     StickyCacheMetrics,
@@ -139,6 +141,9 @@ class Worker:
         sticky_cache: StickyCacheOptions = DEFAULT_STICKY_CACHE,
         shutdown_report_grace: timedelta = timedelta(seconds=DEFAULT_SHUTDOWN_GRACE_S),
         meter_provider: MeterProvider | None = None,
+        worker_sessions: bool = False,
+        capabilities: Mapping[str, str] | Sequence[str] | None = None,
+        max_concurrent_worker_sessions: int = 4,
     ) -> None:
         if not task_queue:
             raise ValueError("task_queue must not be empty")
@@ -174,6 +179,22 @@ class Worker:
         self._workflow_executor = ThreadPoolExecutor(thread_name_prefix="durable-workflow")
         # Every call reports to it; it logs the server's loss and return, once each.
         self.link = ServerLink(self.worker_id)
+        # Worker sessions (durable_rpc.sessions): this worker takes the activities of
+        # sessions it may hold, with these capabilities; None: it never gets them.
+        self._sessions = (
+            worker_sessions_of(
+                client,
+                self.link,
+                task_queue=task_queue,
+                worker_id=self.worker_id,
+                capabilities=capabilities,
+                max_sessions=max_concurrent_worker_sessions,
+            )
+            if worker_sessions
+            else None
+        )
+        if not worker_sessions and capabilities:
+            raise ValueError("capabilities are for worker sessions: pass worker_sessions=True")
         self._keeper = LeaseKeeper(client, self.link)
         if not isinstance(sticky_cache, StickyCacheOptions):
             raise TypeError("sticky_cache must be a StickyCacheOptions")
@@ -301,6 +322,8 @@ class Worker:
             capabilities=_protocol.WORKER_CAPABILITIES,
         )
         response = await call(self.client.worker_service.RegisterWorker, request, self.link)
+        if self._sessions is not None:
+            await self._sessions.register()
         self.capabilities = tuple(response.capabilities)
         interval = response.heartbeat_interval.ToTimedelta().total_seconds()
         self._heartbeat_interval = interval if interval > 0 else _DEFAULT_WORKER_HEARTBEAT_S
@@ -329,6 +352,9 @@ class Worker:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._background = []
+        if self._sessions is not None and self._registered:
+            # Its activities drained: the sessions it holds close before it goes.
+            await self._sessions.close_all()
         if self._registered:
             request = service_pb2.DeregisterWorkerRequest(
                 namespace=self.namespace, worker_id=self.worker_id
@@ -389,6 +415,13 @@ class Worker:
         self._supervisor_token.cancel()
         self.report = await self._supervisor_task
         self._supervisor_task = None
+
+    def worker_session(self, options: SessionOptions) -> WorkerSessionHandle:
+        """An explicit session this worker will hold (``options.session_id`` set):
+        ``create()``, ``renew()``, ``close(reason)``. Needs ``worker_sessions=True``."""
+        if self._sessions is None:
+            raise RuntimeError("worker sessions are off: pass worker_sessions=True")
+        return WorkerSessionHandle(self._sessions, options)
 
     # --- claiming -------------------------------------------------------------------
 
@@ -725,6 +758,8 @@ class Worker:
         self, task: service_pb2.PollActivityTaskResponse
     ) -> TaskOutcome:
         lease = self._lease(task.task_id, task.fencing_token)
+        if self._sessions is not None and task.HasField("session"):
+            self._sessions.note(task.session)
         earlier = self._unsettled.get(task.task_id)
         if earlier is not None and self._keeper.lose_older(task.task_id, task.fencing_token):
             # The earlier attempt is still running: the server gave up on it (e.g. its

@@ -12,6 +12,7 @@ from typing import Any, NoReturn, TypeVar, overload
 
 from durable_rpc import converter
 from durable_rpc.activity._definition import check_rate_limit_key, must_define
+from durable_rpc.sessions import SessionOptions
 from durable_rpc.v1 import options_pb2
 from durable_rpc.workflow._errors import ContinueAsNewError
 from durable_rpc.workflow._loop import WorkflowLoop
@@ -393,6 +394,7 @@ async def execute_activity(
     task_queue: str | None = None,
     rate_limit_key: str | None = None,
     priority: int | None = None,
+    session: SessionOptions | None = None,
     result_type: type[_R] | None = None,
 ) -> _R: ...
 @overload
@@ -408,6 +410,7 @@ async def execute_activity(
     task_queue: str | None = None,
     rate_limit_key: str | None = None,
     priority: int | None = None,
+    session: SessionOptions | None = None,
     result_type: type[_R] | None = None,
 ) -> _R: ...
 @overload
@@ -423,6 +426,7 @@ async def execute_activity(
     task_queue: str | None = None,
     rate_limit_key: str | None = None,
     priority: int | None = None,
+    session: SessionOptions | None = None,
     result_type: type[_R],
 ) -> _R: ...
 @overload
@@ -438,6 +442,7 @@ async def execute_activity(
     task_queue: str | None = None,
     rate_limit_key: str | None = None,
     priority: int | None = None,
+    session: SessionOptions | None = None,
     result_type: None = None,
 ) -> Any: ...
 async def execute_activity(
@@ -452,6 +457,7 @@ async def execute_activity(
     task_queue: str | None = None,
     rate_limit_key: str | None = None,
     priority: int | None = None,
+    session: SessionOptions | None = None,
     result_type: Any = None,
 ) -> Any:
     """Schedule an activity and wait for its result (typed from the function's return
@@ -466,6 +472,10 @@ async def execute_activity(
     By name with no key, only a rate limit on the activity type applies.
 
     ``priority`` (1 most urgent .. 5) orders the attempts' claims; None: the run's.
+
+    ``session`` routes the activity to the worker holding that worker session
+    (:mod:`durable_rpc.sessions`): only a worker with ``worker_sessions=True`` and the
+    capabilities it requires runs it; the first such claim creates the session.
     """
     runtime = current()
     key = check_rate_limit_key(rate_limit_key)
@@ -491,6 +501,10 @@ async def execute_activity(
         if isinstance(priority, bool) or not isinstance(priority, int) or not 1 <= priority <= 5:
             raise ValueError(f"priority must be an int from 1 (most urgent) to 5: {priority!r}")
         options.priority = priority
+    if session is not None:
+        if not isinstance(session, SessionOptions):
+            raise TypeError(f"session must be a SessionOptions, got {session!r}")
+        options.session.CopyFrom(session.to_proto())
     seq, future = runtime.schedule_activity(
         activity_type,
         converter.encode_args(args),

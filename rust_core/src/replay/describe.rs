@@ -8,7 +8,9 @@ use prost_types::Duration;
 use crate::proto::command::Kind;
 use crate::proto::history_event::Attributes;
 use crate::proto::search_attribute_value::Value;
-use crate::proto::{complete_update, update_completed, Command, Memo, SearchAttributes};
+use crate::proto::{
+    complete_update, update_completed, Command, Memo, SearchAttributes, SessionOptions,
+};
 
 /// Marker kind of `workflow.side_effect()` values.
 pub(crate) const SIDE_EFFECT: &str = "side_effect";
@@ -21,9 +23,12 @@ pub(crate) const VERSION: &str = "version";
 /// A command event's identity: what a produced command must match.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Recorded {
+    /// `session` is the canonical text of its worker-session options (empty: none), so
+    /// replaying code that changed them is a mismatch.
     ActivityScheduled {
         seq: i64,
         activity_type: String,
+        session: String,
     },
     /// `duration_nanos` is the normalized duration (an unset duration is zero).
     TimerStarted {
@@ -115,6 +120,7 @@ impl Recorded {
             Attributes::ActivityScheduled(a) => Recorded::ActivityScheduled {
                 seq: a.seq,
                 activity_type: a.activity_type.clone(),
+                session: session_text(a.options.as_ref().and_then(|o| o.session.as_ref())),
             },
             Attributes::TimerStarted(t) => Recorded::TimerStarted {
                 seq: t.seq,
@@ -181,6 +187,7 @@ impl Recorded {
             Kind::ScheduleActivity(a) => Recorded::ActivityScheduled {
                 seq: command.seq,
                 activity_type: a.activity_type.clone(),
+                session: session_text(a.options.as_ref().and_then(|o| o.session.as_ref())),
             },
             Kind::StartTimer(t) => Recorded::TimerStarted {
                 seq: command.seq,
@@ -261,8 +268,16 @@ impl Recorded {
 impl fmt::Display for Recorded {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Recorded::ActivityScheduled { seq, activity_type } => {
-                write!(f, "ScheduleActivity(seq={seq}, type={activity_type:?})")
+            Recorded::ActivityScheduled {
+                seq,
+                activity_type,
+                session,
+            } => {
+                write!(f, "ScheduleActivity(seq={seq}, type={activity_type:?}")?;
+                if !session.is_empty() {
+                    write!(f, ", session({session})")?;
+                }
+                f.write_str(")")
             }
             Recorded::TimerStarted {
                 seq,
@@ -445,6 +460,28 @@ pub(crate) fn memo_text(memo: Option<&Memo>) -> String {
     parts.join(", ")
 }
 
+/// The canonical text of worker-session options (requirements sorted by key); empty
+/// when the activity names no session.
+pub(crate) fn session_text(session: Option<&SessionOptions>) -> String {
+    let Some(s) = session else {
+        return String::new();
+    };
+    let mut keys: Vec<&String> = s.requires.keys().collect();
+    keys.sort();
+    let requires: Vec<String> = keys
+        .into_iter()
+        .map(|key| format!("{key:?}={:?}", s.requires[key]))
+        .collect();
+    format!(
+        "id={:?}, lease={}s, ttl={}s, max_concurrent_activities={}, requires={{{}}}",
+        s.session_id,
+        s.lease_seconds,
+        s.ttl_seconds,
+        s.max_concurrent_activities,
+        requires.join(", ")
+    )
+}
+
 /// A duration as total nanoseconds; unset is zero. i128 cannot overflow here.
 pub(crate) fn duration_nanos(d: Option<&Duration>) -> i128 {
     d.map_or(0, |d| {
@@ -488,6 +525,7 @@ mod tests {
         let r = Recorded::ActivityScheduled {
             seq: 2,
             activity_type: "charge".into(),
+            session: String::new(),
         };
         assert_eq!(r.to_string(), "ScheduleActivity(seq=2, type=\"charge\")");
     }

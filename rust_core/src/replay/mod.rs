@@ -53,6 +53,8 @@ mod tests_memo;
 #[cfg(test)]
 mod tests_search;
 #[cfg(test)]
+mod tests_sessions;
+#[cfg(test)]
 mod tests_signals;
 #[cfg(test)]
 mod tests_updates;
