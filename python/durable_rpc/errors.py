@@ -208,6 +208,12 @@ class BudgetInUseError(DurableRpcError):
     reason = "BUDGET_IN_USE"
 
 
+class StreamBatchTooLargeError(InvalidArgumentError):
+    """An append to a message stream carries more items than one append may (100)."""
+
+    reason = "STREAM_BATCH_TOO_LARGE"
+
+
 class InvalidRateLimitError(InvalidArgumentError):
     """A rate limit's permits, period or burst out of range (0, negative, malformed)."""
 
@@ -319,6 +325,7 @@ STATUS_BY_REASON: dict[str, grpc.StatusCode] = {
     ProtocolVersionUnsupportedError.reason: grpc.StatusCode.FAILED_PRECONDITION,
     SignalNotDeclaredError.reason: grpc.StatusCode.FAILED_PRECONDITION,
     InvalidRateLimitError.reason: grpc.StatusCode.INVALID_ARGUMENT,
+    StreamBatchTooLargeError.reason: grpc.StatusCode.INVALID_ARGUMENT,
 }
 
 ERROR_BY_REASON: dict[str, type[DurableRpcError]] = {
@@ -359,6 +366,7 @@ ERROR_BY_REASON: dict[str, type[DurableRpcError]] = {
         ProtocolVersionUnsupportedError,
         SignalNotDeclaredError,
         InvalidRateLimitError,
+        StreamBatchTooLargeError,
     )
 }
 

@@ -110,6 +110,7 @@ fn describe_jobs(activation: &Activation) -> Vec<String> {
             Job::ResolveChildWorkflow(c) => format!("child {} {}", c.seq, c.status),
             Job::ResolveSignalExternal(s) => format!("signal {} sent", s.seq),
             Job::ResolveBudget(b) => format!("budget {} resolved", b.seq),
+            Job::ResolveStreamRead(r) => format!("stream read {} ({} items)", r.seq, r.items.len()),
         })
         .collect()
 }

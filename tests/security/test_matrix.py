@@ -104,6 +104,7 @@ def request_for(method: Any, victim_key_id: str, tag: str) -> Message:
         "name": f"k-{tag}",
         "key_id": victim_key_id,
         "description": f"changed by {tag}",
+        "stream": "victim-stream",
     }
     fields = request.DESCRIPTOR.fields_by_name
     for name, value in values.items():
@@ -121,6 +122,9 @@ def request_for(method: Any, victim_key_id: str, tag: str) -> Message:
         definition.spec.interval.FromSeconds(3600)
     if method.name == "CreateNamespace":
         request.namespace = f"ns-{tag}"
+    if method.name == "AppendStream":
+        item = request.items.add(dedup_id=f"d-{tag}")
+        item.payload.CopyFrom(payload_pb2.Payload(data=payload.encode([1])))
     for name in ("input", "signal_input", "update_input"):
         if name in fields and fields[name].message_type.name == "Payload":
             getattr(request, name).CopyFrom(payload_pb2.Payload(data=payload.encode([1])))

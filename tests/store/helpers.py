@@ -181,6 +181,7 @@ class RecordingListener:
         self.outcomes: list[RunOutcome | None] = []
         self.answered: list[tuple[str, str]] = []
         self.updates: list[tuple[str, str]] = []
+        self.streams: list[tuple[str, str]] = []
         self.changed = asyncio.Event()
 
     def tasks_available(self, namespace: str, task_queue: str, kind: str) -> None:
@@ -202,6 +203,10 @@ class RecordingListener:
 
     def update_changed(self, namespace: str, update_id: str) -> None:
         self.updates.append((namespace, update_id))
+        self.changed.set()
+
+    def stream_appended(self, namespace: str, run_id: str) -> None:
+        self.streams.append((namespace, run_id))
         self.changed.set()
 
     async def wait_for(self, predicate: Callable[[], bool], what: str) -> None:

@@ -180,6 +180,7 @@ async def test_migrations_are_versioned_and_applied_once(db_path: Path) -> None:
             (23,),
             (24,),
             (25,),
+            (26,),
         ]
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
         assert conn.execute("SELECT name FROM namespaces").fetchall() == [("default",)]

@@ -25,6 +25,13 @@ from durable_rpc.client._schedules import (
     ScheduleOverlap,
     ScheduleSpec,
 )
+from durable_rpc.client._streams import (
+    StreamAppendResult,
+    StreamDescription,
+    StreamItem,
+    StreamPage,
+    WorkflowStream,
+)
 
 __all__ = [
     "Client",
@@ -32,6 +39,10 @@ __all__ = [
     "ScheduleDescription",
     "ScheduleOverlap",
     "ScheduleSpec",
+    "StreamAppendResult",
+    "StreamDescription",
+    "StreamItem",
+    "StreamPage",
     "TLSConfig",
     "WorkflowCancelledError",
     "WorkflowDescription",
@@ -40,6 +51,7 @@ __all__ = [
     "WorkflowInfo",
     "WorkflowOutcomeError",
     "WorkflowRedriveResult",
+    "WorkflowStream",
     "WorkflowTerminatedError",
     "WorkflowTimedOutError",
     "WorkflowUpdateFailedError",

@@ -19,6 +19,7 @@ from durable_rpc.client._errors import (
     WorkflowUpdateFailedError,
 )
 from durable_rpc.client._refs import query_ref, signal_name, update_ref
+from durable_rpc.client._streams import WorkflowStream
 from durable_rpc.errors import UpdateTimeoutError
 from durable_rpc.search_attributes import from_proto as sa_from_proto
 from durable_rpc.search_attributes import memo_from_proto
@@ -175,6 +176,11 @@ class WorkflowHandle:
         )
         response = await self.client.call(self.client.workflow_service.SignalWorkflow, request)
         return bool(response.delivered)
+
+    def stream(self, name: str, item_type: Any = Any) -> WorkflowStream:
+        """The run's message stream ``name``: append, read, subscribe, describe (items
+        converted to ``item_type``)."""
+        return WorkflowStream(self, name, item_type)
 
     async def query(
         self,

@@ -172,6 +172,8 @@ class Notifier:
         #: Callers of UpdateWorkflow waiting for the update's next stage, by (namespace,
         #: update id).
         self.changed_updates = Waiters()
+        #: Readers of a run's message streams waiting for items, by (namespace, run id).
+        self.appended_streams = Waiters()
         self._outcomes: OrderedDict[tuple[str, str], RunOutcome] = OrderedDict()
 
     def _call(self, fn: Callable[..., None], *args: object) -> None:
@@ -192,6 +194,9 @@ class Notifier:
 
     def update_changed(self, namespace: str, update_id: str) -> None:
         self._call(self.changed_updates.notify_every, (namespace, update_id))
+
+    def stream_appended(self, namespace: str, run_id: str) -> None:
+        self._call(self.appended_streams.notify_every, (namespace, run_id))
 
     def run_closed(self, namespace: str, run_id: str, outcome: RunOutcome | None = None) -> None:
         self._call(self._closed, (namespace, run_id), outcome)

@@ -83,6 +83,9 @@ def _validate_commands(commands: Sequence[workflow_task_pb2.Command]) -> None:
             if field.name == "upsert_memo":
                 for key, memo_value in value.memo.fields.items():
                     _validate.payload_bytes(f"upsert_memo.memo[{key!r}]", memo_value, has=True)
+            if field.name == "append_to_stream":
+                for index, item in enumerate(value.items):
+                    _validate.payload_bytes(f"append_to_stream.items[{index}]", item, has=True)
 
 
 def _eager_activities(

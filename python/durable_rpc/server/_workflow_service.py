@@ -26,6 +26,7 @@ from durable_rpc.server._notify import wait as wait_for_wakeup
 from durable_rpc.server._queries import QueryRelay
 from durable_rpc.server._workflow_batch import WorkflowBatchMixin
 from durable_rpc.server._workflow_redrive import WorkflowRedriveMixin
+from durable_rpc.server._workflow_streams import WorkflowStreamsMixin
 from durable_rpc.store import (
     DirectClaim,
     RunInfo,
@@ -139,7 +140,10 @@ def _list_cursor(token: bytes) -> str | None:
 
 
 class WorkflowService(
-    WorkflowRedriveMixin, WorkflowBatchMixin, service_pb2_grpc.WorkflowServiceServicer
+    WorkflowRedriveMixin,
+    WorkflowBatchMixin,
+    WorkflowStreamsMixin,
+    service_pb2_grpc.WorkflowServiceServicer,
 ):
     def __init__(
         self,

@@ -62,9 +62,13 @@ from durable_rpc.store._fleet_records import (
     WorkerRecord,
 )
 from durable_rpc.store._sqlite import SQLiteStore
+from durable_rpc.store._stream_records import StreamAppend, StreamDescription, StreamPage
 
 __all__ = [
     "Budget",
+    "StreamAppend",
+    "StreamDescription",
+    "StreamPage",
     "Admission",
     "QueueBacklog",
     "RateLimit",

@@ -28,7 +28,8 @@ from durable_rpc.store._fleet_records import (
 from durable_rpc.store._payload_records import PayloadUpload
 from durable_rpc.store._schedule_records import ScheduleDefinition, ScheduleFiring, ScheduleInfo
 from durable_rpc.store._session_records import WorkerSessionRecord
-from durable_rpc.v1 import workflow_task_pb2
+from durable_rpc.store._stream_records import StreamAppend, StreamDescription, StreamPage
+from durable_rpc.v1 import payload_pb2, workflow_task_pb2
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import MeterProvider
@@ -66,6 +67,9 @@ class StoreListener(Protocol):
 
     def update_changed(self, namespace: str, update_id: str) -> None:
         """A decision accepted, completed or rejected the update."""
+
+    def stream_appended(self, namespace: str, run_id: str) -> None:
+        """A message stream of the run got items (read them with :meth:`Store.read_stream`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -833,6 +837,40 @@ class Store(abc.ABC):
     async def describe_worker_session(self, namespace: str, session_id: str) -> WorkerSessionRecord:
         """The session as of now (``lost``: its holder's lease lapsed).
         SessionNotFoundError."""
+
+    # message streams (see _ops_streams, _streams)
+    @abc.abstractmethod
+    async def append_stream(
+        self,
+        namespace: str,
+        workflow_id: str,
+        run_id: str | None,
+        stream: str,
+        items: Sequence[tuple[str, payload_pb2.Payload]],
+    ) -> StreamAppend:
+        """Appends (dedup id, payload) items to a stream of the open run in one
+        transaction; an item whose dedup id is in the stream already keeps its offset.
+        WorkflowNotRunningError when the run is closed; StreamBatchTooLargeError past
+        100 items; InvalidArgumentError for a bad name or dedup id."""
+
+    @abc.abstractmethod
+    async def read_stream(
+        self,
+        namespace: str,
+        workflow_id: str,
+        run_id: str | None,
+        stream: str,
+        offset: int,
+        limit: int,
+    ) -> StreamPage:
+        """One bounded page from ``offset`` (``limit`` 0: 100 items); a stream nothing
+        was appended to gives an empty page."""
+
+    @abc.abstractmethod
+    async def describe_stream(
+        self, namespace: str, workflow_id: str, run_id: str | None, stream: str
+    ) -> StreamDescription:
+        """The stream's length and whether its run is open."""
 
     # budgets (see _ops_budgets, _budgets)
     @abc.abstractmethod

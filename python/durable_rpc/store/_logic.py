@@ -38,6 +38,8 @@ INPUT_EVENT_KINDS: tuple[str, ...] = (
     "external_signal_delivered",
     "external_signal_failed",
     "activity_cancelled",
+    # Message streams: the page a read consumed (store/_streams).
+    "stream_read",
 )
 
 #: Marker kinds of record_marker commands (MarkerRecorded events).
@@ -329,6 +331,8 @@ def validate_commands(commands: Sequence[workflow_task_pb2.Command]) -> CommandP
                     f"command seq {seq}: reserve_budget.amount must be > 0, "
                     f"got {command.reserve_budget.amount}"
                 )
+        elif kind in ("read_stream", "append_to_stream"):
+            _check_stream_command(command, seq)
         elif kind == "start_timer":
             _check_duration(command.start_timer.duration, f"command seq {seq}: timer duration")
             started_timers.add(seq)
@@ -357,6 +361,21 @@ def _check_group_marker(marker: workflow_task_pb2.RecordMarker, seq: int) -> Non
             f"command seq {seq}: selection_winner marker id must be the selection's seq, "
             f"got {marker.id!r}"
         )
+
+
+def _check_stream_command(command: workflow_task_pb2.Command, seq: int) -> None:
+    from durable_rpc.store._streams import check_batch, check_page, check_stream
+
+    where = f"command seq {seq}"
+    if command.HasField("read_stream"):
+        read = command.read_stream
+        check_stream(read.stream)
+        if read.limit <= 0:
+            raise InvalidArgumentError(f"{where}: read_stream.limit must be > 0")
+        check_page(read.offset, read.limit)
+        return
+    check_stream(command.append_to_stream.stream)
+    check_batch(len(command.append_to_stream.items), where)
 
 
 def lease_lost_message(task_id: int, worker_id: str, fencing_token: int) -> str:

@@ -22,6 +22,7 @@ from durable_rpc.store._queue_limits import task_queue_limits_table
 from durable_rpc.store._rate_limits import rate_limits_table
 from durable_rpc.store._schedule_buffer import schedule_buffer_table
 from durable_rpc.store._sessions import session_tables
+from durable_rpc.store._streams import stream_tables
 
 #: The database clock in integer milliseconds since the epoch (SQLite).
 SQLITE_NOW_MS = "CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)"
@@ -459,6 +460,7 @@ SQLITE_MIGRATIONS: tuple[Migration, ...] = (
     Migration(23, "declared signals of definitions", DECLARED_SIGNALS_MIGRATION),
     Migration(24, "budget refill rates", budget_refill_columns("INTEGER")),
     Migration(25, "worker sessions", session_tables("INTEGER", "BLOB")),
+    Migration(26, "message streams", stream_tables("INTEGER", "BLOB")),
 )
 
 

@@ -35,6 +35,7 @@ from durable_rpc.store._ops_retention import _RetentionOps
 from durable_rpc.store._ops_runs import _RunOps
 from durable_rpc.store._ops_schedules import _ScheduleOps
 from durable_rpc.store._ops_sessions import _SessionOps
+from durable_rpc.store._ops_streams import _StreamOps
 from durable_rpc.store._ops_updates import _UpdateOps
 from durable_rpc.store._ops_workers import _WorkerOps
 from durable_rpc.store._ops_workflow_tasks import _WorkflowTaskOps
@@ -66,6 +67,7 @@ class SqlStore(
     _ScheduleOps,
     _RateLimitOps,
     _SessionOps,
+    _StreamOps,
 ):
     """The dialect-independent half of a SQL backend."""
 

@@ -18,6 +18,7 @@ from durable_rpc.store._runs import continue_as_new
 from durable_rpc.store._search import parse_search_attributes, write_search_attributes
 from durable_rpc.store._sessions import fail_for_closed, schedule_into
 from durable_rpc.store._shared import append_event, close_run
+from durable_rpc.store._streams import append_items, record_read
 from durable_rpc.store._tx import Row, Tx
 from durable_rpc.v1 import history_pb2, options_pb2, payload_pb2, workflow_task_pb2
 
@@ -236,6 +237,45 @@ class _CommandOps(_SqlOpsBase):
                 history_pb2.BudgetReleased(seq=command.seq),
             )
             _budgets.release(tx, namespace, run_id, command.seq, now)
+            return False
+        if kind == "read_stream":
+            read = command.read_stream
+            append_event(
+                tx,
+                namespace,
+                run_id,
+                now,
+                "stream_read_requested",
+                history_pb2.StreamReadRequested(
+                    seq=command.seq,
+                    stream=read.stream,
+                    offset=read.offset,
+                    limit=read.limit,
+                    wait=read.wait,
+                ),
+            )
+            record_read(tx, namespace, run, command.seq, read, now)
+            return False
+        if kind == "append_to_stream":
+            appending = command.append_to_stream
+            stream = appending.stream
+            # The command's seq deduplicates: a decision is recorded once, and replay
+            # never sends a recorded command again.
+            items = [(f"@{command.seq}:{i}", item) for i, item in enumerate(appending.items)]
+            offsets, _ = append_items(tx, namespace, run, stream, items, now, deciding=True)
+            append_event(
+                tx,
+                namespace,
+                run_id,
+                now,
+                "stream_appended",
+                history_pb2.StreamAppended(
+                    seq=command.seq,
+                    stream=stream,
+                    first_offset=offsets[0],
+                    count=len(offsets),
+                ),
+            )
             return False
         raise InvalidArgumentError(f"unsupported command kind {kind!r}")
 

@@ -42,6 +42,9 @@ RUN_TABLES = (
     "budget_reservations",
     # A run's own worker session ("run:" + its id); a named one has no run_id.
     "worker_sessions",
+    # A run's message streams and the reads of its code waiting on them (store/_streams).
+    "stream_items",
+    "stream_reads",
 )
 
 #: A worker's rows, keyed by (namespace, worker_id); ``workers`` last.

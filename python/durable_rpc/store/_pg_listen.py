@@ -42,7 +42,12 @@ _KINDS: frozenset[str] = frozenset({"workflow", "activity", "query"})
 
 def _pair_lists(notes: Notes) -> tuple[tuple[str, list[tuple[str, str]]], ...]:
     """The notes' lists of (namespace, id) pairs, by payload key."""
-    return (("c", notes.closed), ("a", notes.answered), ("u", notes.updates))
+    return (
+        ("c", notes.closed),
+        ("a", notes.answered),
+        ("u", notes.updates),
+        ("s", notes.streams),
+    )
 
 
 def encode(origin: str, notes: Notes) -> list[str]:

@@ -35,6 +35,7 @@ from durable_rpc.store._queue_limits import pg_migration as queue_limits_pg_migr
 from durable_rpc.store._rate_limits import pg_migration as rate_limits_pg_migration
 from durable_rpc.store._schedule_buffer import schedule_buffer_table
 from durable_rpc.store._sessions import session_tables
+from durable_rpc.store._streams import stream_tables
 
 #: The database clock in integer milliseconds since the epoch (PostgreSQL). The real
 #: time at evaluation (clock_timestamp), not the transaction's start (now()): a
@@ -207,4 +208,5 @@ PG_MIGRATIONS: tuple[Migration, ...] = (
     Migration(23, "declared signals of definitions", DECLARED_SIGNALS_MIGRATION),
     Migration(24, "budget refill rates", budget_refill_columns("BIGINT")),
     Migration(25, "worker sessions", session_tables("BIGINT", "BYTEA")),
+    Migration(26, "message streams", stream_tables("BIGINT", "BYTEA")),
 )

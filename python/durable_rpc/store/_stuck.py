@@ -16,7 +16,8 @@ that applies, in this order:
    live worker that serves it is progress (no sentence); else the first open activity
    by seq: leased by worker W until T, in backoff until T after N attempts (the last
    error), or queued with no live worker registering it; then the earliest timer; then
-   an open child run; else a signal or a condition.
+   an open child run; then a read of a message stream waiting for an item (``_streams``);
+   else a signal or a condition.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from durable_rpc.store._budgets import waiting_reason as budget_waiting_reason
 from durable_rpc.store._liveness import LIVE_WORKER, live_since
 from durable_rpc.store._ops_leases import definition_unavailable_reason
 from durable_rpc.store._shared import ACTIVE
+from durable_rpc.store._streams import waiting_reason as stream_waiting_reason
 from durable_rpc.store._tx import Row, Tx
 from durable_rpc.v1 import payload_pb2
 
@@ -86,6 +88,9 @@ def stuck_reason(
             f"Waiting for child workflow {child['workflow_id']!r} "
             f"({child['workflow_type']}) to close."
         )
+    stream = stream_waiting_reason(tx, namespace, run_id)
+    if stream:
+        return stream
     return (
         "Waiting for a signal or a condition: no workflow task, activity, timer or child "
         "is pending, so only new input (a signal, an update, a cancellation) moves it."

@@ -36,11 +36,19 @@ class Notes:
     updates: list[tuple[str, str]] = field(default_factory=list)
     #: API keys created or revoked: replicas that cache keys forget them (PostgreSQL).
     keys: list[str] = field(default_factory=list)
+    #: Runs a message stream of which got items, by (namespace, run id).
+    streams: list[tuple[str, str]] = field(default_factory=list)
 
     def __bool__(self) -> bool:
         """Whether there is anything to deliver (outcomes ride along with ``closed``)."""
         return bool(
-            self.tasks or self.due or self.closed or self.answered or self.updates or self.keys
+            self.tasks
+            or self.due
+            or self.closed
+            or self.answered
+            or self.updates
+            or self.keys
+            or self.streams
         )
 
     def deliver(self, listener: StoreListener) -> None:
@@ -54,6 +62,8 @@ class Notes:
             listener.query_answered(namespace, query_id)
         for namespace, update_id in self.updates:
             listener.update_changed(namespace, update_id)
+        for namespace, run_id in self.streams:
+            listener.stream_appended(namespace, run_id)
 
 
 class Tx(abc.ABC):

@@ -7,6 +7,7 @@ from collections import abc as _abc
 from durable_rpc.v1 import options_pb2 as _options_pb2
 from durable_rpc.v1 import payload_pb2 as _payload_pb2
 from durable_rpc.v1 import search_attributes_pb2 as _search_attributes_pb2
+from durable_rpc.v1 import streams_pb2 as _streams_pb2
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import message as _message
@@ -103,6 +104,9 @@ class HistoryEvent(_message.Message):
     BUDGET_RELEASED_FIELD_NUMBER: _builtins.int
     BUDGET_RESERVED_FIELD_NUMBER: _builtins.int
     BUDGET_RESERVE_FAILED_FIELD_NUMBER: _builtins.int
+    STREAM_READ_REQUESTED_FIELD_NUMBER: _builtins.int
+    STREAM_READ_FIELD_NUMBER: _builtins.int
+    STREAM_APPENDED_FIELD_NUMBER: _builtins.int
     event_id: _builtins.int
     @_builtins.property
     def event_time(self) -> _timestamp_pb2.Timestamp: ...
@@ -213,6 +217,16 @@ class HistoryEvent(_message.Message):
     def budget_reserved(self) -> Global___BudgetReserved: ...
     @_builtins.property
     def budget_reserve_failed(self) -> Global___BudgetReserveFailed: ...
+    @_builtins.property
+    def stream_read_requested(self) -> Global___StreamReadRequested:
+        """Message streams (numbers 120-129). Command events: stream_read_requested,
+        stream_appended. Input event (seq = the read's seq): stream_read.
+        """
+
+    @_builtins.property
+    def stream_read(self) -> Global___StreamRead: ...
+    @_builtins.property
+    def stream_appended(self) -> Global___StreamAppended: ...
     def __init__(
         self,
         *,
@@ -257,12 +271,15 @@ class HistoryEvent(_message.Message):
         budget_released: Global___BudgetReleased | None = ...,
         budget_reserved: Global___BudgetReserved | None = ...,
         budget_reserve_failed: Global___BudgetReserveFailed | None = ...,
+        stream_read_requested: Global___StreamReadRequested | None = ...,
+        stream_read: Global___StreamRead | None = ...,
+        stream_appended: Global___StreamAppended | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["activity_cancel_requested", b"activity_cancel_requested", "activity_cancelled", b"activity_cancelled", "activity_completed", b"activity_completed", "activity_failed", b"activity_failed", "activity_scheduled", b"activity_scheduled", "attributes", b"attributes", "budget_released", b"budget_released", "budget_reservation_requested", b"budget_reservation_requested", "budget_reserve_failed", b"budget_reserve_failed", "budget_reserved", b"budget_reserved", "cancel_requested", b"cancel_requested", "child_cancel_requested", b"child_cancel_requested", "child_workflow_cancelled", b"child_workflow_cancelled", "child_workflow_completed", b"child_workflow_completed", "child_workflow_failed", b"child_workflow_failed", "child_workflow_initiated", b"child_workflow_initiated", "child_workflow_start_failed", b"child_workflow_start_failed", "child_workflow_started", b"child_workflow_started", "child_workflow_terminated", b"child_workflow_terminated", "child_workflow_timed_out", b"child_workflow_timed_out", "event_time", b"event_time", "external_signal_delivered", b"external_signal_delivered", "external_signal_failed", b"external_signal_failed", "external_signal_initiated", b"external_signal_initiated", "marker_recorded", b"marker_recorded", "memo_upserted", b"memo_upserted", "search_attributes_upserted", b"search_attributes_upserted", "signal_received", b"signal_received", "timer_cancelled", b"timer_cancelled", "timer_fired", b"timer_fired", "timer_started", b"timer_started", "update_accepted", b"update_accepted", "update_completed", b"update_completed", "workflow_cancelled", b"workflow_cancelled", "workflow_completed", b"workflow_completed", "workflow_continued_as_new", b"workflow_continued_as_new", "workflow_failed", b"workflow_failed", "workflow_started", b"workflow_started", "workflow_task_completed", b"workflow_task_completed", "workflow_terminated", b"workflow_terminated", "workflow_timed_out", b"workflow_timed_out"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["activity_cancel_requested", b"activity_cancel_requested", "activity_cancelled", b"activity_cancelled", "activity_completed", b"activity_completed", "activity_failed", b"activity_failed", "activity_scheduled", b"activity_scheduled", "attributes", b"attributes", "budget_released", b"budget_released", "budget_reservation_requested", b"budget_reservation_requested", "budget_reserve_failed", b"budget_reserve_failed", "budget_reserved", b"budget_reserved", "cancel_requested", b"cancel_requested", "child_cancel_requested", b"child_cancel_requested", "child_workflow_cancelled", b"child_workflow_cancelled", "child_workflow_completed", b"child_workflow_completed", "child_workflow_failed", b"child_workflow_failed", "child_workflow_initiated", b"child_workflow_initiated", "child_workflow_start_failed", b"child_workflow_start_failed", "child_workflow_started", b"child_workflow_started", "child_workflow_terminated", b"child_workflow_terminated", "child_workflow_timed_out", b"child_workflow_timed_out", "event_time", b"event_time", "external_signal_delivered", b"external_signal_delivered", "external_signal_failed", b"external_signal_failed", "external_signal_initiated", b"external_signal_initiated", "marker_recorded", b"marker_recorded", "memo_upserted", b"memo_upserted", "search_attributes_upserted", b"search_attributes_upserted", "signal_received", b"signal_received", "stream_appended", b"stream_appended", "stream_read", b"stream_read", "stream_read_requested", b"stream_read_requested", "timer_cancelled", b"timer_cancelled", "timer_fired", b"timer_fired", "timer_started", b"timer_started", "update_accepted", b"update_accepted", "update_completed", b"update_completed", "workflow_cancelled", b"workflow_cancelled", "workflow_completed", b"workflow_completed", "workflow_continued_as_new", b"workflow_continued_as_new", "workflow_failed", b"workflow_failed", "workflow_started", b"workflow_started", "workflow_task_completed", b"workflow_task_completed", "workflow_terminated", b"workflow_terminated", "workflow_timed_out", b"workflow_timed_out"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity_cancel_requested", b"activity_cancel_requested", "activity_cancelled", b"activity_cancelled", "activity_completed", b"activity_completed", "activity_failed", b"activity_failed", "activity_scheduled", b"activity_scheduled", "attributes", b"attributes", "budget_released", b"budget_released", "budget_reservation_requested", b"budget_reservation_requested", "budget_reserve_failed", b"budget_reserve_failed", "budget_reserved", b"budget_reserved", "cancel_requested", b"cancel_requested", "child_cancel_requested", b"child_cancel_requested", "child_workflow_cancelled", b"child_workflow_cancelled", "child_workflow_completed", b"child_workflow_completed", "child_workflow_failed", b"child_workflow_failed", "child_workflow_initiated", b"child_workflow_initiated", "child_workflow_start_failed", b"child_workflow_start_failed", "child_workflow_started", b"child_workflow_started", "child_workflow_terminated", b"child_workflow_terminated", "child_workflow_timed_out", b"child_workflow_timed_out", "event_id", b"event_id", "event_time", b"event_time", "external_signal_delivered", b"external_signal_delivered", "external_signal_failed", b"external_signal_failed", "external_signal_initiated", b"external_signal_initiated", "marker_recorded", b"marker_recorded", "memo_upserted", b"memo_upserted", "search_attributes_upserted", b"search_attributes_upserted", "signal_received", b"signal_received", "timer_cancelled", b"timer_cancelled", "timer_fired", b"timer_fired", "timer_started", b"timer_started", "update_accepted", b"update_accepted", "update_completed", b"update_completed", "workflow_cancelled", b"workflow_cancelled", "workflow_completed", b"workflow_completed", "workflow_continued_as_new", b"workflow_continued_as_new", "workflow_failed", b"workflow_failed", "workflow_started", b"workflow_started", "workflow_task_completed", b"workflow_task_completed", "workflow_terminated", b"workflow_terminated", "workflow_timed_out", b"workflow_timed_out"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity_cancel_requested", b"activity_cancel_requested", "activity_cancelled", b"activity_cancelled", "activity_completed", b"activity_completed", "activity_failed", b"activity_failed", "activity_scheduled", b"activity_scheduled", "attributes", b"attributes", "budget_released", b"budget_released", "budget_reservation_requested", b"budget_reservation_requested", "budget_reserve_failed", b"budget_reserve_failed", "budget_reserved", b"budget_reserved", "cancel_requested", b"cancel_requested", "child_cancel_requested", b"child_cancel_requested", "child_workflow_cancelled", b"child_workflow_cancelled", "child_workflow_completed", b"child_workflow_completed", "child_workflow_failed", b"child_workflow_failed", "child_workflow_initiated", b"child_workflow_initiated", "child_workflow_start_failed", b"child_workflow_start_failed", "child_workflow_started", b"child_workflow_started", "child_workflow_terminated", b"child_workflow_terminated", "child_workflow_timed_out", b"child_workflow_timed_out", "event_id", b"event_id", "event_time", b"event_time", "external_signal_delivered", b"external_signal_delivered", "external_signal_failed", b"external_signal_failed", "external_signal_initiated", b"external_signal_initiated", "marker_recorded", b"marker_recorded", "memo_upserted", b"memo_upserted", "search_attributes_upserted", b"search_attributes_upserted", "signal_received", b"signal_received", "stream_appended", b"stream_appended", "stream_read", b"stream_read", "stream_read_requested", b"stream_read_requested", "timer_cancelled", b"timer_cancelled", "timer_fired", b"timer_fired", "timer_started", b"timer_started", "update_accepted", b"update_accepted", "update_completed", b"update_completed", "workflow_cancelled", b"workflow_cancelled", "workflow_completed", b"workflow_completed", "workflow_continued_as_new", b"workflow_continued_as_new", "workflow_failed", b"workflow_failed", "workflow_started", b"workflow_started", "workflow_task_completed", b"workflow_task_completed", "workflow_terminated", b"workflow_terminated", "workflow_timed_out", b"workflow_timed_out"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_attributes: _TypeAlias = _typing.Literal["workflow_started", "workflow_task_completed", "activity_scheduled", "activity_completed", "activity_failed", "timer_started", "timer_fired", "timer_cancelled", "signal_received", "cancel_requested", "workflow_completed", "workflow_failed", "workflow_cancelled", "workflow_terminated", "marker_recorded", "search_attributes_upserted", "workflow_timed_out", "memo_upserted", "update_accepted", "update_completed", "workflow_continued_as_new", "activity_cancel_requested", "activity_cancelled", "child_workflow_initiated", "child_cancel_requested", "child_workflow_started", "child_workflow_start_failed", "child_workflow_completed", "child_workflow_failed", "child_workflow_cancelled", "child_workflow_terminated", "child_workflow_timed_out", "external_signal_initiated", "external_signal_delivered", "external_signal_failed", "budget_reservation_requested", "budget_released", "budget_reserved", "budget_reserve_failed"]  # noqa: Y015
+    _WhichOneofReturnType_attributes: _TypeAlias = _typing.Literal["workflow_started", "workflow_task_completed", "activity_scheduled", "activity_completed", "activity_failed", "timer_started", "timer_fired", "timer_cancelled", "signal_received", "cancel_requested", "workflow_completed", "workflow_failed", "workflow_cancelled", "workflow_terminated", "marker_recorded", "search_attributes_upserted", "workflow_timed_out", "memo_upserted", "update_accepted", "update_completed", "workflow_continued_as_new", "activity_cancel_requested", "activity_cancelled", "child_workflow_initiated", "child_cancel_requested", "child_workflow_started", "child_workflow_start_failed", "child_workflow_completed", "child_workflow_failed", "child_workflow_cancelled", "child_workflow_terminated", "child_workflow_timed_out", "external_signal_initiated", "external_signal_delivered", "external_signal_failed", "budget_reservation_requested", "budget_released", "budget_reserved", "budget_reserve_failed", "stream_read_requested", "stream_read", "stream_appended"]  # noqa: Y015
     _WhichOneofArgType_attributes: _TypeAlias = _typing.Literal["attributes", b"attributes"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_attributes) -> _WhichOneofReturnType_attributes | None: ...
 
@@ -1446,3 +1463,107 @@ class BudgetReserveFailed(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___BudgetReserveFailed: _TypeAlias = BudgetReserveFailed  # noqa: Y015
+
+@_typing.final
+class StreamReadRequested(_message.Message):
+    """A command event: workflow code asked for up to `limit` items of its stream `stream`
+    from `offset` (waiting for one when `wait` and none is there yet).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SEQ_FIELD_NUMBER: _builtins.int
+    STREAM_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    LIMIT_FIELD_NUMBER: _builtins.int
+    WAIT_FIELD_NUMBER: _builtins.int
+    seq: _builtins.int
+    stream: _builtins.str
+    offset: _builtins.int
+    limit: _builtins.int
+    wait: _builtins.bool
+    def __init__(
+        self,
+        *,
+        seq: _builtins.int = ...,
+        stream: _builtins.str = ...,
+        offset: _builtins.int = ...,
+        limit: _builtins.int = ...,
+        wait: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["limit", b"limit", "offset", b"offset", "seq", b"seq", "stream", b"stream", "wait", b"wait"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StreamReadRequested: _TypeAlias = StreamReadRequested  # noqa: Y015
+
+@_typing.final
+class StreamRead(_message.Message):
+    """An input event: the page the read of `seq` consumed (in the decision that asked, or in
+    the transaction of the append that ended its wait): items from `offset`, and the
+    offset that continues it. Workflow code reads a stream only through these events.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SEQ_FIELD_NUMBER: _builtins.int
+    STREAM_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    ITEMS_FIELD_NUMBER: _builtins.int
+    NEXT_OFFSET_FIELD_NUMBER: _builtins.int
+    seq: _builtins.int
+    stream: _builtins.str
+    offset: _builtins.int
+    next_offset: _builtins.int
+    @_builtins.property
+    def items(self) -> _containers.RepeatedCompositeFieldContainer[_streams_pb2.StreamItem]: ...
+    def __init__(
+        self,
+        *,
+        seq: _builtins.int = ...,
+        stream: _builtins.str = ...,
+        offset: _builtins.int = ...,
+        items: _abc.Iterable[_streams_pb2.StreamItem] | None = ...,
+        next_offset: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["items", b"items", "next_offset", b"next_offset", "offset", b"offset", "seq", b"seq", "stream", b"stream"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StreamRead: _TypeAlias = StreamRead  # noqa: Y015
+
+@_typing.final
+class StreamAppended(_message.Message):
+    """A command event: workflow code appended `count` items to its stream `stream`, at
+    offsets first_offset.. (their dedup ids "@<seq>:<index>").
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SEQ_FIELD_NUMBER: _builtins.int
+    STREAM_FIELD_NUMBER: _builtins.int
+    FIRST_OFFSET_FIELD_NUMBER: _builtins.int
+    COUNT_FIELD_NUMBER: _builtins.int
+    seq: _builtins.int
+    stream: _builtins.str
+    first_offset: _builtins.int
+    count: _builtins.int
+    def __init__(
+        self,
+        *,
+        seq: _builtins.int = ...,
+        stream: _builtins.str = ...,
+        first_offset: _builtins.int = ...,
+        count: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["count", b"count", "first_offset", b"first_offset", "seq", b"seq", "stream", b"stream"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StreamAppended: _TypeAlias = StreamAppended  # noqa: Y015

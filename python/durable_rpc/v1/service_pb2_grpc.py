@@ -4,6 +4,7 @@ import grpc
 import warnings
 
 from durable_rpc.v1 import service_pb2 as durable__rpc_dot_v1_dot_service__pb2
+from durable_rpc.v1 import streams_pb2 as durable__rpc_dot_v1_dot_streams__pb2
 
 GRPC_GENERATED_VERSION = '1.80.0'
 GRPC_VERSION = grpc.__version__
@@ -111,6 +112,21 @@ class WorkflowServiceStub(object):
                 '/durable_rpc.v1.WorkflowService/BatchWorkflows',
                 request_serializer=durable__rpc_dot_v1_dot_service__pb2.BatchWorkflowsRequest.SerializeToString,
                 response_deserializer=durable__rpc_dot_v1_dot_service__pb2.BatchWorkflowsProgress.FromString,
+                _registered_method=True)
+        self.AppendStream = channel.unary_unary(
+                '/durable_rpc.v1.WorkflowService/AppendStream',
+                request_serializer=durable__rpc_dot_v1_dot_streams__pb2.AppendStreamRequest.SerializeToString,
+                response_deserializer=durable__rpc_dot_v1_dot_streams__pb2.AppendStreamResponse.FromString,
+                _registered_method=True)
+        self.ReadStream = channel.unary_unary(
+                '/durable_rpc.v1.WorkflowService/ReadStream',
+                request_serializer=durable__rpc_dot_v1_dot_streams__pb2.ReadStreamRequest.SerializeToString,
+                response_deserializer=durable__rpc_dot_v1_dot_streams__pb2.ReadStreamResponse.FromString,
+                _registered_method=True)
+        self.DescribeStream = channel.unary_unary(
+                '/durable_rpc.v1.WorkflowService/DescribeStream',
+                request_serializer=durable__rpc_dot_v1_dot_streams__pb2.DescribeStreamRequest.SerializeToString,
+                response_deserializer=durable__rpc_dot_v1_dot_streams__pb2.DescribeStreamResponse.FromString,
                 _registered_method=True)
 
 
@@ -235,6 +251,31 @@ class WorkflowServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AppendStream(self, request, context):
+        """Message streams of a run (streams.proto; docs/engine.md, "Message streams").
+        Appends items to a stream of an open run, deduplicated by each item's dedup id
+        (WORKFLOW_NOT_RUNNING when the run is closed, STREAM_BATCH_TOO_LARGE past 100
+        items); wakes a workflow task of the run when its code waits on that stream.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReadStream(self, request, context):
+        """Reads one bounded page from an offset; with wait_timeout, a long poll that an
+        append wakes (what a subscription from a cursor repeats).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeStream(self, request, context):
+        """A stream's length and whether it is open (its run is open).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WorkflowServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -307,6 +348,21 @@ def add_WorkflowServiceServicer_to_server(servicer, server):
                     servicer.BatchWorkflows,
                     request_deserializer=durable__rpc_dot_v1_dot_service__pb2.BatchWorkflowsRequest.FromString,
                     response_serializer=durable__rpc_dot_v1_dot_service__pb2.BatchWorkflowsProgress.SerializeToString,
+            ),
+            'AppendStream': grpc.unary_unary_rpc_method_handler(
+                    servicer.AppendStream,
+                    request_deserializer=durable__rpc_dot_v1_dot_streams__pb2.AppendStreamRequest.FromString,
+                    response_serializer=durable__rpc_dot_v1_dot_streams__pb2.AppendStreamResponse.SerializeToString,
+            ),
+            'ReadStream': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReadStream,
+                    request_deserializer=durable__rpc_dot_v1_dot_streams__pb2.ReadStreamRequest.FromString,
+                    response_serializer=durable__rpc_dot_v1_dot_streams__pb2.ReadStreamResponse.SerializeToString,
+            ),
+            'DescribeStream': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeStream,
+                    request_deserializer=durable__rpc_dot_v1_dot_streams__pb2.DescribeStreamRequest.FromString,
+                    response_serializer=durable__rpc_dot_v1_dot_streams__pb2.DescribeStreamResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -695,6 +751,87 @@ class WorkflowService(object):
             '/durable_rpc.v1.WorkflowService/BatchWorkflows',
             durable__rpc_dot_v1_dot_service__pb2.BatchWorkflowsRequest.SerializeToString,
             durable__rpc_dot_v1_dot_service__pb2.BatchWorkflowsProgress.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AppendStream(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/durable_rpc.v1.WorkflowService/AppendStream',
+            durable__rpc_dot_v1_dot_streams__pb2.AppendStreamRequest.SerializeToString,
+            durable__rpc_dot_v1_dot_streams__pb2.AppendStreamResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReadStream(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/durable_rpc.v1.WorkflowService/ReadStream',
+            durable__rpc_dot_v1_dot_streams__pb2.ReadStreamRequest.SerializeToString,
+            durable__rpc_dot_v1_dot_streams__pb2.ReadStreamResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeStream(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/durable_rpc.v1.WorkflowService/DescribeStream',
+            durable__rpc_dot_v1_dot_streams__pb2.DescribeStreamRequest.SerializeToString,
+            durable__rpc_dot_v1_dot_streams__pb2.DescribeStreamResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -5,6 +5,7 @@ isort:skip_file
 
 from collections import abc as _abc
 from durable_rpc.v1 import service_pb2 as _service_pb2
+from durable_rpc.v1 import streams_pb2 as _streams_pb2
 from grpc import aio as _aio
 import abc as _abc_1
 import grpc as _grpc
@@ -87,6 +88,18 @@ class WorkflowServiceStub:
     Safe to re-run: closed runs are skipped, and a signal carries a request id made of
     the batch id and the run id, so no run gets a batch's signal twice.
     """
+    AppendStream: _grpc.UnaryUnaryMultiCallable[_streams_pb2.AppendStreamRequest, _streams_pb2.AppendStreamResponse]
+    """Message streams of a run (streams.proto; docs/engine.md, "Message streams").
+    Appends items to a stream of an open run, deduplicated by each item's dedup id
+    (WORKFLOW_NOT_RUNNING when the run is closed, STREAM_BATCH_TOO_LARGE past 100
+    items); wakes a workflow task of the run when its code waits on that stream.
+    """
+    ReadStream: _grpc.UnaryUnaryMultiCallable[_streams_pb2.ReadStreamRequest, _streams_pb2.ReadStreamResponse]
+    """Reads one bounded page from an offset; with wait_timeout, a long poll that an
+    append wakes (what a subscription from a cursor repeats).
+    """
+    DescribeStream: _grpc.UnaryUnaryMultiCallable[_streams_pb2.DescribeStreamRequest, _streams_pb2.DescribeStreamResponse]
+    """A stream's length and whether it is open (its run is open)."""
 
 @_typing.type_check_only
 class WorkflowServiceAsyncStub(WorkflowServiceStub):
@@ -147,6 +160,18 @@ class WorkflowServiceAsyncStub(WorkflowServiceStub):
     Safe to re-run: closed runs are skipped, and a signal carries a request id made of
     the batch id and the run id, so no run gets a batch's signal twice.
     """
+    AppendStream: _aio.UnaryUnaryMultiCallable[_streams_pb2.AppendStreamRequest, _streams_pb2.AppendStreamResponse]  # type: ignore[assignment]
+    """Message streams of a run (streams.proto; docs/engine.md, "Message streams").
+    Appends items to a stream of an open run, deduplicated by each item's dedup id
+    (WORKFLOW_NOT_RUNNING when the run is closed, STREAM_BATCH_TOO_LARGE past 100
+    items); wakes a workflow task of the run when its code waits on that stream.
+    """
+    ReadStream: _aio.UnaryUnaryMultiCallable[_streams_pb2.ReadStreamRequest, _streams_pb2.ReadStreamResponse]  # type: ignore[assignment]
+    """Reads one bounded page from an offset; with wait_timeout, a long poll that an
+    append wakes (what a subscription from a cursor repeats).
+    """
+    DescribeStream: _aio.UnaryUnaryMultiCallable[_streams_pb2.DescribeStreamRequest, _streams_pb2.DescribeStreamResponse]  # type: ignore[assignment]
+    """A stream's length and whether it is open (its run is open)."""
 
 class WorkflowServiceServicer(metaclass=_abc_1.ABCMeta):
     """Errors: every failed call carries a google.rpc.Status whose details hold a
@@ -288,6 +313,36 @@ class WorkflowServiceServicer(metaclass=_abc_1.ABCMeta):
         Safe to re-run: closed runs are skipped, and a signal carries a request id made of
         the batch id and the run id, so no run gets a batch's signal twice.
         """
+
+    @_abc_1.abstractmethod
+    def AppendStream(
+        self,
+        request: _streams_pb2.AppendStreamRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_streams_pb2.AppendStreamResponse, _abc.Awaitable[_streams_pb2.AppendStreamResponse]]:
+        """Message streams of a run (streams.proto; docs/engine.md, "Message streams").
+        Appends items to a stream of an open run, deduplicated by each item's dedup id
+        (WORKFLOW_NOT_RUNNING when the run is closed, STREAM_BATCH_TOO_LARGE past 100
+        items); wakes a workflow task of the run when its code waits on that stream.
+        """
+
+    @_abc_1.abstractmethod
+    def ReadStream(
+        self,
+        request: _streams_pb2.ReadStreamRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_streams_pb2.ReadStreamResponse, _abc.Awaitable[_streams_pb2.ReadStreamResponse]]:
+        """Reads one bounded page from an offset; with wait_timeout, a long poll that an
+        append wakes (what a subscription from a cursor repeats).
+        """
+
+    @_abc_1.abstractmethod
+    def DescribeStream(
+        self,
+        request: _streams_pb2.DescribeStreamRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_streams_pb2.DescribeStreamResponse, _abc.Awaitable[_streams_pb2.DescribeStreamResponse]]:
+        """A stream's length and whether it is open (its run is open)."""
 
 def add_WorkflowServiceServicer_to_server(servicer: WorkflowServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 

@@ -7,6 +7,7 @@ from collections import abc as _abc
 from durable_rpc.v1 import options_pb2 as _options_pb2
 from durable_rpc.v1 import payload_pb2 as _payload_pb2
 from durable_rpc.v1 import search_attributes_pb2 as _search_attributes_pb2
+from durable_rpc.v1 import streams_pb2 as _streams_pb2
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import message as _message
@@ -51,6 +52,8 @@ class Command(_message.Message):
     SIGNAL_EXTERNAL_WORKFLOW_FIELD_NUMBER: _builtins.int
     RESERVE_BUDGET_FIELD_NUMBER: _builtins.int
     RELEASE_BUDGET_FIELD_NUMBER: _builtins.int
+    READ_STREAM_FIELD_NUMBER: _builtins.int
+    APPEND_TO_STREAM_FIELD_NUMBER: _builtins.int
     seq: _builtins.int
     @_builtins.property
     def schedule_activity(self) -> Global___ScheduleActivity: ...
@@ -104,6 +107,12 @@ class Command(_message.Message):
 
     @_builtins.property
     def release_budget(self) -> Global___ReleaseBudget: ...
+    @_builtins.property
+    def read_stream(self) -> Global___ReadStream:
+        """Message streams (numbers 120-129): workflow.stream(name)."""
+
+    @_builtins.property
+    def append_to_stream(self) -> Global___AppendToStream: ...
     def __init__(
         self,
         *,
@@ -126,12 +135,14 @@ class Command(_message.Message):
         signal_external_workflow: Global___SignalExternalWorkflow | None = ...,
         reserve_budget: Global___ReserveBudget | None = ...,
         release_budget: Global___ReleaseBudget | None = ...,
+        read_stream: Global___ReadStream | None = ...,
+        append_to_stream: Global___AppendToStream | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["accept_update", b"accept_update", "cancel_timer", b"cancel_timer", "cancel_workflow", b"cancel_workflow", "complete_update", b"complete_update", "complete_workflow", b"complete_workflow", "continue_as_new", b"continue_as_new", "fail_workflow", b"fail_workflow", "kind", b"kind", "record_marker", b"record_marker", "release_budget", b"release_budget", "request_cancel_activity", b"request_cancel_activity", "request_cancel_child_workflow", b"request_cancel_child_workflow", "reserve_budget", b"reserve_budget", "schedule_activity", b"schedule_activity", "signal_external_workflow", b"signal_external_workflow", "start_child_workflow", b"start_child_workflow", "start_timer", b"start_timer", "upsert_memo", b"upsert_memo", "upsert_search_attributes", b"upsert_search_attributes"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["accept_update", b"accept_update", "append_to_stream", b"append_to_stream", "cancel_timer", b"cancel_timer", "cancel_workflow", b"cancel_workflow", "complete_update", b"complete_update", "complete_workflow", b"complete_workflow", "continue_as_new", b"continue_as_new", "fail_workflow", b"fail_workflow", "kind", b"kind", "read_stream", b"read_stream", "record_marker", b"record_marker", "release_budget", b"release_budget", "request_cancel_activity", b"request_cancel_activity", "request_cancel_child_workflow", b"request_cancel_child_workflow", "reserve_budget", b"reserve_budget", "schedule_activity", b"schedule_activity", "signal_external_workflow", b"signal_external_workflow", "start_child_workflow", b"start_child_workflow", "start_timer", b"start_timer", "upsert_memo", b"upsert_memo", "upsert_search_attributes", b"upsert_search_attributes"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["accept_update", b"accept_update", "cancel_timer", b"cancel_timer", "cancel_workflow", b"cancel_workflow", "complete_update", b"complete_update", "complete_workflow", b"complete_workflow", "continue_as_new", b"continue_as_new", "fail_workflow", b"fail_workflow", "kind", b"kind", "record_marker", b"record_marker", "release_budget", b"release_budget", "request_cancel_activity", b"request_cancel_activity", "request_cancel_child_workflow", b"request_cancel_child_workflow", "reserve_budget", b"reserve_budget", "schedule_activity", b"schedule_activity", "seq", b"seq", "signal_external_workflow", b"signal_external_workflow", "start_child_workflow", b"start_child_workflow", "start_timer", b"start_timer", "upsert_memo", b"upsert_memo", "upsert_search_attributes", b"upsert_search_attributes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accept_update", b"accept_update", "append_to_stream", b"append_to_stream", "cancel_timer", b"cancel_timer", "cancel_workflow", b"cancel_workflow", "complete_update", b"complete_update", "complete_workflow", b"complete_workflow", "continue_as_new", b"continue_as_new", "fail_workflow", b"fail_workflow", "kind", b"kind", "read_stream", b"read_stream", "record_marker", b"record_marker", "release_budget", b"release_budget", "request_cancel_activity", b"request_cancel_activity", "request_cancel_child_workflow", b"request_cancel_child_workflow", "reserve_budget", b"reserve_budget", "schedule_activity", b"schedule_activity", "seq", b"seq", "signal_external_workflow", b"signal_external_workflow", "start_child_workflow", b"start_child_workflow", "start_timer", b"start_timer", "upsert_memo", b"upsert_memo", "upsert_search_attributes", b"upsert_search_attributes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["schedule_activity", "start_timer", "cancel_timer", "complete_workflow", "fail_workflow", "cancel_workflow", "record_marker", "upsert_search_attributes", "upsert_memo", "accept_update", "complete_update", "continue_as_new", "request_cancel_activity", "start_child_workflow", "request_cancel_child_workflow", "signal_external_workflow", "reserve_budget", "release_budget"]  # noqa: Y015
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["schedule_activity", "start_timer", "cancel_timer", "complete_workflow", "fail_workflow", "cancel_workflow", "record_marker", "upsert_search_attributes", "upsert_memo", "accept_update", "complete_update", "continue_as_new", "request_cancel_activity", "start_child_workflow", "request_cancel_child_workflow", "signal_external_workflow", "reserve_budget", "release_budget", "read_stream", "append_to_stream"]  # noqa: Y015
     _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
 
@@ -552,6 +563,7 @@ class ActivationJob(_message.Message):
     RESOLVE_CHILD_WORKFLOW_FIELD_NUMBER: _builtins.int
     RESOLVE_SIGNAL_EXTERNAL_FIELD_NUMBER: _builtins.int
     RESOLVE_BUDGET_FIELD_NUMBER: _builtins.int
+    RESOLVE_STREAM_READ_FIELD_NUMBER: _builtins.int
     event_id: _builtins.int
     """The history event this job comes from."""
     @_builtins.property
@@ -582,6 +594,10 @@ class ActivationJob(_message.Message):
     def resolve_budget(self) -> Global___ResolveBudgetJob:
         """Budgets (numbers 110-119)."""
 
+    @_builtins.property
+    def resolve_stream_read(self) -> Global___ResolveStreamReadJob:
+        """Message streams (numbers 120-129)."""
+
     def __init__(
         self,
         *,
@@ -596,12 +612,13 @@ class ActivationJob(_message.Message):
         resolve_child_workflow: Global___ResolveChildWorkflowJob | None = ...,
         resolve_signal_external: Global___ResolveSignalExternalJob | None = ...,
         resolve_budget: Global___ResolveBudgetJob | None = ...,
+        resolve_stream_read: Global___ResolveStreamReadJob | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["cancel_workflow", b"cancel_workflow", "do_update", b"do_update", "fire_timer", b"fire_timer", "job", b"job", "resolve_activity", b"resolve_activity", "resolve_budget", b"resolve_budget", "resolve_child_workflow", b"resolve_child_workflow", "resolve_child_workflow_start", b"resolve_child_workflow_start", "resolve_signal_external", b"resolve_signal_external", "signal_workflow", b"signal_workflow", "start_workflow", b"start_workflow"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["cancel_workflow", b"cancel_workflow", "do_update", b"do_update", "fire_timer", b"fire_timer", "job", b"job", "resolve_activity", b"resolve_activity", "resolve_budget", b"resolve_budget", "resolve_child_workflow", b"resolve_child_workflow", "resolve_child_workflow_start", b"resolve_child_workflow_start", "resolve_signal_external", b"resolve_signal_external", "resolve_stream_read", b"resolve_stream_read", "signal_workflow", b"signal_workflow", "start_workflow", b"start_workflow"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cancel_workflow", b"cancel_workflow", "do_update", b"do_update", "event_id", b"event_id", "fire_timer", b"fire_timer", "job", b"job", "resolve_activity", b"resolve_activity", "resolve_budget", b"resolve_budget", "resolve_child_workflow", b"resolve_child_workflow", "resolve_child_workflow_start", b"resolve_child_workflow_start", "resolve_signal_external", b"resolve_signal_external", "signal_workflow", b"signal_workflow", "start_workflow", b"start_workflow"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cancel_workflow", b"cancel_workflow", "do_update", b"do_update", "event_id", b"event_id", "fire_timer", b"fire_timer", "job", b"job", "resolve_activity", b"resolve_activity", "resolve_budget", b"resolve_budget", "resolve_child_workflow", b"resolve_child_workflow", "resolve_child_workflow_start", b"resolve_child_workflow_start", "resolve_signal_external", b"resolve_signal_external", "resolve_stream_read", b"resolve_stream_read", "signal_workflow", b"signal_workflow", "start_workflow", b"start_workflow"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_job: _TypeAlias = _typing.Literal["start_workflow", "resolve_activity", "fire_timer", "signal_workflow", "cancel_workflow", "do_update", "resolve_child_workflow_start", "resolve_child_workflow", "resolve_signal_external", "resolve_budget"]  # noqa: Y015
+    _WhichOneofReturnType_job: _TypeAlias = _typing.Literal["start_workflow", "resolve_activity", "fire_timer", "signal_workflow", "cancel_workflow", "do_update", "resolve_child_workflow_start", "resolve_child_workflow", "resolve_signal_external", "resolve_budget", "resolve_stream_read"]  # noqa: Y015
     _WhichOneofArgType_job: _TypeAlias = _typing.Literal["job", b"job"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_job) -> _WhichOneofReturnType_job | None: ...
 
@@ -1199,3 +1216,96 @@ class ResolveChildWorkflowJob(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType_outcome) -> _WhichOneofReturnType_outcome | None: ...
 
 Global___ResolveChildWorkflowJob: _TypeAlias = ResolveChildWorkflowJob  # noqa: Y015
+
+@_typing.final
+class ReadStream(_message.Message):
+    """Reads up to `limit` items (1 to 100) of the run's stream `stream` from `offset`. When
+    items are there, the decision's transaction records them (StreamRead); when none is
+    and `wait` is set, the read waits durably and the append that brings one records
+    them and wakes the run; without `wait` an empty page is recorded at once. Either way
+    a ResolveStreamReadJob follows.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STREAM_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    LIMIT_FIELD_NUMBER: _builtins.int
+    WAIT_FIELD_NUMBER: _builtins.int
+    stream: _builtins.str
+    offset: _builtins.int
+    limit: _builtins.int
+    wait: _builtins.bool
+    def __init__(
+        self,
+        *,
+        stream: _builtins.str = ...,
+        offset: _builtins.int = ...,
+        limit: _builtins.int = ...,
+        wait: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["limit", b"limit", "offset", b"offset", "stream", b"stream", "wait", b"wait"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReadStream: _TypeAlias = ReadStream  # noqa: Y015
+
+@_typing.final
+class AppendToStream(_message.Message):
+    """Appends `items` (1 to 100) to the run's stream `stream`, in one transaction with the
+    decision; their dedup ids are "@<seq>:<index>" (the command's seq).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STREAM_FIELD_NUMBER: _builtins.int
+    ITEMS_FIELD_NUMBER: _builtins.int
+    stream: _builtins.str
+    @_builtins.property
+    def items(self) -> _containers.RepeatedCompositeFieldContainer[_payload_pb2.Payload]: ...
+    def __init__(
+        self,
+        *,
+        stream: _builtins.str = ...,
+        items: _abc.Iterable[_payload_pb2.Payload] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["items", b"items", "stream", b"stream"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AppendToStream: _TypeAlias = AppendToStream  # noqa: Y015
+
+@_typing.final
+class ResolveStreamReadJob(_message.Message):
+    """The page read `seq` consumed: items from `offset`, continued at `next_offset`."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SEQ_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    ITEMS_FIELD_NUMBER: _builtins.int
+    NEXT_OFFSET_FIELD_NUMBER: _builtins.int
+    seq: _builtins.int
+    offset: _builtins.int
+    next_offset: _builtins.int
+    @_builtins.property
+    def items(self) -> _containers.RepeatedCompositeFieldContainer[_streams_pb2.StreamItem]: ...
+    def __init__(
+        self,
+        *,
+        seq: _builtins.int = ...,
+        offset: _builtins.int = ...,
+        items: _abc.Iterable[_streams_pb2.StreamItem] | None = ...,
+        next_offset: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["items", b"items", "next_offset", b"next_offset", "offset", b"offset", "seq", b"seq"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ResolveStreamReadJob: _TypeAlias = ResolveStreamReadJob  # noqa: Y015

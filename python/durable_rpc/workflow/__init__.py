@@ -106,11 +106,15 @@ from durable_rpc.workflow._selection import (
     SelectionResult,
     selection,
 )
+from durable_rpc.workflow._streams import StreamItem, WorkflowStream, stream
 
 __all__ = [
     "BudgetError",
     "Reservation",
     "reserve",
+    "stream",
+    "StreamItem",
+    "WorkflowStream",
     "ChildWorkflowError",
     "ChildWorkflowHandle",
     "ChildWorkflowStartError",

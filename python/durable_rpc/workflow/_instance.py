@@ -13,7 +13,7 @@ from durable_rpc.search_attributes import from_proto as sa_from_proto
 from durable_rpc.search_attributes import memo_from_proto, memo_to_proto
 from durable_rpc.search_attributes import to_proto as sa_to_proto
 from durable_rpc.v1 import payload_pb2, workflow_task_pb2
-from durable_rpc.workflow import _budgets, _children, _external, _members, _sandbox
+from durable_rpc.workflow import _budgets, _children, _external, _members, _sandbox, _streams
 from durable_rpc.workflow._definition import WorkflowDefinition
 from durable_rpc.workflow._errors import RestrictedOperationError
 from durable_rpc.workflow._loop import WorkflowLoop, new_loop
@@ -66,6 +66,9 @@ class InstanceState:
         self._signals_sent: dict[int, _external.PendingSignal] = {}
         # Budget reservations entered and not released, by seq (granted or waiting).
         self._budgets: dict[int, _budgets.PendingReservation] = {}
+        # Message streams: each name's cursor and buffer, and the reads on their way.
+        self._streams: dict[str, _streams.StreamState] = {}
+        self._stream_reads: dict[int, _streams.PendingRead] = {}
         # Seqs whose awaiting code was cancelled: their late resolutions are expected.
         self._abandoned: set[int] = set()
         # Local activities waiting for their outcome, by seq (request, future, hint).

@@ -30,7 +30,7 @@ from durable_rpc import converter
 from durable_rpc.search_attributes import from_proto as sa_from_proto
 from durable_rpc.search_attributes import memo_from_proto
 from durable_rpc.v1 import workflow_task_pb2
-from durable_rpc.workflow import _budgets, _children, _external, _sandbox
+from durable_rpc.workflow import _budgets, _children, _external, _sandbox, _streams
 from durable_rpc.workflow._activities import ActivitiesMixin
 from durable_rpc.workflow._completion import CompletionMixin
 from durable_rpc.workflow._errors import WorkflowTaskError
@@ -81,6 +81,7 @@ _SEQ_JOBS = frozenset(
         "resolve_child_workflow",
         "resolve_signal_external",
         "resolve_budget",
+        "resolve_stream_read",
     }
 )
 
@@ -195,6 +196,11 @@ class WorkflowInstance(
         elif kind == "resolve_budget":
             try:
                 _budgets.resolve(self, job.resolve_budget)
+            except LookupError as exc:
+                raise WorkflowTaskError(str(exc)) from None
+        elif kind == "resolve_stream_read":
+            try:
+                _streams.resolve(self, job.resolve_stream_read)
             except LookupError as exc:
                 raise WorkflowTaskError(str(exc)) from None
         elif kind == "signal_workflow":

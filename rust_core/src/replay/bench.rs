@@ -14,11 +14,11 @@ use super::machine::ReplayMachine;
 use crate::proto::command::Kind;
 use crate::proto::history_event::Attributes;
 use crate::proto::{
-    complete_update, update_completed, AcceptUpdate, ActivationCompletion, CancelTimer,
-    CancelWorkflow, Command, CompleteUpdate, CompleteWorkflow, ContinueAsNew, FailWorkflow,
-    History, RecordMarker, ReleaseBudget, RequestCancelActivity, RequestCancelChildWorkflow,
-    ReserveBudget, ScheduleActivity, SignalExternalWorkflow, StartChildWorkflow, StartTimer,
-    UpsertMemo, UpsertSearchAttributes,
+    complete_update, update_completed, AcceptUpdate, ActivationCompletion, AppendToStream,
+    CancelTimer, CancelWorkflow, Command, CompleteUpdate, CompleteWorkflow, ContinueAsNew,
+    FailWorkflow, History, Payload, ReadStream, RecordMarker, ReleaseBudget, RequestCancelActivity,
+    RequestCancelChildWorkflow, ReserveBudget, ScheduleActivity, SignalExternalWorkflow,
+    StartChildWorkflow, StartTimer, UpsertMemo, UpsertSearchAttributes,
 };
 
 /// What [`replay_echo`] measured.
@@ -155,6 +155,23 @@ pub fn command_of(attrs: &Attributes) -> Option<Command> {
             b.seq,
             Kind::ReleaseBudget(ReleaseBudget {
                 reservation_seq: b.seq,
+            }),
+        ),
+        Attributes::StreamReadRequested(r) => (
+            r.seq,
+            Kind::ReadStream(ReadStream {
+                stream: r.stream,
+                offset: r.offset,
+                limit: r.limit,
+                wait: r.wait,
+            }),
+        ),
+        Attributes::StreamAppended(a) => (
+            a.seq,
+            Kind::AppendToStream(AppendToStream {
+                stream: a.stream,
+                // Only the count is matched: the items themselves are in the stream.
+                items: vec![Payload::default(); usize::try_from(a.count).unwrap_or(0)],
             }),
         ),
         _ => return None,

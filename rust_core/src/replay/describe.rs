@@ -104,6 +104,21 @@ pub(crate) enum Recorded {
     BudgetReleased {
         reservation_seq: i64,
     },
+    /// `workflow.stream(name)` reading: the stream, the offset and the page size are the
+    /// identity (the offset follows from the pages recorded before).
+    StreamReadRequested {
+        seq: i64,
+        stream: String,
+        offset: i64,
+        limit: i32,
+        wait: bool,
+    },
+    /// `workflow.stream(name).append()`: the stream and the item count are the identity.
+    StreamAppended {
+        seq: i64,
+        stream: String,
+        count: i32,
+    },
 }
 
 impl Recorded {
@@ -177,6 +192,18 @@ impl Recorded {
             Attributes::BudgetReleased(b) => Recorded::BudgetReleased {
                 reservation_seq: b.seq,
             },
+            Attributes::StreamReadRequested(r) => Recorded::StreamReadRequested {
+                seq: r.seq,
+                stream: r.stream.clone(),
+                offset: r.offset,
+                limit: r.limit,
+                wait: r.wait,
+            },
+            Attributes::StreamAppended(a) => Recorded::StreamAppended {
+                seq: a.seq,
+                stream: a.stream.clone(),
+                count: a.count,
+            },
             _ => return None,
         })
     }
@@ -246,6 +273,18 @@ impl Recorded {
             Kind::ReleaseBudget(b) => Recorded::BudgetReleased {
                 reservation_seq: b.reservation_seq,
             },
+            Kind::ReadStream(r) => Recorded::StreamReadRequested {
+                seq: command.seq,
+                stream: r.stream.clone(),
+                offset: r.offset,
+                limit: r.limit,
+                wait: r.wait,
+            },
+            Kind::AppendToStream(a) => Recorded::StreamAppended {
+                seq: command.seq,
+                stream: a.stream.clone(),
+                count: i32::try_from(a.items.len()).unwrap_or(i32::MAX),
+            },
         })
     }
 
@@ -259,6 +298,9 @@ impl Recorded {
             Recorded::ActivityCancelRequested { activity_seq } => Some(*activity_seq),
             Recorded::BudgetReservationRequested { seq, .. } => Some(*seq),
             Recorded::BudgetReleased { reservation_seq } => Some(*reservation_seq),
+            Recorded::StreamReadRequested { seq, .. } | Recorded::StreamAppended { seq, .. } => {
+                Some(*seq)
+            }
             Recorded::Marker { seq, .. } if *seq != 0 => Some(*seq),
             _ => None,
         }
@@ -361,6 +403,21 @@ impl fmt::Display for Recorded {
             Recorded::BudgetReleased { reservation_seq } => {
                 write!(f, "ReleaseBudget(reservation_seq={reservation_seq})")
             }
+            Recorded::StreamReadRequested {
+                seq,
+                stream,
+                offset,
+                limit,
+                wait,
+            } => write!(
+                f,
+                "ReadStream(seq={seq}, stream={stream:?}, offset={offset}, limit={limit}, \
+                 wait={wait})"
+            ),
+            Recorded::StreamAppended { seq, stream, count } => write!(
+                f,
+                "AppendToStream(seq={seq}, stream={stream:?}, items={count})"
+            ),
         }
     }
 }
@@ -407,6 +464,9 @@ pub(crate) fn event_kind(attrs: &Attributes) -> &'static str {
         Attributes::BudgetReleased(_) => "budget_released",
         Attributes::BudgetReserved(_) => "budget_reserved",
         Attributes::BudgetReserveFailed(_) => "budget_reserve_failed",
+        Attributes::StreamReadRequested(_) => "stream_read_requested",
+        Attributes::StreamRead(_) => "stream_read",
+        Attributes::StreamAppended(_) => "stream_appended",
     }
 }
 

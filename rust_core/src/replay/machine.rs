@@ -15,7 +15,7 @@ use crate::proto::{
     Activation, ActivationCompletion, ActivationJob, CancelWorkflowJob, Command, DoUpdateJob,
     FireTimerJob, History, HistoryEvent, RecordedMarker, ResolveActivityJob, ResolveBudgetJob,
     ResolveChildWorkflowJob, ResolveChildWorkflowStartJob, ResolveSignalExternalJob,
-    SignalWorkflowJob, StartWorkflowJob,
+    ResolveStreamReadJob, SignalWorkflowJob, StartWorkflowJob,
 };
 
 /// Written in descriptions when one side of a comparison has nothing.
@@ -437,6 +437,12 @@ impl ReplayMachine {
                         ..Default::default()
                     }),
                 }),
+                Attributes::StreamRead(read) => Job::ResolveStreamRead(ResolveStreamReadJob {
+                    seq: read.seq,
+                    offset: read.offset,
+                    items: read.items,
+                    next_offset: read.next_offset,
+                }),
                 // Terminal, delivers nothing.
                 Attributes::WorkflowTerminated(_) | Attributes::WorkflowTimedOut(_) => continue,
                 // Command events were handled above.
@@ -457,7 +463,9 @@ impl ReplayMachine {
                 | Attributes::ChildCancelRequested(_)
                 | Attributes::ExternalSignalInitiated(_)
                 | Attributes::BudgetReservationRequested(_)
-                | Attributes::BudgetReleased(_) => continue,
+                | Attributes::BudgetReleased(_)
+                | Attributes::StreamReadRequested(_)
+                | Attributes::StreamAppended(_) => continue,
             };
             inputs.push(ActivationJob {
                 event_id: id,

@@ -57,6 +57,8 @@ mod tests_sessions;
 #[cfg(test)]
 mod tests_signals;
 #[cfg(test)]
+mod tests_streams;
+#[cfg(test)]
 mod tests_updates;
 
 pub use error::{Continuation, MalformedHistory, NondeterminismError, ReplayError, UsageError};
