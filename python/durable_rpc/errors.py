@@ -289,6 +289,35 @@ class PayloadTooLargeError(ResourceExhaustedError):
     reason = "PAYLOAD_TOO_LARGE"
 
 
+class PayloadCodecError(DurableRpcError):
+    """A payload codec (``durable_rpc.codec``) could not encode or decode a payload: its
+    metadata names an encoding the codec cannot undo, or its bytes are malformed. Raised
+    by the SDK that holds the codec; the server never decodes. ``response``: the message
+    whose payloads did not decode, as it arrived (a worker fails the task it claimed)."""
+
+    reason = "PAYLOAD_CODEC_FAILED"
+    response: object | None = None
+
+
+class PayloadCodecMissingError(PayloadCodecError):
+    """An encoded payload reached a client (or worker) that has no payload codec."""
+
+    reason = "PAYLOAD_CODEC_MISSING"
+
+
+class PayloadKeyUnknownError(PayloadCodecError):
+    """An encrypted payload names a key id the reader's ``AesGcmCodec`` does not hold."""
+
+    reason = "PAYLOAD_KEY_UNKNOWN"
+
+
+class PayloadDecryptFailedError(PayloadCodecError):
+    """An encrypted payload does not authenticate under its key: a wrong key under that
+    id, a tampered ciphertext, or metadata changed after encryption."""
+
+    reason = "PAYLOAD_DECRYPT_FAILED"
+
+
 STATUS_BY_REASON: dict[str, grpc.StatusCode] = {
     LeaseLostError.reason: grpc.StatusCode.FAILED_PRECONDITION,
     WorkflowAlreadyStartedError.reason: grpc.StatusCode.ALREADY_EXISTS,
@@ -326,6 +355,10 @@ STATUS_BY_REASON: dict[str, grpc.StatusCode] = {
     SignalNotDeclaredError.reason: grpc.StatusCode.FAILED_PRECONDITION,
     InvalidRateLimitError.reason: grpc.StatusCode.INVALID_ARGUMENT,
     StreamBatchTooLargeError.reason: grpc.StatusCode.INVALID_ARGUMENT,
+    PayloadCodecError.reason: grpc.StatusCode.DATA_LOSS,
+    PayloadCodecMissingError.reason: grpc.StatusCode.FAILED_PRECONDITION,
+    PayloadKeyUnknownError.reason: grpc.StatusCode.FAILED_PRECONDITION,
+    PayloadDecryptFailedError.reason: grpc.StatusCode.DATA_LOSS,
 }
 
 ERROR_BY_REASON: dict[str, type[DurableRpcError]] = {
@@ -367,6 +400,10 @@ ERROR_BY_REASON: dict[str, type[DurableRpcError]] = {
         SignalNotDeclaredError,
         InvalidRateLimitError,
         StreamBatchTooLargeError,
+        PayloadCodecError,
+        PayloadCodecMissingError,
+        PayloadKeyUnknownError,
+        PayloadDecryptFailedError,
     )
 }
 

@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from durable_rpc.cli._batch import batch
+from durable_rpc.cli._codec import AsStored, ShownCodec
 from durable_rpc.cli._render import failure_dict, failure_line, message_dict
 from durable_rpc.cli._render import plain as _plain
 from durable_rpc.client import (
@@ -29,6 +30,7 @@ from durable_rpc.client import (
     WorkflowUpdateFailedError,
     default_address,
 )
+from durable_rpc.codec import PayloadCodec
 from durable_rpc.errors import DurableRpcError
 from durable_rpc.v1 import history_pb2, service_pb2
 
@@ -36,9 +38,21 @@ T = TypeVar("T")
 console = Console()
 
 
-def _run(address: str, namespace: str, action: Callable[[Client], Awaitable[T]]) -> T:
+def _run(
+    address: str,
+    namespace: str,
+    action: Callable[[Client], Awaitable[T]],
+    *,
+    codec: PayloadCodec | None = None,
+) -> T:
+    """``action`` on a client of ``address``; encrypted payloads it reads come back as
+    ``<encrypted: key k1>`` (``codec=AsStored()``: as they are, for a history the CLI
+    renders or exports itself)."""
+
     async def go() -> T:
-        client = await Client.connect(address, namespace=namespace)
+        client = await Client.connect(
+            address, namespace=namespace, payload_codec=codec or ShownCodec()
+        )
         try:
             return await action(client)
         finally:
@@ -259,7 +273,12 @@ def history(
     as_json: bool,
 ) -> None:
     """Print a run's event history (with --json: payloads decoded to values)."""
-    events = _run(address, namespace, lambda c: c.get_handle(workflow_id, run_id).history())
+    events = _run(
+        address,
+        namespace,
+        lambda c: c.get_handle(workflow_id, run_id).history(),
+        codec=AsStored(),  # exported as stored: a holder of the key can replay it
+    )
     full = history_pb2.History(events=events)
     if export_path:
         with open(export_path, "w") as fh:

@@ -30,6 +30,7 @@ from durable_rpc.client._payload_channel import (
 )
 from durable_rpc.client._refs import signal_name, update_ref, workflow_ref
 from durable_rpc.client._schedules import ScheduleCalls
+from durable_rpc.codec import PayloadCodec
 from durable_rpc.errors import StoreUnavailableError, UpdateTimeoutError
 from durable_rpc.search_attributes import memo_to_proto
 from durable_rpc.search_attributes import to_proto as sa_to_proto
@@ -69,6 +70,7 @@ class Client(ScheduleCalls):
         tls: TLSConfig | None = None,
         payload_inline_threshold: int = DEFAULT_INLINE_THRESHOLD,
         max_external_payload_bytes: int = DEFAULT_MAX_EXTERNAL_PAYLOAD_BYTES,
+        payload_codec: PayloadCodec | None = None,
     ) -> Client:
         """Connect to ``address`` (default: ``DURABLE_RPC_ADDRESS``) and wait until ready.
 
@@ -82,6 +84,11 @@ class Client(ScheduleCalls):
         payload store and sent by SHA-256 reference; references in responses are
         downloaded and verified, at most ``max_external_payload_bytes`` per response
         (over it: ``PayloadTooLargeError``). The worker built on this client does the same.
+
+        ``payload_codec`` (``durable_rpc.codec``: ``AesGcmCodec``, ``CompressionCodec``,
+        ``CompositeCodec``) encodes every payload this client and a worker built on it
+        send, before any upload, and decodes every payload they receive (docs/engine.md,
+        "Payload codecs"); without one, payloads are the plain Avro frames.
         """
         # Traced by a channel wrapper: grpc client interceptors add tasks to every call.
         # Outermost, payloads: a call's uploads and downloads are traced and keyed too.
@@ -100,6 +107,7 @@ class Client(ScheduleCalls):
             namespace,
             inline_threshold=payload_inline_threshold,
             max_external_payload_bytes=max_external_payload_bytes,
+            codec=payload_codec,
         )
         try:
             if timeout is None:

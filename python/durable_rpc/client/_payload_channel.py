@@ -6,19 +6,22 @@ worker and workflow code only ever see inline payloads (docs/engine.md, "Large p
 One channel wrapper rather than code at each call site: workflow inputs and results,
 activity inputs and results, signals, updates, queries, child and continue-as-new inputs
 all travel in some request or response, and the walker (``_payload_refs``) finds them
-whatever the message. A payload codec (encryption, compression) belongs before this step:
-it turns values into the frame bytes that are then uploaded whole, so what the store
-keeps is what the codec produced.
+whatever the message. The client's payload codec (encryption, compression:
+``_payload_codec.py``) is applied here too: a request is encoded before its big payloads
+are uploaded, so what the store keeps is what the codec produced (the payload's metadata
+stays inline, beside its reference), and a response is decoded after its references
+were downloaded.
 
 Costs on the hot path: a request is walked only when its size is over the threshold (a
-smaller one cannot hold a payload over it), a response only when its bytes hold the mark
-of a reference (one C-level search).
+smaller one cannot hold a payload over it) or a codec is set, a response only when its
+bytes hold the mark of a reference or of an encoded payload (C-level searches). Without
+a codec nothing is encoded: the frames sent are the plain Avro ones.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import grpc
@@ -28,6 +31,8 @@ from google.protobuf.message import Message
 from durable_rpc import _payload_refs
 from durable_rpc._channel_wrapper import ChannelWrapper
 from durable_rpc._rpc_status import from_rpc_error
+from durable_rpc.client._payload_codec import ENCODED_MARK, MISSING, decode, encoded
+from durable_rpc.codec import PayloadCodec
 from durable_rpc.errors import PayloadCorruptError, PayloadTooLargeError
 from durable_rpc.v1 import payload_pb2, payload_service_pb2, payload_service_pb2_grpc
 
@@ -54,6 +59,7 @@ class PayloadChannel(ChannelWrapper):
         *,
         inline_threshold: int = DEFAULT_INLINE_THRESHOLD,
         max_external_payload_bytes: int = DEFAULT_MAX_EXTERNAL_PAYLOAD_BYTES,
+        codec: PayloadCodec | None = None,
     ) -> None:
         if inline_threshold <= 0 or max_external_payload_bytes <= 0:
             raise ValueError("payload_inline_threshold and max_external_payload_bytes > 0")
@@ -61,30 +67,50 @@ class PayloadChannel(ChannelWrapper):
         self._namespace = namespace
         self.inline_threshold = inline_threshold
         self.max_external_payload_bytes = max_external_payload_bytes
+        self.codec = codec
         self._payloads = payload_service_pb2_grpc.PayloadServiceStub(channel)
 
     def unary_unary(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        if method.startswith((_PAYLOAD_SERVICE, _INLINE_ONLY)):
+        if method.startswith(_PAYLOAD_SERVICE):
             return self.channel.unary_unary(method, *args, **kwargs)
+        inline_only = method.startswith(_INLINE_ONLY)
         deserialize: Callable[[bytes], Any] = kwargs.pop("response_deserializer")
 
-        def marked(raw: bytes) -> tuple[Any, bool]:
-            return deserialize(raw), _payload_refs.may_hold_refs(raw)
+        def marked(raw: bytes) -> tuple[Any, bool, bool]:
+            return deserialize(raw), _payload_refs.may_hold_refs(raw), ENCODED_MARK in raw
 
         inner = self.channel.unary_unary(method, *args, response_deserializer=marked, **kwargs)
 
         async def call(request: Any, **call_kwargs: Any) -> Any:
             # A raw caller (serialized bytes in and out) gets its bytes through untouched.
             is_message = isinstance(request, Message)
-            if is_message and request.ByteSize() > self.inline_threshold:
+            if is_message and self.codec is not None:
+                request = encoded(self.codec, request)  # before any upload: ciphertext
+            if is_message and not inline_only and request.ByteSize() > self.inline_threshold:
                 request = await self.externalize(request)
-            response, marked_refs = await inner(request, **call_kwargs)
-            if marked_refs and is_message and isinstance(response, Message):
-                # A response's payloads are in the namespace its request named.
-                await self.resolve(response, _namespace_of(request, self._namespace))
+            response, marked_refs, marked_encoded = await inner(request, **call_kwargs)
+            if is_message and isinstance(response, Message):
+                if marked_refs:
+                    # A response's payloads are in the namespace its request named.
+                    await self.resolve(response, _namespace_of(request, self._namespace))
+                if marked_encoded:  # after the downloads: what they fetched is encoded too
+                    decode(self.codec or MISSING, response)
             return response
 
         return call
+
+    def unary_stream(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        inner = self.channel.unary_stream(method, *args, **kwargs)
+        codec = self.codec
+        if codec is None or method.startswith(_PAYLOAD_SERVICE):
+            return inner
+
+        async def stream(request: Any, **call_kwargs: Any) -> AsyncIterator[Any]:
+            async for response in inner(encoded(codec, request), **call_kwargs):
+                decode(codec, response)
+                yield response
+
+        return stream
 
     async def externalize(self, request: Message) -> Message:
         """A copy of ``request`` whose payloads over the threshold are uploaded and sent
@@ -95,7 +121,8 @@ class PayloadChannel(ChannelWrapper):
         for p in _payload_refs.payloads(copy):
             if len(p.data) > self.inline_threshold:
                 ref = await self.upload(namespace, p.data)
-                p.Clear()
+                # Only the bytes move: a codec's metadata stays with the reference.
+                p.ClearField("data")
                 p.external.CopyFrom(ref)
         return copy
 
@@ -138,7 +165,7 @@ class PayloadChannel(ChannelWrapper):
             downloaded[key] = await self.download(namespace, *key)
         for p in found:
             data = downloaded[(p.external.sha256, p.external.size)]
-            p.Clear()
+            p.ClearField("external")
             p.data = data
 
     async def download(self, namespace: str, sha256: bytes, size: int) -> bytes:

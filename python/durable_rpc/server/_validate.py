@@ -17,6 +17,8 @@ from durable_rpc.v1 import payload_pb2
 
 DEFAULT_NAMESPACE = "default"
 _SHA256_BYTES = 32
+# The metadata key a payload codec names its encoding with (durable_rpc.codec.ENCODING).
+_ENCODING = "encoding"
 # Page tokens are decimal row or event ids: ASCII digits only (int() would also take
 # "-5", " 7", "1_0" and other scripts' digits), and small enough for a 64-bit column.
 _PAGE_TOKEN = re.compile(rb"[1-9][0-9]{0,17}")
@@ -52,7 +54,11 @@ def payload_bytes(
     An external reference is checked for shape here; that the namespace holds the payload
     is checked by the store in the transaction that writes it to history (``record_refs``).
     ``external=False``: a payload kept outside history (a schedule's input), which no run
-    would hold for retention, must be inline."""
+    would hold for retention, must be inline.
+
+    A payload whose metadata names an ``encoding`` is a client codec's output (encrypted,
+    compressed: docs/engine.md, "Payload codecs"): its bytes are opaque here and stored as
+    given; only its metadata's bounds were checked (``_validate_message``)."""
     if not has:
         return payload_pb2.Payload(data=payload.encode(None)).SerializeToString()
     if message.HasField("external"):
@@ -64,6 +70,10 @@ def payload_bytes(
                 f"{field}: an external reference needs a {_SHA256_BYTES}-byte sha256, a "
                 "positive size and no inline data"
             )
+        return message.SerializeToString()
+    if message.metadata:
+        if _ENCODING not in message.metadata:
+            raise InvalidPayloadError(f"{field}: metadata without an {_ENCODING!r} key")
         return message.SerializeToString()
     try:
         payload.validate(message.data)

@@ -15,6 +15,7 @@ import time
 from types import TracebackType
 
 from durable_rpc.client import Client
+from durable_rpc.codec import PayloadCodec
 from durable_rpc.server import Server, ServerConfig
 from durable_rpc.store import SQLiteStore
 from durable_rpc.testing._skipper import TimeSkipper
@@ -38,13 +39,20 @@ class WorkflowEnvironment:
         self.address = f"127.0.0.1:{server.port}"
 
     @classmethod
-    async def start_local(cls, *, namespace: str = "default") -> WorkflowEnvironment:
-        """An environment on the real clock."""
-        return await cls._start(namespace, time_skipping=False)
+    async def start_local(
+        cls, *, namespace: str = "default", payload_codec: PayloadCodec | None = None
+    ) -> WorkflowEnvironment:
+        """An environment on the real clock. ``payload_codec``: the :attr:`client`'s (and
+        so its workers') codec, as ``Client.connect`` takes it."""
+        return await cls._start(namespace, time_skipping=False, payload_codec=payload_codec)
 
     @classmethod
     async def start_time_skipping(
-        cls, *, namespace: str = "default", start_time: dt.datetime | None = None
+        cls,
+        *,
+        namespace: str = "default",
+        start_time: dt.datetime | None = None,
+        payload_codec: PayloadCodec | None = None,
     ) -> WorkflowEnvironment:
         """An environment whose clock jumps to the next timer, backoff, deadline or
         schedule firing as soon as nothing is queued or running; see
@@ -55,11 +63,18 @@ class WorkflowEnvironment:
             if start_time.tzinfo is None:
                 raise ValueError("start_time must be timezone-aware")
             offset_ms = round(start_time.timestamp() * 1000) - round(time.time() * 1000)
-        return await cls._start(namespace, time_skipping=True, clock_offset_ms=offset_ms)
+        return await cls._start(
+            namespace, time_skipping=True, clock_offset_ms=offset_ms, payload_codec=payload_codec
+        )
 
     @classmethod
     async def _start(
-        cls, namespace: str, *, time_skipping: bool, clock_offset_ms: int = 0
+        cls,
+        namespace: str,
+        *,
+        time_skipping: bool,
+        clock_offset_ms: int = 0,
+        payload_codec: PayloadCodec | None = None,
     ) -> WorkflowEnvironment:
         store = SQLiteStore(":memory:", clock_offset_ms=clock_offset_ms)
         config = ServerConfig(
@@ -72,7 +87,9 @@ class WorkflowEnvironment:
         server = Server(config, store=store)
         await server.start()
         try:
-            client = await Client.connect(f"127.0.0.1:{server.port}", namespace=namespace)
+            client = await Client.connect(
+                f"127.0.0.1:{server.port}", namespace=namespace, payload_codec=payload_codec
+            )
             if namespace != "default":
                 await store.ensure_namespace(namespace)
         except BaseException:

@@ -14,6 +14,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from durable_rpc._core import NondeterminismError
+from durable_rpc.client._payload_codec import decode as decode_payloads
+from durable_rpc.codec import PayloadCodec
 from durable_rpc.testing._history import HistoryLike, load_history
 from durable_rpc.v1 import history_pb2
 from durable_rpc.worker._workflow_task import replay
@@ -74,10 +76,21 @@ class Replayer:
     malformed history) raises :class:`ReplayFailedError`, as Temporal's replayer does: a
     result returned with its error unread would let a test pass. ``raise_on_failure=False``
     returns the failures as results instead (a gate that reports them all, like
-    ``durable-rpc replay``).
+    ``durable-rpc replay``). ``payload_codec``: the codec the workers used, for histories
+    exported as stored (encrypted, compressed payloads); a payload it cannot decode
+    fails that history's replay with the codec's reason.
     """
 
-    def __init__(self, workflows: Iterable[type], *, raise_on_failure: bool = True) -> None:
+    def __init__(
+        self,
+        workflows: Iterable[type],
+        *,
+        raise_on_failure: bool = True,
+        payload_codec: PayloadCodec | None = None,
+    ) -> None:
+        # A history exported as stored holds what the workers' codec produced: decoded
+        # with the same codec (its keys) before replay.
+        self.payload_codec = payload_codec
         self._definitions: dict[tuple[str, str], WorkflowDefinition] = {}
         for cls in workflows:
             definition = definition_of(cls)
@@ -127,6 +140,11 @@ class Replayer:
         # replay is deterministic for a given file.
         last_time_ms = history.events[-1].event_time.ToMilliseconds()
         try:
+            if self.payload_codec is not None:
+                plain = history_pb2.History()
+                plain.CopyFrom(history)  # the caller's history stays as stored
+                decode_payloads(self.payload_codec, plain)
+                history = plain
             replay(
                 definition,
                 history.SerializeToString(),

@@ -24,17 +24,21 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1c\x64urable_rpc/v1/payload.proto\x12\x0e\x64urable_rpc.v1\"J\n\x07Payload\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x31\n\x08\x65xternal\x18\x02 \x01(\x0b\x32\x1f.durable_rpc.v1.ExternalPayload\"/\n\x0f\x45xternalPayload\x12\x0e\n\x06sha256\x18\x01 \x01(\x0c\x12\x0c\n\x04size\x18\x02 \x01(\x04\"\xa6\x01\n\x07\x46\x61ilure\x12\x0f\n\x07message\x18\x01 \x01(\t\x12\x0c\n\x04type\x18\x02 \x01(\t\x12\x15\n\rnon_retryable\x18\x03 \x01(\x08\x12\x13\n\x0bstack_trace\x18\x04 \x01(\t\x12(\n\x07\x64\x65tails\x18\x05 \x01(\x0b\x32\x17.durable_rpc.v1.Payload\x12&\n\x05\x63\x61use\x18\x06 \x01(\x0b\x32\x17.durable_rpc.v1.Failureb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1c\x64urable_rpc/v1/payload.proto\x12\x0e\x64urable_rpc.v1\"\xb4\x01\n\x07Payload\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x31\n\x08\x65xternal\x18\x02 \x01(\x0b\x32\x1f.durable_rpc.v1.ExternalPayload\x12\x37\n\x08metadata\x18\x03 \x03(\x0b\x32%.durable_rpc.v1.Payload.MetadataEntry\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"/\n\x0f\x45xternalPayload\x12\x0e\n\x06sha256\x18\x01 \x01(\x0c\x12\x0c\n\x04size\x18\x02 \x01(\x04\"\xa6\x01\n\x07\x46\x61ilure\x12\x0f\n\x07message\x18\x01 \x01(\t\x12\x0c\n\x04type\x18\x02 \x01(\t\x12\x15\n\rnon_retryable\x18\x03 \x01(\x08\x12\x13\n\x0bstack_trace\x18\x04 \x01(\t\x12(\n\x07\x64\x65tails\x18\x05 \x01(\x0b\x32\x17.durable_rpc.v1.Payload\x12&\n\x05\x63\x61use\x18\x06 \x01(\x0b\x32\x17.durable_rpc.v1.Failureb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'durable_rpc.v1.payload_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_PAYLOAD']._serialized_start=48
-  _globals['_PAYLOAD']._serialized_end=122
-  _globals['_EXTERNALPAYLOAD']._serialized_start=124
-  _globals['_EXTERNALPAYLOAD']._serialized_end=171
-  _globals['_FAILURE']._serialized_start=174
-  _globals['_FAILURE']._serialized_end=340
+  _globals['_PAYLOAD_METADATAENTRY']._loaded_options = None
+  _globals['_PAYLOAD_METADATAENTRY']._serialized_options = b'8\001'
+  _globals['_PAYLOAD']._serialized_start=49
+  _globals['_PAYLOAD']._serialized_end=229
+  _globals['_PAYLOAD_METADATAENTRY']._serialized_start=182
+  _globals['_PAYLOAD_METADATAENTRY']._serialized_end=229
+  _globals['_EXTERNALPAYLOAD']._serialized_start=231
+  _globals['_EXTERNALPAYLOAD']._serialized_end=278
+  _globals['_FAILURE']._serialized_start=281
+  _globals['_FAILURE']._serialized_end=447
 # @@protoc_insertion_point(module_scope)

@@ -3,8 +3,10 @@
 isort:skip_file
 """
 
+from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
+from google.protobuf.internal import containers as _containers
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -20,19 +22,52 @@ DESCRIPTOR: _descriptor.FileDescriptor
 class Payload(_message.Message):
     """One value crossing the API: an Avro single-object frame of the Value schema
     (C3 01, CRC-64-AVRO fingerprint e2a33dff55802237, datum). Argument lists travel as
-    one array-valued frame.
+    one array-valued frame. A client's payload codec may send its own encoding instead
+    (`metadata` then names it).
     """
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class MetadataEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     DATA_FIELD_NUMBER: _builtins.int
     EXTERNAL_FIELD_NUMBER: _builtins.int
+    METADATA_FIELD_NUMBER: _builtins.int
     data: _builtins.bytes
-    """The frame bytes. Empty when the payload is stored externally."""
+    """The frame bytes (or a codec's output, see `metadata`). Empty when the payload is
+    stored externally.
+    """
     @_builtins.property
     def external(self) -> Global___ExternalPayload:
         """Set instead of `data` for payloads over the server's inline threshold: the frame
         is stored once, keyed by SHA-256, and verified (size and hash) on read.
+        """
+
+    @_builtins.property
+    def metadata(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """Set by a client's payload codec (encryption, compression: docs/engine.md, "Payload
+        codecs"): `encoding` names what the codec did (e.g. "binary/encrypted" with
+        "encryption-key-id", "binary/zlib"), and `data` is then the codec's output, opaque to
+        the server, which stores it as given and never needs the key. Empty for a plain
+        Avro frame, which is all a client without a codec ever sends or needs to read.
         """
 
     def __init__(
@@ -40,10 +75,11 @@ class Payload(_message.Message):
         *,
         data: _builtins.bytes = ...,
         external: Global___ExternalPayload | None = ...,
+        metadata: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["external", b"external"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "external", b"external"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "external", b"external", "metadata", b"metadata"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

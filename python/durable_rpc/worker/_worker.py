@@ -30,6 +30,7 @@ from durable_rpc.errors import (
     DurableRpcError,
     InvalidArgumentError,
     LeaseLostError,
+    PayloadCodecError,
     StoreUnavailableError,
 )
 from durable_rpc.sessions import SessionOptions
@@ -42,6 +43,7 @@ from durable_rpc.telemetry import (
 from durable_rpc.v1 import payload_pb2, service_pb2, workflow_task_pb2
 from durable_rpc.worker._activity_task import AttemptOutcome, run_attempt
 from durable_rpc.worker._client import WorkerClient, call
+from durable_rpc.worker._codec_failure import fail_undecodable
 from durable_rpc.worker._counters import WorkerCounters
 from durable_rpc.worker._inline import (
     StickyHistories,
@@ -441,7 +443,11 @@ class Worker:
             worker_id=self.worker_id,
             request_id=request_id,
         )
-        response = await call(self.client.worker_service.PollWorkflowTask, request, self.link)
+        try:
+            response = await call(self.client.worker_service.PollWorkflowTask, request, self.link)
+        except PayloadCodecError as error:
+            await fail_undecodable(self.client, self.worker_id, self.link, error)
+            return None
         return response if response.task_id else None
 
     async def poll_activity_task(
@@ -456,7 +462,11 @@ class Worker:
             activity_types=self.activity_names,
             request_id=request_id,
         )
-        response = await call(self.client.worker_service.PollActivityTask, request, self.link)
+        try:
+            response = await call(self.client.worker_service.PollActivityTask, request, self.link)
+        except PayloadCodecError as error:
+            await fail_undecodable(self.client, self.worker_id, self.link, error)
+            return None
         return response if response.task_id else None
 
     async def poll_query_task(self) -> service_pb2.PollQueryTaskResponse | None:
@@ -470,7 +480,11 @@ class Worker:
                 for d in self._workflows.values()
             ],
         )
-        response = await call(self.client.worker_service.PollQueryTask, request, self.link)
+        try:
+            response = await call(self.client.worker_service.PollQueryTask, request, self.link)
+        except PayloadCodecError as error:
+            await fail_undecodable(self.client, self.worker_id, self.link, error)
+            return None
         return response if response.query_id else None
 
     def activity_capacity(self) -> asyncio.Semaphore:
@@ -515,6 +529,10 @@ class Worker:
         self._history_warned.check(task, self._history_warn)
         try:
             await fetch_rest_of_history(self.client.worker_service, self.namespace, task, self.link)
+        except PayloadCodecError as error:
+            error.response = task  # the claimed task, failed under its lease
+            await fail_undecodable(self.client, self.worker_id, self.link, error)
+            return "failed"
         except DurableRpcError as error:
             # The task is not failed for it (the run is fine): its lease runs out and the
             # task is claimed again.

@@ -28,6 +28,7 @@ fn history() -> History {
             input: Some(Payload {
                 data: b"[3]".to_vec(),
                 external: None,
+                metadata: Default::default(),
             }),
             ..Default::default()
         }),
@@ -42,6 +43,7 @@ fn continue_as_new(data: &[u8]) -> Command {
             input: Some(Payload {
                 data: data.to_vec(),
                 external: None,
+                metadata: Default::default(),
             }),
             ..Default::default()
         })),

@@ -19,6 +19,7 @@ fn payload(bytes: &[u8]) -> Payload {
     Payload {
         data: bytes.to_vec(),
         external: None,
+        metadata: Default::default(),
     }
 }
 

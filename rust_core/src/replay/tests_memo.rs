@@ -23,6 +23,7 @@ fn memo(pairs: &[(&str, &[u8])]) -> Memo {
                 Payload {
                     data: data.to_vec(),
                     external: None,
+                    metadata: Default::default(),
                 },
             )
         })

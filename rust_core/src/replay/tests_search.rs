@@ -46,6 +46,7 @@ fn history(upserted: SearchAttributes, timed_out: bool) -> History {
                     Payload {
                         data: b"memo".to_vec(),
                         external: None,
+                        metadata: Default::default(),
                     },
                 )]),
             }),

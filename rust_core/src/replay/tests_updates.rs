@@ -16,6 +16,7 @@ fn payload(data: &[u8]) -> Payload {
     Payload {
         data: data.to_vec(),
         external: None,
+        metadata: Default::default(),
     }
 }
 
