@@ -188,6 +188,12 @@ class InvalidFairnessKeyError(InvalidArgumentError):
     reason = "INVALID_FAIRNESS_KEY"
 
 
+class InvalidCleanupTimeoutError(InvalidArgumentError):
+    """A cancellation's cleanup timeout that is not positive (unset: no cleanup deadline)."""
+
+    reason = "INVALID_CLEANUP_TIMEOUT"
+
+
 class SignalNotDeclaredError(DurableRpcError):
     """The run's code does not read this signal (it declared the ones it does, named in
     the message): refused instead of buffered unread."""
@@ -350,6 +356,7 @@ STATUS_BY_REASON: dict[str, grpc.StatusCode] = {
     WorkflowNotFailedError.reason: grpc.StatusCode.FAILED_PRECONDITION,
     InvalidPriorityError.reason: grpc.StatusCode.INVALID_ARGUMENT,
     InvalidFairnessKeyError.reason: grpc.StatusCode.INVALID_ARGUMENT,
+    InvalidCleanupTimeoutError.reason: grpc.StatusCode.INVALID_ARGUMENT,
     BudgetInUseError.reason: grpc.StatusCode.FAILED_PRECONDITION,
     ProtocolVersionUnsupportedError.reason: grpc.StatusCode.FAILED_PRECONDITION,
     SignalNotDeclaredError.reason: grpc.StatusCode.FAILED_PRECONDITION,
@@ -395,6 +402,7 @@ ERROR_BY_REASON: dict[str, type[DurableRpcError]] = {
         WorkflowNotFailedError,
         InvalidPriorityError,
         InvalidFairnessKeyError,
+        InvalidCleanupTimeoutError,
         BudgetInUseError,
         ProtocolVersionUnsupportedError,
         SignalNotDeclaredError,

@@ -85,13 +85,17 @@ class SelectQueued:
 
 @workflow.defn(name="CancelQueued")
 class CancelQueued:
-    """Cancelling the task awaiting a queued activity: CancelledError once cancelled."""
+    """Cancelling the task awaiting a queued activity: CancelledError once cancelled
+    (WAIT_CANCELLATION_COMPLETED: the await waits for the ActivityCancelled outcome)."""
 
     @workflow.run
     async def run(self) -> str:
         task = asyncio.ensure_future(
             workflow.execute_activity(
-                never_runs, start_to_close_timeout=10 * SECOND, task_queue=_nobody_queue()
+                never_runs,
+                start_to_close_timeout=10 * SECOND,
+                task_queue=_nobody_queue(),
+                cancellation=workflow.CancellationPolicy.WAIT_CANCELLATION_COMPLETED,
             )
         )
         await workflow.sleep(0.2)
@@ -104,14 +108,18 @@ class CancelQueued:
 
 @workflow.defn(name="CancelRunning")
 class CancelRunning:
-    """Cancel a running activity: the cancel reaches it through its heartbeats."""
+    """Cancel a running activity: the cancel reaches it through its heartbeats, and the
+    await waits for its outcome (WAIT_CANCELLATION_COMPLETED)."""
 
     @workflow.run
     async def run(self, which: str) -> str:
         fn = waits_for_cancel if which == "obeys" else finishes_anyway
         task = asyncio.ensure_future(
             workflow.execute_activity(
-                fn, start_to_close_timeout=60 * SECOND, heartbeat_timeout=2 * SECOND
+                fn,
+                start_to_close_timeout=60 * SECOND,
+                heartbeat_timeout=2 * SECOND,
+                cancellation=workflow.CancellationPolicy.WAIT_CANCELLATION_COMPLETED,
             )
         )
         await workflow.sleep(1.5)

@@ -25,19 +25,68 @@ def cancelled(seq: int) -> workflow_task_pb2.ActivationJob:
     return job
 
 
+async def cancel_after_timer(**policy: workflow.CancellationPolicy) -> str:
+    """Starts an activity, cancels its await after a timer, returns what the await did."""
+    task = asyncio.ensure_future(
+        workflow.execute_activity("slow", start_to_close_timeout=TIMEOUT, **policy)
+    )
+    await workflow.sleep(1)
+    task.cancel()
+    try:
+        return "result:" + await task
+    except asyncio.CancelledError:
+        return "cancelled"
+
+
 @workflow.defn
 class CancelAfterTimer:
+    """Waits for the cancelled activity's outcome."""
+
     @workflow.run
     async def run(self) -> str:
-        task = asyncio.ensure_future(
-            workflow.execute_activity("slow", start_to_close_timeout=TIMEOUT)
+        return await cancel_after_timer(
+            cancellation=workflow.CancellationPolicy.WAIT_CANCELLATION_COMPLETED
         )
-        await workflow.sleep(1)
-        task.cancel()
-        try:
-            return "result:" + await task
-        except asyncio.CancelledError:
-            return "cancelled"
+
+
+@workflow.defn
+class TryCancelAfterTimer:
+    @workflow.run
+    async def run(self) -> str:
+        return await cancel_after_timer(cancellation=workflow.CancellationPolicy.TRY_CANCEL)
+
+
+@workflow.defn
+class DefaultCancelAfterTimer:
+    @workflow.run
+    async def run(self) -> str:
+        return await cancel_after_timer()
+
+
+@workflow.defn
+class AbandonAfterTimer:
+    @workflow.run
+    async def run(self) -> str:
+        return await cancel_after_timer(cancellation=workflow.CancellationPolicy.ABANDON)
+
+
+@pytest.mark.parametrize("wf_class", [TryCancelAfterTimer, DefaultCancelAfterTimer])
+def test_try_cancel_asks_and_raises_at_once_dropping_the_outcome(wf_class: type) -> None:
+    # TRY_CANCEL is the default: the request is sent and the awaiting code goes on in the
+    # same activation; the outcome that follows (a late result here) is dropped.
+    wf = instance(wf_class)
+    wf.activate(activation(start(wf_class)))
+    out = wf.activate(activation(fire(1)))
+    assert kinds(out.commands) == ["request_cancel_activity", "complete_workflow"]
+    assert result_of(out.commands[1]) == "cancelled"
+
+
+def test_abandon_sends_no_request_and_raises_at_once() -> None:
+    wf = instance(AbandonAfterTimer)
+    wf.activate(activation(start(AbandonAfterTimer)))
+    out = wf.activate(activation(fire(1)))
+    assert kinds(out.commands) == ["complete_workflow"]
+    assert result_of(out.commands[0]) == "cancelled"
 
 
 def test_activity_cancelled_raises_cancelled_error_in_the_awaiting_code() -> None:

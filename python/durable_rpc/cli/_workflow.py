@@ -15,6 +15,7 @@ from google.protobuf import json_format
 from rich.console import Console
 from rich.table import Table
 
+from durable_rpc.cli._admin import parse_duration_ms
 from durable_rpc.cli._batch import batch
 from durable_rpc.cli._codec import AsStored, ShownCodec
 from durable_rpc.cli._render import failure_dict, failure_line, message_dict
@@ -554,17 +555,31 @@ def signal_with_start(
 @click.argument("workflow_id")
 @run_id_option
 @click.option("--reason", default="", help="Why, recorded in the run's history.")
+@click.option(
+    "--cleanup-timeout",
+    default=None,
+    help="How long the run may clean up (90s, 30m, 12h...): still open then, the server "
+    "terminates it (CLEANUP_DEADLINE_EXCEEDED). Default: no bound.",
+)
 @with_common
 def cancel(
     workflow_id: str,
     run_id: str | None,
     reason: str,
+    cleanup_timeout: str | None,
     address: str,
     namespace: str,
     as_json: bool,
 ) -> None:
     """Request cancellation of a run."""
-    _run(address, namespace, lambda c: c.get_handle(workflow_id, run_id).cancel(reason))
+    bound = None
+    if cleanup_timeout is not None:
+        bound = dt.timedelta(milliseconds=parse_duration_ms(cleanup_timeout))
+    _run(
+        address,
+        namespace,
+        lambda c: c.get_handle(workflow_id, run_id).cancel(reason, cleanup_timeout=bound),
+    )
     _emit_json({"cancel_requested": True}) if as_json else console.print("cancel requested")
 
 

@@ -263,17 +263,23 @@ class WorkflowHandle:
         await handle._wait(stage, timeout)
         return handle
 
-    async def cancel(self, reason: str = "") -> None:
-        """Ask the workflow to cancel; its code sees CancelledError at its await points."""
-        await self.client.call(
-            self.client.workflow_service.CancelWorkflow,
-            service_pb2.CancelWorkflowRequest(
-                namespace=self.client.namespace,
-                workflow_id=self.workflow_id,
-                run_id=self.run_id or "",
-                reason=reason,
-            ),
+    async def cancel(
+        self, reason: str = "", *, cleanup_timeout: dt.timedelta | None = None
+    ) -> None:
+        """Ask the workflow to cancel; its code sees CancelledError at its await points
+        (deferred while it is inside ``workflow.shield()``) and reads the request with
+        ``workflow.cancellation()``. With ``cleanup_timeout`` the server terminates the
+        run (reason CLEANUP_DEADLINE_EXCEEDED) if it is still open that long after the
+        request. A run already asked to cancel keeps its first request and deadline."""
+        request = service_pb2.CancelWorkflowRequest(
+            namespace=self.client.namespace,
+            workflow_id=self.workflow_id,
+            run_id=self.run_id or "",
+            reason=reason,
         )
+        if cleanup_timeout is not None:
+            request.cleanup_timeout.FromTimedelta(cleanup_timeout)
+        await self.client.call(self.client.workflow_service.CancelWorkflow, request)
 
     async def terminate(self, reason: str = "") -> None:
         """End the run now, without running any more workflow code."""

@@ -12,6 +12,7 @@ import grpc
 
 from durable_rpc.errors import (
     InvalidArgumentError,
+    InvalidCleanupTimeoutError,
     QueryFailedError,
     QueryTimeoutError,
     UpdateRejectedError,
@@ -235,11 +236,19 @@ class WorkflowService(
     async def CancelWorkflow(
         self, request: service_pb2.CancelWorkflowRequest, context: grpc.aio.ServicerContext
     ) -> service_pb2.CancelWorkflowResponse:
+        cleanup_timeout_ms = None
+        if request.HasField("cleanup_timeout"):
+            cleanup_timeout_ms = request.cleanup_timeout.ToMilliseconds()
+            if cleanup_timeout_ms <= 0:
+                raise InvalidCleanupTimeoutError(
+                    f"cleanup_timeout must be positive, got {cleanup_timeout_ms} ms"
+                )
         await self._store.request_cancel(
             _validate.namespace(request.namespace),
             _validate.name("workflow_id", request.workflow_id),
             request.run_id or None,
             request.reason,
+            cleanup_timeout_ms,
         )
         return service_pb2.CancelWorkflowResponse()
 

@@ -666,10 +666,17 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def request_cancel(
-        self, namespace: str, workflow_id: str, run_id: str | None, reason: str
+        self,
+        namespace: str,
+        workflow_id: str,
+        run_id: str | None,
+        reason: str,
+        cleanup_timeout_ms: int | None = None,
     ) -> bool:
         """Asks the open run to cancel; False when it had been asked already (nothing
-        recorded again)."""
+        recorded again, the first request's cleanup deadline kept). With
+        ``cleanup_timeout_ms`` the run is terminated (reason CLEANUP_DEADLINE_EXCEEDED)
+        by the due pass when still open that long after the request (database clock)."""
 
     @abc.abstractmethod
     async def terminate(

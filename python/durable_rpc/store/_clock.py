@@ -44,6 +44,10 @@ _NEXT_DUE_SQL = "SELECT MIN(due_ms) AS m FROM tasks WHERE state IN ('waiting', '
 _NEXT_DEADLINE_SQL = (
     "SELECT MIN(queue_deadline_ms) AS m FROM tasks WHERE queue_deadline_ms IS NOT NULL"
 )
+# The partial index runs_deadline: execution/run timeouts and cancellation cleanup
+# deadlines, which the due pass closes runs at (a jump must stop there too, not pass it
+# for a later timer).
+_NEXT_RUN_DEADLINE_SQL = "SELECT MIN(deadline_ms) AS m FROM runs WHERE deadline_ms IS NOT NULL"
 # The index schedules_by_fire_at (NULL while paused).
 _NEXT_SCHEDULE_SQL = "SELECT MIN(fire_at_ms) AS m FROM schedules WHERE fire_at_ms IS NOT NULL"
 
@@ -75,6 +79,8 @@ def idleness(tx: Tx, now_ms: int) -> Idleness:
         return Idleness(idle=False, schedule_due=True)
     if tx.one(_BUSY_SQL) is not None:
         return Idleness(idle=False)
-    due = earliest(tx.value(_NEXT_DUE_SQL), tx.value(_NEXT_DEADLINE_SQL))
+    due = earliest(
+        tx.value(_NEXT_DUE_SQL), tx.value(_NEXT_DEADLINE_SQL), tx.value(_NEXT_RUN_DEADLINE_SQL)
+    )
     nxt = tx.value(_NEXT_SCHEDULE_SQL)
     return Idleness(True, due, None if nxt is None else int(nxt))

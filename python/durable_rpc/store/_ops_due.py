@@ -15,10 +15,12 @@ from durable_rpc.store._logic import (
 from durable_rpc.store._ops_activities import _ActivityOps
 from durable_rpc.store._sessions import expire_due, next_expiry_ms
 from durable_rpc.store._shared import (
+    CLEANUP_TIMEOUT_KIND,
     append_event,
     blob,
     close_run,
     ensure_workflow_task,
+    terminate_after_cleanup,
 )
 from durable_rpc.store._tx import Tx
 from durable_rpc.v1 import history_pb2, payload_pb2
@@ -197,7 +199,8 @@ class _DueOps(_ActivityOps):
             # 5b. Worker sessions past their TTL close; their queued activities fail.
             saturated |= expire_due(tx, now, limit) >= limit
 
-            # 6. Runs past their execution/run timeout close as timed_out.
+            # 6. Runs past their execution/run timeout close as timed_out; runs past the
+            # cleanup deadline of their cancellation request are terminated.
             timed_out = tx.all(
                 "SELECT namespace, run_id, timeout_kind FROM runs WHERE deadline_ms IS NOT NULL "
                 f"AND deadline_ms <= ? ORDER BY deadline_ms LIMIT ?{tx.claim_lock_suffix}",
@@ -211,6 +214,9 @@ class _DueOps(_ActivityOps):
                     "AND status = 'running' AND deadline_ms IS NOT NULL",
                     (run["namespace"], run["run_id"]),
                 ):
+                    continue
+                if timeout_kind == CLEANUP_TIMEOUT_KIND:
+                    terminate_after_cleanup(tx, run["namespace"], run["run_id"], now)
                     continue
                 append_event(
                     tx,

@@ -258,7 +258,12 @@ class _RunOps(_LeaseOps):
             raise
 
     async def request_cancel(
-        self, namespace: str, workflow_id: str, run_id: str | None, reason: str
+        self,
+        namespace: str,
+        workflow_id: str,
+        run_id: str | None,
+        reason: str,
+        cleanup_timeout_ms: int | None = None,
     ) -> bool:
         def op(tx: Tx) -> bool:
             run = find_run(tx, namespace, workflow_id, run_id)
@@ -267,8 +272,7 @@ class _RunOps(_LeaseOps):
             if run["admission"] is not None:  # not yet admitted: closed at once
                 cancel_waiting_run(tx, namespace, run["run_id"], reason)
                 return True
-            # Running activities learn about it from their next heartbeat.
-            request_cancel_run(tx, namespace, run, reason, tx.now_ms())
+            request_cancel_run(tx, namespace, run, reason, tx.now_ms(), cleanup_timeout_ms)
             return not run["cancel_requested"]
 
         return await self._write(op)

@@ -339,28 +339,74 @@ def _apply_parent_close_policy(tx: Tx, namespace: str, run_id: str, now: int) ->
         close_run(tx, namespace, child["run_id"], "terminated", now, failure=failure)
 
 
-def request_cancel_run(tx: Tx, namespace: str, run: Row, reason: str, now: int) -> None:
-    """Appends CancelRequested to an open run (once) and tells its running activities."""
+#: runs.timeout_kind of a run whose earliest deadline is its cleanup deadline: the due
+#: pass terminates it (reason CLEANUP_DEADLINE_EXCEEDED) instead of timing it out.
+CLEANUP_TIMEOUT_KIND = "cleanup"
+CLEANUP_DEADLINE_EXCEEDED = "CLEANUP_DEADLINE_EXCEEDED"
+
+
+def request_cancel_run(
+    tx: Tx,
+    namespace: str,
+    run: Row,
+    reason: str,
+    now: int,
+    cleanup_timeout_ms: int | None = None,
+) -> None:
+    """Appends CancelRequested to an open run (once: a second request changes nothing,
+    its cleanup deadline included).
+
+    The run's activities are not told to stop here: workflow code cancels what it
+    awaited by each call's cancellation policy (a RequestCancelActivity command), and
+    what it runs inside ``workflow.shield()`` keeps running (the event's ``cooperative``).
+    A cleanup timeout becomes the run's deadline when it is the earliest one, marked
+    ``timeout_kind = 'cleanup'``, so the due pass that closes timed-out runs finds it
+    through the same index."""
     if run["cancel_requested"]:
         return
-    tx.run(
-        "UPDATE runs SET cancel_requested = 1 WHERE namespace = ? AND run_id = ?",
-        (namespace, run["run_id"]),
-    )
-    tx.run(
-        "UPDATE tasks SET cancel_requested = 1 WHERE namespace = ? AND run_id = ? "
-        f"AND kind = 'activity' AND state IN {ACTIVE}",
-        (namespace, run["run_id"]),
-    )
+    event = history_pb2.CancelRequested(reason=reason, cooperative=True)
+    if cleanup_timeout_ms is None:
+        tx.run(
+            "UPDATE runs SET cancel_requested = 1 WHERE namespace = ? AND run_id = ?",
+            (namespace, run["run_id"]),
+        )
+    else:
+        deadline = now + cleanup_timeout_ms
+        event.cleanup_deadline.FromMilliseconds(deadline)
+        tx.run(
+            "UPDATE runs SET cancel_requested = 1, "
+            "timeout_kind = CASE WHEN deadline_ms IS NULL OR deadline_ms > ? "
+            "THEN ? ELSE timeout_kind END, "
+            "deadline_ms = CASE WHEN deadline_ms IS NULL OR deadline_ms > ? "
+            "THEN ? ELSE deadline_ms END "
+            "WHERE namespace = ? AND run_id = ?",
+            (deadline, CLEANUP_TIMEOUT_KIND, deadline, deadline, namespace, run["run_id"]),
+        )
+        tx.notes.due.add(deadline)
+    append_event(tx, namespace, run["run_id"], now, "cancel_requested", event)
+    ensure_workflow_task(tx, namespace, run["run_id"], run["task_queue"], now)
+
+
+def terminate_after_cleanup(tx: Tx, namespace: str, run_id: str, now: int) -> None:
+    """The run's cleanup deadline passed while it was still open (the due pass, in its
+    transaction, the run's deadline already cleared by a fenced update): terminated."""
+    # The event's reason is the stable code alone; the failure (describe, result())
+    # starts with it and names it as its cause's type, for code that matches on types.
     append_event(
         tx,
         namespace,
-        run["run_id"],
+        run_id,
         now,
-        "cancel_requested",
-        history_pb2.CancelRequested(reason=reason),
+        "workflow_terminated",
+        history_pb2.WorkflowTerminated(reason=CLEANUP_DEADLINE_EXCEEDED),
     )
-    ensure_workflow_task(tx, namespace, run["run_id"], run["task_queue"], now)
+    message = f"{CLEANUP_DEADLINE_EXCEEDED}: the run was still open at its cleanup deadline"
+    failure = payload_pb2.Failure(
+        message=message,
+        type="WorkflowTerminatedError",
+        cause=payload_pb2.Failure(message=message, type=CLEANUP_DEADLINE_EXCEEDED),
+    )
+    close_run(tx, namespace, run_id, "terminated", now, failure=failure.SerializeToString())
 
 
 def open_run(tx: Tx, namespace: str, run_id: str) -> Row:

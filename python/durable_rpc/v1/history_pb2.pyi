@@ -652,15 +652,33 @@ class CancelRequested(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     REASON_FIELD_NUMBER: _builtins.int
+    CLEANUP_DEADLINE_FIELD_NUMBER: _builtins.int
+    COOPERATIVE_FIELD_NUMBER: _builtins.int
     reason: _builtins.str
+    cooperative: _builtins.bool
+    """Set by every server with cooperative cancellation: the run's activities were not
+    told to stop by the server; workflow code cancels what it awaited by each call's
+    cancellation policy (and code inside workflow.shield() keeps running). Histories
+    recorded before lack it: their replay keeps the old behaviour (awaited activities
+    abandoned without a command, as the server had asked every activity to stop).
+    """
+    @_builtins.property
+    def cleanup_deadline(self) -> _timestamp_pb2.Timestamp:
+        """When the requester gave a cleanup timeout: the request's time (event_time) plus it,
+        on the database clock. A run still open then is terminated by the server's due pass
+        (WorkflowTerminated, reason CLEANUP_DEADLINE_EXCEEDED). Unset: no deadline.
+        """
+
     def __init__(
         self,
         *,
         reason: _builtins.str = ...,
+        cleanup_deadline: _timestamp_pb2.Timestamp | None = ...,
+        cooperative: _builtins.bool = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["cleanup_deadline", b"cleanup_deadline"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["reason", b"reason"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cleanup_deadline", b"cleanup_deadline", "cooperative", b"cooperative", "reason", b"reason"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

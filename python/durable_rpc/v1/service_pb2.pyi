@@ -403,10 +403,20 @@ class CancelWorkflowRequest(_message.Message):
     WORKFLOW_ID_FIELD_NUMBER: _builtins.int
     RUN_ID_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
+    CLEANUP_TIMEOUT_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     workflow_id: _builtins.str
     run_id: _builtins.str
     reason: _builtins.str
+    @_builtins.property
+    def cleanup_timeout(self) -> _duration_pb2.Duration:
+        """How long the run may clean up (> 0; unset: no bound). The server records the
+        deadline (its clock + this) in CancelRequested.cleanup_deadline and terminates a run
+        still open then (reason CLEANUP_DEADLINE_EXCEEDED). A second request of a run
+        already asked to cancel changes nothing: the first deadline stays. Zero or
+        negative: INVALID_ARGUMENT, reason INVALID_CLEANUP_TIMEOUT.
+        """
+
     def __init__(
         self,
         *,
@@ -414,10 +424,11 @@ class CancelWorkflowRequest(_message.Message):
         workflow_id: _builtins.str = ...,
         run_id: _builtins.str = ...,
         reason: _builtins.str = ...,
+        cleanup_timeout: _duration_pb2.Duration | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["cleanup_timeout", b"cleanup_timeout"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespace", b"namespace", "reason", b"reason", "run_id", b"run_id", "workflow_id", b"workflow_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cleanup_timeout", b"cleanup_timeout", "namespace", b"namespace", "reason", b"reason", "run_id", b"run_id", "workflow_id", b"workflow_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -761,15 +761,31 @@ class CancelWorkflowJob(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     REASON_FIELD_NUMBER: _builtins.int
+    REQUESTED_AT_FIELD_NUMBER: _builtins.int
+    CLEANUP_DEADLINE_FIELD_NUMBER: _builtins.int
+    COOPERATIVE_FIELD_NUMBER: _builtins.int
     reason: _builtins.str
+    cooperative: _builtins.bool
+    """CancelRequested.cooperative: the per-call cancellation policies apply."""
+    @_builtins.property
+    def requested_at(self) -> _timestamp_pb2.Timestamp:
+        """The CancelRequested event's time, and its cleanup deadline (unset: none), for
+        workflow.cancellation().
+        """
+
+    @_builtins.property
+    def cleanup_deadline(self) -> _timestamp_pb2.Timestamp: ...
     def __init__(
         self,
         *,
         reason: _builtins.str = ...,
+        requested_at: _timestamp_pb2.Timestamp | None = ...,
+        cleanup_deadline: _timestamp_pb2.Timestamp | None = ...,
+        cooperative: _builtins.bool = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["cleanup_deadline", b"cleanup_deadline", "requested_at", b"requested_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["reason", b"reason"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cleanup_deadline", b"cleanup_deadline", "cooperative", b"cooperative", "reason", b"reason", "requested_at", b"requested_at"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

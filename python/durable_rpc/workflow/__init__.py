@@ -55,6 +55,8 @@ from durable_rpc.workflow._api import (
     wait_condition,
 )
 from durable_rpc.workflow._budgets import BudgetError, Reservation, reserve
+from durable_rpc.workflow._cancel_api import cancellation, shield
+from durable_rpc.workflow._cancellation import CancellationPolicy, CancellationRequest, Shield
 from durable_rpc.workflow._child_api import execute_child_workflow, start_child_workflow
 from durable_rpc.workflow._children import (
     ChildWorkflowError,
@@ -115,6 +117,11 @@ __all__ = [
     "stream",
     "StreamItem",
     "WorkflowStream",
+    "CancellationPolicy",
+    "CancellationRequest",
+    "Shield",
+    "cancellation",
+    "shield",
     "ChildWorkflowError",
     "ChildWorkflowHandle",
     "ChildWorkflowStartError",

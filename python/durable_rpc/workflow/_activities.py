@@ -99,8 +99,8 @@ class ActivitiesMixin(InstanceState):
         return seq, future
 
     def abandon_activity(self, seq: int) -> None:
-        """The awaiting code was cancelled; there is no command to cancel an activity,
-        so its eventual resolution is dropped."""
+        """The awaiting code stopped waiting (its cancellation policy): the activity's
+        eventual resolution is dropped."""
         if self._activities.pop(seq, None) is not None:
             self._abandoned.add(seq)
 

@@ -14,6 +14,7 @@ from durable_rpc import converter
 from durable_rpc.activity._definition import check_rate_limit_key, must_define
 from durable_rpc.sessions import SessionOptions
 from durable_rpc.v1 import options_pb2
+from durable_rpc.workflow._cancellation import CancellationPolicy, check_policy
 from durable_rpc.workflow._errors import ContinueAsNewError
 from durable_rpc.workflow._loop import WorkflowLoop
 from durable_rpc.workflow._markers import DEFAULT_VERSION as DEFAULT_VERSION
@@ -395,6 +396,7 @@ async def execute_activity(
     rate_limit_key: str | None = None,
     priority: int | None = None,
     session: SessionOptions | None = None,
+    cancellation: CancellationPolicy = CancellationPolicy.TRY_CANCEL,
     result_type: type[_R] | None = None,
 ) -> _R: ...
 @overload
@@ -411,6 +413,7 @@ async def execute_activity(
     rate_limit_key: str | None = None,
     priority: int | None = None,
     session: SessionOptions | None = None,
+    cancellation: CancellationPolicy = CancellationPolicy.TRY_CANCEL,
     result_type: type[_R] | None = None,
 ) -> _R: ...
 @overload
@@ -427,6 +430,7 @@ async def execute_activity(
     rate_limit_key: str | None = None,
     priority: int | None = None,
     session: SessionOptions | None = None,
+    cancellation: CancellationPolicy = CancellationPolicy.TRY_CANCEL,
     result_type: type[_R],
 ) -> _R: ...
 @overload
@@ -443,6 +447,7 @@ async def execute_activity(
     rate_limit_key: str | None = None,
     priority: int | None = None,
     session: SessionOptions | None = None,
+    cancellation: CancellationPolicy = CancellationPolicy.TRY_CANCEL,
     result_type: None = None,
 ) -> Any: ...
 async def execute_activity(
@@ -458,6 +463,7 @@ async def execute_activity(
     rate_limit_key: str | None = None,
     priority: int | None = None,
     session: SessionOptions | None = None,
+    cancellation: CancellationPolicy = CancellationPolicy.TRY_CANCEL,
     result_type: Any = None,
 ) -> Any:
     """Schedule an activity and wait for its result (typed from the function's return
@@ -476,8 +482,14 @@ async def execute_activity(
     ``session`` routes the activity to the worker holding that worker session
     (:mod:`durable_rpc.sessions`): only a worker with ``worker_sessions=True`` and the
     capabilities it requires runs it; the first such claim creates the session.
+
+    ``cancellation`` is what cancelling this await (the run's cancellation, a
+    ``workflow.select`` loser, ``task.cancel()``) does with the activity: TRY_CANCEL
+    asks it to stop and raises CancelledError at once, WAIT_CANCELLATION_COMPLETED asks
+    and waits for its outcome, ABANDON asks nothing and raises at once.
     """
     runtime = current()
+    check_policy(cancellation)
     key = check_rate_limit_key(rate_limit_key)
     if isinstance(activity, str):
         activity_type, hint = activity, Any
@@ -518,8 +530,15 @@ async def execute_activity(
         if future.done() and not future.cancelled() and future.exception() is None:
             # Resolved before the cancellation reached this code: it keeps its result.
             return future.result()
+        if cancellation is CancellationPolicy.ABANDON:
+            runtime.abandon_activity(seq)
+            raise
         outcome = runtime.request_cancel_activity(seq)
         if outcome is None:
+            raise
+        if cancellation is CancellationPolicy.TRY_CANCEL:
+            # Asked (the command is emitted); its outcome is not waited for: dropped.
+            runtime.abandon_activity(seq)
             raise
     # Cancellation requested (recorded as RequestCancelActivity): wait for the outcome.
     # ActivityCancelled raises CancelledError here; an attempt that completed anyway

@@ -20,6 +20,7 @@ from durable_rpc.workflow._loop import WorkflowLoop, new_loop
 from durable_rpc.workflow._signal_handler import SignalHandler
 from durable_rpc.workflow._values import (
     DEFAULT_HISTORY_WARN,
+    CancellationRequest,
     LocalActivityRequest,
     PendingActivity,
     WorkflowInfo,
@@ -75,11 +76,16 @@ class InstanceState:
         self._local: dict[int, tuple[LocalActivityRequest, asyncio.Future[Any], Any]] = {}
         # Local-activity markers of the replayed task, by seq: (marker id, payload).
         self._recorded_locals: dict[int, tuple[str, bytes]] = {}
-        # Set once the run's cancellation was delivered: activities awaited by the
-        # cancelled code are then abandoned without a RequestCancelActivity command (the
-        # server already asked every task of the run to stop; histories recorded before
-        # activity cancellation existed replay unchanged).
+        # Set once a cancellation request recorded before cooperative cancellation was
+        # delivered: activities awaited by the cancelled code are then abandoned without
+        # a RequestCancelActivity command (that server had asked every task of the run to
+        # stop; such histories replay unchanged). See _cancellation.py.
         self._run_cancelled = False
+        # The run's cancellation request (workflow.cancellation()), the open
+        # workflow.shield() blocks, and whether the request waits for them to close.
+        self.cancellation_request: CancellationRequest | None = None
+        self._shields = 0
+        self._cancel_deferred = False
         self._conditions: list[tuple[Callable[[], bool], asyncio.Future[None]]] = []
         self._obj: Any = None
         self._main: asyncio.Task[Any] | None = None

@@ -14,9 +14,10 @@ The instance is put together from parts, one module each, all built on the state
 :mod:`~durable_rpc.workflow._instance`: activities (``_activities``), local activities
 (``_local_activities``), timers and wait conditions (``_timers``), signals
 (``_signals``), updates (``_updates``), queries (``_queries``), side effects and patches
-(``_markers``) and the end of the run (``_completion``); child workflows are in
-``_children``. This module keeps the activation dispatch and the main coroutine, and
-re-exports what the worker and the workflow API import from here.
+(``_markers``), cancellation and shields (``_cancellation``) and the end of the run
+(``_completion``); child workflows are in ``_children``. This module keeps the
+activation dispatch and the main coroutine, and re-exports what the worker and the
+workflow API import from here.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from durable_rpc.search_attributes import memo_from_proto
 from durable_rpc.v1 import workflow_task_pb2
 from durable_rpc.workflow import _budgets, _children, _external, _sandbox, _streams
 from durable_rpc.workflow._activities import ActivitiesMixin
+from durable_rpc.workflow._cancellation import CancellationMixin
 from durable_rpc.workflow._completion import CompletionMixin
 from durable_rpc.workflow._errors import WorkflowTaskError
 from durable_rpc.workflow._group_markers import SELECTION_WINNER_MARKER, GroupsMixin
@@ -88,6 +90,7 @@ _SEQ_JOBS = frozenset(
 
 class WorkflowInstance(
     ActivitiesMixin,
+    CancellationMixin,
     LocalActivitiesMixin,
     TimersMixin,
     SignalsMixin,
@@ -136,7 +139,7 @@ class WorkflowInstance(
         self.loop.clock_unknown = self.clock_unknown_when_live and not self.is_replaying
         with self.loop.running(), _sandbox.restricted():
             start: workflow_task_pb2.StartWorkflowJob | None = None
-            cancel_reason: str | None = None
+            cancel: workflow_task_pb2.CancelWorkflowJob | None = None
             updates: list[workflow_task_pb2.DoUpdateJob] = []
             for index, job in enumerate(activation.jobs):
                 kind = job.WhichOneof("job")
@@ -144,7 +147,7 @@ class WorkflowInstance(
                     start = job.start_workflow
                     self._instantiate(start)
                 elif kind == "cancel_workflow":
-                    cancel_reason = job.cancel_workflow.reason
+                    cancel = job.cancel_workflow
                 elif kind == "do_update":
                     updates.append(job.do_update)
                 elif kind == "signal_workflow":
@@ -163,8 +166,8 @@ class WorkflowInstance(
             # Updates after every other job (the replay machine orders them so too).
             for update in updates:
                 self._do_update(update)
-            if cancel_reason is not None:
-                self._cancel(cancel_reason)
+            if cancel is not None:
+                self._cancel(cancel)
             self._run()
             self._sync_signals = None  # ran: a kept instance need not hold its signals
             if self.is_replaying:
@@ -251,8 +254,3 @@ class WorkflowInstance(
         for name in list(self._buffered_signals):
             if name in self._handlers:
                 self._drain_signals(name)
-
-    def _cancel(self, reason: str) -> None:
-        self._run_cancelled = True
-        if self._main is not None and not self._main.done():
-            self._main.cancel(reason or None)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from durable_rpc.v1 import payload_pb2
@@ -88,3 +89,16 @@ class LocalActivityOutcome:
     marker_id: str
     data: bytes
     attempts: bytes = b""
+
+
+@dataclass(frozen=True)
+class CancellationRequest:
+    """The run's cancellation request (``workflow.cancellation()``), as recorded in its
+    history: the same on every replay."""
+
+    reason: str
+    #: When the server recorded the request (database clock).
+    requested_at: datetime
+    #: Past it, a run still open is terminated by the server (CLEANUP_DEADLINE_EXCEEDED);
+    #: None when the requester gave no cleanup timeout.
+    cleanup_deadline: datetime | None

@@ -366,8 +366,12 @@ impl ReplayMachine {
                     signal_name: signal.signal_name,
                     input: signal.input,
                 }),
+                // The event's own time is the request's time (workflow.cancellation()).
                 Attributes::CancelRequested(cancel) => Job::CancelWorkflow(CancelWorkflowJob {
                     reason: cancel.reason,
+                    requested_at: event.event_time,
+                    cleanup_deadline: cancel.cleanup_deadline,
+                    cooperative: cancel.cooperative,
                 }),
                 Attributes::ChildWorkflowStarted(started) => {
                     Job::ResolveChildWorkflowStart(ResolveChildWorkflowStartJob {

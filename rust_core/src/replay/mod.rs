@@ -41,6 +41,8 @@ mod tests_activity_cancel;
 #[cfg(test)]
 mod tests_budgets;
 #[cfg(test)]
+mod tests_cancellation;
+#[cfg(test)]
 mod tests_children;
 #[cfg(test)]
 mod tests_continuation;

@@ -149,6 +149,7 @@ impl HistoryBuilder {
     fn cancel_requested(&mut self, reason: &str) -> &mut Self {
         self.push(Attributes::CancelRequested(CancelRequested {
             reason: reason.into(),
+            ..Default::default()
         }));
         self
     }
@@ -576,7 +577,10 @@ fn cancel_request_becomes_a_cancel_job_and_cancelled_workflow_matches() {
     assert_eq!(
         a2.jobs[0].job,
         Some(Job::CancelWorkflow(crate::proto::CancelWorkflowJob {
-            reason: "user asked".into()
+            reason: "user asked".into(),
+            // The CancelRequested event's time (event 4: 1000 + its id).
+            requested_at: Some(ts(1004)),
+            ..Default::default()
         }))
     );
     m.complete_activation(completion(vec![cancel_workflow(2)]))
