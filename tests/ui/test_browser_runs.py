@@ -211,3 +211,7 @@ def test_a_pending_activity_shows_its_next_retry_heartbeat_and_failure(
     assert '"row 41 of 100"' in row.find_element(By.CSS_SELECTOR, ".heartbeat").text
     assert "the target table is locked" in row.text
     assert "in backoff until" in driver.find_element(By.ID, "stuck-reason").text
+    # The history records no attempt of an open activity: the timeline takes its failed
+    # first attempt from describe's pending activities.
+    svg = driver.find_element(By.CSS_SELECTOR, "#timeline svg")
+    assert svg.find_elements(By.CSS_SELECTOR, "rect.attempt.failed")

@@ -201,7 +201,7 @@ async def run_page(page: Page) -> Response:
     now_ms = int(time.time() * 1000)
     row = _run_row(info)
     start_ms, end_ms = _zoom(params, row["start"])
-    timeline = _timeline.build_timeline(events, now_ms=now_ms)
+    timeline = _timeline.build_timeline(events, now_ms=now_ms, pending=describe.pending_activities)
     svg = _timeline.render_timeline_svg(timeline, start_ms=start_ms, end_ms=end_ms, now_ms=now_ms)
     is_open = row["status"] == "running"
     failure = (
