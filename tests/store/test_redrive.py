@@ -296,3 +296,21 @@ async def test_memo_search_attributes_and_timeouts_are_carried(store: Store) -> 
         NS, "running", None, None, None, 10, None, query='CustomerId = "c-7"'
     )
     assert [run.run_id for run in runs] == [result.run_id]
+
+
+async def test_a_cooperative_cancel_request_leaves_the_new_runs_activities_to_the_code(
+    store: Store,
+) -> None:
+    # Activity 2 is outstanding after the kept events, which include the run's
+    # (cooperative) cancellation request: its new attempt is not told to stop, as the
+    # request never told the failed run's attempts (the workflow code cancels by policy).
+    await start(store)
+    await decide(store, [schedule(1), schedule(2)])
+    await store.request_cancel(NS, "wf-1", None, "stop")
+    await run_activity(store, 1, ok=True)
+    await decide(store, [fail_workflow(3)])
+    result = await store.redrive_workflow(NS, "wf-1", None, "redrive-cancel")
+    assert "cancel_requested" in kinds(await history(store, run_id=result.run_id))
+    task = await store.claim_activity_task(NS, QUEUE, "aw1", [])
+    assert task is not None and task.seq == 2
+    assert not (await store.heartbeat_activity_task(NS, task.lease, None)).cancel_requested

@@ -226,7 +226,7 @@ class _RedriveOps(_CommandOps):
         for seq, due in plan.pending_timers:
             # A timer keeps its deadline (one already past fires at once).
             queue_timer(tx, namespace, new_run_id, failed["task_queue"], seq, max(due, now), now)
-        if plan.cancel_requested:
+        if plan.cancel_tells_activities:
             tx.run(
                 "UPDATE tasks SET cancel_requested = 1 WHERE namespace = ? AND run_id = ? "
                 f"AND kind = 'activity' AND state IN {ACTIVE}",

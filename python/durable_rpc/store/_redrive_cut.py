@@ -53,6 +53,10 @@ class RedriveCut:
     pending_timers: list[tuple[int, int]] = field(default_factory=list)
     #: The kept events include a cancellation request of the run.
     cancel_requested: bool = False
+    #: ... one recorded before cooperative cancellation: that server had told every
+    #: activity of the run to stop, so the new run's re-queued activities are told too
+    #: (a cooperative request leaves them to the workflow code's cancellation policies).
+    cancel_tells_activities: bool = False
 
 
 def cut(failed_run_id: str, history: Sequence[history_pb2.HistoryEvent]) -> RedriveCut:
@@ -129,6 +133,7 @@ def _outstanding(
             children.pop(attributes.seq, None)  # type: ignore[union-attr]
         elif kind == "cancel_requested":
             result.cancel_requested = True
+            result.cancel_tells_activities = not event.cancel_requested.cooperative
     if children:
         seq, child_id = next(iter(sorted(children.items())))
         raise InvalidArgumentError(
