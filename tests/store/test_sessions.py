@@ -167,6 +167,24 @@ async def test_a_lost_holder_is_replaced_and_the_ttl_deadline_is_kept(store: Sto
         await store.renew_worker_session(NS, "a", "s1", 1)
 
 
+async def test_a_lapsed_holder_that_claims_again_keeps_its_generation(store: Store) -> None:
+    """Nobody took the session over: the holder's own next claim gets it back as the same
+    holder (generation and handle still valid), not as a takeover."""
+    await _worker(store, "a", GPU)
+    await _schedule(store, [session(lease_s=1), session(lease_s=1)])
+    first = await _claim(store, "a")
+    assert first is not None and first.session is not None
+    assert first.session.lease_expires_at_ms is not None
+    await wait_db_time(store, first.session.lease_expires_at_ms)
+    assert (await store.describe_worker_session(NS, "s1")).state == "lost"
+    again = await _claim(store, "a")
+    assert again is not None and again.session is not None
+    assert (again.session.state, again.session.generation) == ("active", 1)
+    assert again.session.reacquisitions == 0
+    renewed = await store.renew_worker_session(NS, "a", "s1", 1)
+    assert renewed.state == "active"
+
+
 async def test_an_activity_heartbeat_renews_the_holders_lease(store: Store) -> None:
     await _worker(store, "a", GPU)
     await _worker(store, "b", GPU)

@@ -192,10 +192,13 @@ def enter(tx: Tx, namespace: str, session_id: str, worker_id: str, now: int) -> 
 
 def take(tx: Tx, row: Row, worker_id: str, now: int) -> Row | None:
     """Hands the session ``row`` (pending, or its holder lost) to ``worker_id``: the next
-    generation; the TTL deadline set the first time only (a new holder keeps it)."""
-    reacquired = 1 if row["holder"] is not None else 0
+    generation; the TTL deadline set the first time only (a new holder keeps it). A lost
+    holder that nobody replaced gets it back as it was (same generation: its handle and
+    the generation it noted stay valid), as a late lease report is still accepted."""
+    same = row["holder"] == worker_id
+    reacquired = 1 if row["holder"] is not None and not same else 0
     taken = tx.one(
-        "UPDATE worker_sessions SET state = 'active', holder = ?, generation = generation + 1, "
+        "UPDATE worker_sessions SET state = 'active', holder = ?, generation = generation + ?, "
         "reacquisitions = reacquisitions + ?, "
         "ttl_deadline_ms = COALESCE(ttl_deadline_ms, ? + ttl_ms), "
         "lease_expires_ms = CASE WHEN COALESCE(ttl_deadline_ms, ? + ttl_ms) < ? + lease_ms "
@@ -203,6 +206,7 @@ def take(tx: Tx, row: Row, worker_id: str, now: int) -> Row | None:
         "WHERE namespace = ? AND session_id = ? AND generation = ? RETURNING *",
         (
             worker_id,
+            0 if same else 1,
             reacquired,
             now,
             now,
