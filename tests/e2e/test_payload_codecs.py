@@ -24,7 +24,7 @@ from typing import Any
 import grpc
 import pytest
 
-from durable_rpc import Client, Worker, activity, converter, payload, workflow
+from durable_rpc import Client, RetryPolicy, Worker, activity, converter, payload, workflow
 from durable_rpc._rpc_status import from_rpc_error
 from durable_rpc.codec import (
     ENCODING,
@@ -35,7 +35,7 @@ from durable_rpc.codec import (
     CompositeCodec,
     CompressionCodec,
 )
-from durable_rpc.errors import InvalidPayloadError, PayloadKeyUnknownError
+from durable_rpc.errors import InvalidPayloadError, PayloadKeyUnknownError, QueryFailedError
 from durable_rpc.testing import Replayer
 from durable_rpc.v1 import history_pb2, payload_pb2, service_pb2, service_pb2_grpc
 from tests.e2e.conftest import ROOT, ServerProcess, eventually
@@ -111,6 +111,18 @@ class Relay:
         if hops > 0:
             workflow.continue_as_new(f"{secret}+", hops - 1)
         return f"relayed:{secret}"
+
+
+@workflow.defn(name="OneSeal")
+class OneSeal:
+    @workflow.run
+    async def run(self, secret: str) -> str:
+        return await workflow.execute_activity(
+            seal,
+            secret,
+            start_to_close_timeout=timedelta(seconds=10),
+            retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=100)),
+        )
 
 
 @workflow.defn(name="Echo")
@@ -326,6 +338,39 @@ async def test_a_worker_without_the_key_fails_the_task_until_one_with_it_runs(
             await handle.signal(Vault.finish)
             result = await handle.result(timeout=60)
         assert result["sealed"] == f"sealed:{SECRET}"
+
+
+async def test_an_activity_or_query_the_worker_cannot_decode_fails_with_the_reason(
+    served: Served,
+) -> None:
+    q = queue()
+    async with (
+        await Client.connect(served.address, payload_codec=aes(k1=K1)) as client,
+        await Client.connect(served.address, payload_codec=aes(k9=WRONG)) as keyless,
+    ):
+        # Workflow tasks on a worker with the key, activity attempts on one without it.
+        async with (
+            Worker(client, task_queue=q, workflows=[OneSeal], worker_id="keyed"),
+            Worker(keyless, task_queue=q, activities=[seal], worker_id="keyless"),
+        ):
+            handle = await client.start_workflow(OneSeal.run, SECRET, id="one", task_queue=q)
+
+            async def attempt_failed() -> bool:
+                pending = (await handle.describe()).pending_activities
+                return bool(pending) and pending[0].last_failure.type == "PayloadKeyUnknownError"
+
+            await eventually(attempt_failed, what="an activity attempt failed on the codec")
+            assert "PAYLOAD_KEY_UNKNOWN" in (
+                (await handle.describe()).pending_activities[0].last_failure.message
+            )
+        # Once a worker with the key runs it, the next attempt completes.
+        async with Worker(client, task_queue=q, workflows=[OneSeal], activities=[seal]):
+            assert await handle.result(timeout=60) == f"sealed:{SECRET}"
+        # A query answered by a worker without the key fails, reason named.
+        async with Worker(keyless, task_queue=q, workflows=[OneSeal]):
+            with pytest.raises(QueryFailedError) as caught:
+                await handle.query("anything", timeout=30)
+        assert "PAYLOAD_KEY_UNKNOWN" in caught.value.message
 
 
 async def test_compression_shrinks_a_large_repetitive_input(served: Served) -> None:
