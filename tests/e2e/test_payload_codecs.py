@@ -8,7 +8,9 @@ plain Avro of the interop golden cases (docs/engine.md, "Payload codecs")."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import contextlib
 import json
 import os
 import re
@@ -111,6 +113,31 @@ class Relay:
         if hops > 0:
             workflow.continue_as_new(f"{secret}+", hops - 1)
         return f"relayed:{secret}"
+
+
+_released = asyncio.Event()
+
+
+@activity.defn
+async def beating(text: str) -> str:
+    # Heartbeats until the test saw its details on the server, then finishes.
+    while not _released.is_set():
+        activity.heartbeat(f"beat:{text}")
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(_released.wait(), 0.1)
+    return "done"
+
+
+@workflow.defn(name="Beats")
+class Beats:
+    @workflow.run
+    async def run(self, secret: str) -> str:
+        return await workflow.execute_activity(
+            beating,
+            secret,
+            start_to_close_timeout=timedelta(seconds=60),
+            heartbeat_timeout=timedelta(seconds=1),
+        )
 
 
 @workflow.defn(name="OneSeal")
@@ -511,3 +538,31 @@ async def test_the_cli_shows_encrypted_payloads_without_the_key(served: Served) 
     history = json.loads(cli("history", "shown", "--json"))
     assert history["events"][0]["workflowStarted"]["input"] == "<encrypted: key k1>"
     assert "<encrypted: key k1>" in cli("history", "shown")
+
+
+async def test_heartbeat_details_travel_encrypted(served: Served) -> None:
+    _released.clear()
+    q = queue()
+    async with (
+        await Client.connect(served.address, payload_codec=aes(k1=K1)) as client,
+        Worker(client, task_queue=q, workflows=[Beats], activities=[beating]),
+    ):
+        handle = await client.start_workflow(Beats.run, SECRET, id="beats", task_queue=q)
+
+        async def beat_seen() -> bool:
+            pending = (await handle.describe()).pending_activities
+            return bool(pending) and pending[0].HasField("heartbeat_details")
+
+        await eventually(beat_seen, what="the activity's heartbeat details on the server")
+        # Decoded for the client that holds the key, encrypted as the server keeps them.
+        details = (await handle.describe()).pending_activities[0].heartbeat_details
+        assert payload.decode(details.data) == [f"beat:{SECRET}"]
+        async with grpc.aio.insecure_channel(served.address) as channel:
+            raw = await service_pb2_grpc.WorkflowServiceStub(channel).DescribeWorkflow(
+                service_pb2.DescribeWorkflowRequest(workflow_id="beats")
+            )
+        stored = raw.pending_activities[0].heartbeat_details
+        assert stored.metadata[ENCODING] == ENCODING_ENCRYPTED
+        assert SECRET.encode() not in served.stored_bytes()
+        _released.set()
+        assert await handle.result(timeout=60) == "done"
