@@ -43,6 +43,7 @@ async def test_one_namespaces_keys_reach_nothing_of_another(
             handle.signal("poke"),
             handle.terminate("mine now"),
             intruder.list_workflows().__anext__(),
+            intruder.count_workflows(),
         ):
             with pytest.raises(PermissionDeniedError):
                 await attempt
@@ -51,6 +52,7 @@ async def test_one_namespaces_keys_reach_nothing_of_another(
         auth_server.address, namespace=NS_B, api_key=keys.client_b
     ) as b:
         assert [r.workflow_id async for r in b.list_workflows()] == []
+        assert (await b.count_workflows()).total == 0
     # team-b's worker can neither poll team-a's queue nor see its namespace.
     async with await Client.connect(auth_server.address, api_key=keys.worker_b) as worker_b:
         with pytest.raises(PermissionDeniedError):

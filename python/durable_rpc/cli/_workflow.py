@@ -23,6 +23,7 @@ from durable_rpc.cli._render import plain as _plain
 from durable_rpc.client import (
     Client,
     WorkflowCancelledError,
+    WorkflowCounts,
     WorkflowDescription,
     WorkflowFailureError,
     WorkflowOutcomeError,
@@ -641,30 +642,37 @@ def redrive(
     )
 
 
-@workflow.command(name="list")
-@click.option(
-    "--status",
-    type=click.Choice(
-        [
-            "running",
-            "completed",
-            "failed",
-            "cancelled",
-            "terminated",
-            "timed_out",
-            "continued_as_new",
-        ]
-    ),
-    default=None,
-    help="Only runs with this status.",
+_STATUSES = [
+    "running",
+    "completed",
+    "failed",
+    "cancelled",
+    "terminated",
+    "timed_out",
+    "continued_as_new",
+]
+_status_option = click.option(
+    "--status", type=click.Choice(_STATUSES), default=None, help="Only runs with this status."
 )
-@click.option("--type", "workflow_type", default="", help="Only runs of this workflow type.")
-@click.option(
+_type_option = click.option(
+    "--type", "workflow_type", default="", help="Only runs of this workflow type."
+)
+_query_option = click.option(
     "--query",
     "-q",
     default="",
     help='Filter, e.g. \'WorkflowType = "Order" AND CustomerId = "c-1" AND Amount > 100\'.',
 )
+
+
+def _status_number(status: str | None) -> int:
+    return service_pb2.WorkflowStatus.Value(f"WORKFLOW_STATUS_{status.upper()}") if status else 0
+
+
+@workflow.command(name="list")
+@_status_option
+@_type_option
+@_query_option
 @click.option("--limit", type=int, default=100, show_default=True, help="Most runs listed.")
 @with_common
 def list_(
@@ -677,7 +685,7 @@ def list_(
     as_json: bool,
 ) -> None:
     """List runs, newest first."""
-    number = service_pb2.WorkflowStatus.Value(f"WORKFLOW_STATUS_{status.upper()}") if status else 0
+    number = _status_number(status)
 
     async def collect(c: Client) -> list[Any]:
         rows = []
@@ -695,4 +703,35 @@ def list_(
     for r in rows:
         started = r.start_time.strftime("%Y-%m-%d %H:%M:%S") if r.start_time else "-"
         table.add_row(r.workflow_id, r.workflow_type, r.status, started, r.run_id)
+    console.print(table)
+
+
+@workflow.command(name="count")
+@_status_option
+@_type_option
+@_query_option
+@with_common
+def count(
+    status: str | None,
+    workflow_type: str,
+    query: str,
+    address: str,
+    namespace: str,
+    as_json: bool,
+) -> None:
+    """Count the runs `workflow list` would list, by status (exact, in one call)."""
+    number = _status_number(status)
+
+    async def counted(c: Client) -> WorkflowCounts:
+        return await c.count_workflows(query, status=number, workflow_type=workflow_type)
+
+    counts = _run(address, namespace, counted)
+    if as_json:
+        _emit_json({"by_status": dict(counts.by_status), "total": counts.total})
+        return
+    table = Table("status", "runs")
+    for name in _STATUSES:
+        if counts[name]:
+            table.add_row(name, str(counts[name]))
+    table.add_row("total", str(counts.total))
     console.print(table)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from durable_rpc.client._channel import TLSConfig
 from durable_rpc.client._client import Client, default_address
+from durable_rpc.client._counts import WorkflowCounts
 from durable_rpc.client._errors import (
     WorkflowCancelledError,
     WorkflowFailureError,
@@ -45,6 +46,7 @@ __all__ = [
     "StreamPage",
     "TLSConfig",
     "WorkflowCancelledError",
+    "WorkflowCounts",
     "WorkflowDescription",
     "WorkflowFailureError",
     "WorkflowHandle",

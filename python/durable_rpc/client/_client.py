@@ -15,6 +15,7 @@ from durable_rpc import converter
 from durable_rpc._rpc_status import from_rpc_error
 from durable_rpc.client._batch import Progress, run_batch
 from durable_rpc.client._channel import ENV_API_KEY, TLSConfig, open_channel
+from durable_rpc.client._counts import WorkflowCounts, counts_from_proto
 from durable_rpc.client._handle import (
     UPDATE_POLL_S,
     WorkflowHandle,
@@ -387,6 +388,19 @@ class Client(ScheduleCalls):
             token = response.next_page_token
             if not token:
                 return
+
+    async def count_workflows(
+        self, query: str = "", *, status: int = 0, workflow_type: str = ""
+    ) -> WorkflowCounts:
+        """The runs ``list_workflows`` with the same filter would yield, counted by
+        status in one call (exact for any number of runs; nothing is listed)."""
+        request = service_pb2.CountWorkflowsRequest(
+            namespace=self.namespace,
+            status=status,  # type: ignore[arg-type]
+            workflow_type=workflow_type,
+            query=query,
+        )
+        return counts_from_proto(await self.call(self.workflow_service.CountWorkflows, request))
 
     async def batch_cancel(
         self,

@@ -6,7 +6,6 @@ import asyncio
 import functools
 import logging
 import uuid
-from typing import Any
 
 import grpc
 
@@ -133,6 +132,16 @@ def _page_token(value: int) -> bytes:
 
 def _parse_page_token(token: bytes) -> int:
     return _validate.page_token("next_page_token", token) or 0
+
+
+def _status_filter(number: service_pb2.WorkflowStatus.ValueType) -> str | None:
+    """A list or count request's status (0: any) as the store's name."""
+    if not number:
+        return None
+    name = _convert.STATUS_NAME.get(number)
+    if name is None:
+        raise InvalidArgumentError(f"unknown status {number}")
+    return name
 
 
 def _list_cursor(token: bytes) -> str | None:
@@ -359,14 +368,9 @@ class WorkflowService(
         size = request.page_size or DEFAULT_LIST_PAGE
         if not 0 < size <= MAX_LIST_PAGE:
             raise InvalidArgumentError(f"page_size must be in 1..{MAX_LIST_PAGE}")
-        status: Any = None
-        if request.status:
-            status = _convert.STATUS_NAME.get(request.status)
-            if status is None:
-                raise InvalidArgumentError(f"unknown status {request.status}")
         runs, cursor = await self._store.list_runs(
             _validate.namespace(request.namespace),
-            status,
+            _status_filter(request.status),
             request.workflow_type or None,
             request.started_after.ToMilliseconds() if request.HasField("started_after") else None,
             request.started_before.ToMilliseconds() if request.HasField("started_before") else None,
@@ -377,6 +381,26 @@ class WorkflowService(
         return service_pb2.ListWorkflowsResponse(
             workflows=[_info(run) for run in runs],
             next_page_token=cursor.encode() if cursor else b"",
+        )
+
+    async def CountWorkflows(
+        self, request: service_pb2.CountWorkflowsRequest, context: grpc.aio.ServicerContext
+    ) -> service_pb2.CountWorkflowsResponse:
+        counts = await self._store.count_runs(
+            _validate.namespace(request.namespace),
+            _status_filter(request.status),
+            request.workflow_type or None,
+            request.started_after.ToMilliseconds() if request.HasField("started_after") else None,
+            request.started_before.ToMilliseconds() if request.HasField("started_before") else None,
+            request.query or None,
+        )
+        return service_pb2.CountWorkflowsResponse(
+            counts=[
+                service_pb2.WorkflowStatusCount(status=number, count=counts[name])
+                for name, number in _convert.STATUS.items()
+                if counts.get(name)
+            ],
+            total=sum(counts.values()),
         )
 
     async def QueryWorkflow(

@@ -731,6 +731,19 @@ class Store(abc.ABC):
     ) -> tuple[list[RunInfo], str | None]:
         """Newest first. ``query`` is the list query language (``_search``)."""
 
+    @abc.abstractmethod
+    async def count_runs(
+        self,
+        namespace: str,
+        status: str | None,
+        workflow_type: str | None,
+        started_after_ms: int | None,
+        started_before_ms: int | None,
+        query: str | None = None,
+    ) -> dict[str, int]:
+        """The runs ``list_runs`` with the same filter would list, counted by status (a
+        status no run has is absent); one grouped statement, no paging."""
+
     # workers
     @abc.abstractmethod
     async def register_worker(

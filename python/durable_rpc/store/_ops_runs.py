@@ -16,7 +16,6 @@ from durable_rpc.errors import (
 )
 from durable_rpc.store._admission import cancel_waiting_run
 from durable_rpc.store._api import (
-    RUN_STATUSES,
     DirectClaim,
     HistoryPage,
     PendingActivity,
@@ -34,6 +33,7 @@ from durable_rpc.store._liveness import definition_served
 from durable_rpc.store._logic import failure_bytes, parse_payload
 from durable_rpc.store._ops_leases import _LeaseOps, _WorkflowClaim, definition_unavailable_reason
 from durable_rpc.store._ops_redrive import redriven_by
+from durable_rpc.store._run_filter import run_filter
 from durable_rpc.store._runs import (
     check_start,
     create_run,
@@ -43,7 +43,7 @@ from durable_rpc.store._runs import (
     record_start_request,
     signal_seen,
 )
-from durable_rpc.store._search import compile_query, read_search_attributes
+from durable_rpc.store._search import read_search_attributes
 from durable_rpc.store._shared import (
     ACTIVE,
     LIST_LIMIT_MAX,
@@ -417,25 +417,12 @@ class _RunOps(_LeaseOps):
         cursor: str | None,
         query: str | None = None,
     ) -> tuple[list[RunInfo], str | None]:
-        if status and status not in RUN_STATUSES:
-            raise InvalidArgumentError(f"unknown status {status!r}")
         if limit <= 0:
             raise InvalidArgumentError("limit must be positive")
         limit = min(limit, LIST_LIMIT_MAX)
-        where = ["namespace = ?"]
-        params: list[object] = [namespace]
-        if status:
-            where.append("status = ?")
-            params.append(status)
-        if workflow_type:
-            where.append("workflow_type = ?")
-            params.append(workflow_type)
-        if started_after_ms is not None:
-            where.append("start_time_ms >= ?")
-            params.append(started_after_ms)
-        if started_before_ms is not None:
-            where.append("start_time_ms < ?")
-            params.append(started_before_ms)
+        where, params = run_filter(
+            namespace, status, workflow_type, started_after_ms, started_before_ms, query
+        )
         if cursor:
             # A row id this store issued: ASCII digits that fit a 64-bit column (int()
             # alone takes "-5", " 7" and other scripts' digits, and any size).
@@ -444,10 +431,6 @@ class _RunOps(_LeaseOps):
             after_id = int(cursor)
             where.append("id < ?")
             params.append(after_id)
-        if query:
-            conditions, values = compile_query(query)
-            where.extend(conditions)
-            params.extend(values)
         params.append(limit + 1)
         sql = f"SELECT * FROM runs WHERE {' AND '.join(where)} ORDER BY id DESC LIMIT ?"
 
@@ -466,5 +449,27 @@ class _RunOps(_LeaseOps):
                 for row in page
             ]
             return infos, next_cursor
+
+        return await self._read(op)
+
+    async def count_runs(
+        self,
+        namespace: str,
+        status: str | None,
+        workflow_type: str | None,
+        started_after_ms: int | None,
+        started_before_ms: int | None,
+        query: str | None = None,
+    ) -> dict[str, int]:
+        where, params = run_filter(
+            namespace, status, workflow_type, started_after_ms, started_before_ms, query
+        )
+        # One grouped statement: every status is counted in the same snapshot, and the
+        # namespace(+status) prefix of runs_by_status serves it without reading the rows.
+        sql = f"SELECT status, count(*) AS n FROM runs WHERE {' AND '.join(where)} GROUP BY status"
+
+        def op(tx: Tx) -> dict[str, int]:
+            require_namespace(tx, namespace)
+            return {str(row["status"]): int(row["n"]) for row in tx.all(sql, params)}
 
         return await self._read(op)

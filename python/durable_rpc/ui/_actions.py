@@ -110,18 +110,18 @@ async def batch_action(page: Page) -> Response:
     reason = _text(form, "reason")
     client = await page.client()
     if form.get("confirmed") != "yes":
-        # How many open runs match now: what the operator confirms (the query is checked
-        # by the server here, so a malformed one is refused before any confirmation).
-        listed = await client.call(
-            client.workflow_service.ListWorkflows,
-            service_pb2.ListWorkflowsRequest(
+        # How many open runs match now, exactly: what the operator confirms (the query is
+        # checked by the server here, so a malformed one is refused before any
+        # confirmation).
+        counted = await client.call(
+            client.workflow_service.CountWorkflows,
+            service_pb2.CountWorkflowsRequest(
                 namespace=page.namespace,
                 query=query,
                 status=service_pb2.WORKFLOW_STATUS_RUNNING,
-                page_size=1000,
             ),
         )
-        count = f"{len(listed.workflows)}{'+' if listed.next_page_token else ''}"
+        count = str(counted.total)
         return await page.render(
             "confirm.html",
             action=f"batch {action}",

@@ -6,9 +6,8 @@ import base64
 import binascii
 import datetime as dt
 import time
-from collections import Counter
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from starlette.responses import Response
 
@@ -18,8 +17,6 @@ from durable_rpc.ui._web import BadInput, Page
 from durable_rpc.v1 import history_pb2, service_pb2
 
 PAGE_SIZE = 50
-#: The runs the counts by status are taken over (one list call; more: "newest N").
-COUNT_WINDOW = 1000
 
 STATUSES = [
     "running",
@@ -33,6 +30,11 @@ STATUSES = [
 _STATUS_ENUM = {
     name: service_pb2.WorkflowStatus.Value(f"WORKFLOW_STATUS_{name.upper()}") for name in STATUSES
 }
+
+
+_Filtered = TypeVar(
+    "_Filtered", service_pb2.ListWorkflowsRequest, service_pb2.CountWorkflowsRequest
+)
 
 
 def status_name(value: int) -> str:
@@ -60,12 +62,21 @@ class RunFilters:
             query=params.get("q", "").strip(),
         )
 
-    def request(self, namespace: str, *, with_status: bool) -> service_pb2.ListWorkflowsRequest:
-        request = service_pb2.ListWorkflowsRequest(
-            namespace=namespace, workflow_type=self.workflow_type, query=self.query
-        )
-        if with_status and self.status:
+    def request(self, namespace: str) -> service_pb2.ListWorkflowsRequest:
+        """The page's list: every filter, the status included."""
+        request = self._fill(service_pb2.ListWorkflowsRequest(namespace=namespace))
+        if self.status:
             request.status = _STATUS_ENUM[self.status]
+        return request
+
+    def count_request(self, namespace: str) -> service_pb2.CountWorkflowsRequest:
+        """The counts by status: every filter but the status (each count links to the
+        list of its status)."""
+        return self._fill(service_pb2.CountWorkflowsRequest(namespace=namespace))
+
+    def _fill(self, request: _Filtered) -> _Filtered:
+        request.workflow_type = self.workflow_type
+        request.query = self.query
         for text, field in (
             (self.started_after, "started_after"),
             (self.started_before, "started_before"),
@@ -103,13 +114,13 @@ async def runs_page(page: Page) -> Response:
         return await page.render("runs.html", status=400, error=str(exc), **_empty(params))
     client = await page.client()
     try:
-        request = filters.request(page.namespace, with_status=True)
+        request = filters.request(page.namespace)
         request.page_size = PAGE_SIZE
         request.next_page_token = _page_token(params.get("page", ""))
         reply = await client.call(client.workflow_service.ListWorkflows, request)
-        counted = filters.request(page.namespace, with_status=False)
-        counted.page_size = COUNT_WINDOW
-        window = await client.call(client.workflow_service.ListWorkflows, counted)
+        counted = await client.call(
+            client.workflow_service.CountWorkflows, filters.count_request(page.namespace)
+        )
     except UnauthenticatedError:
         raise  # a revoked or expired key: _web.page sends the visitor to sign in
     except (BadInput, DurableRpcError) as exc:
@@ -119,7 +130,7 @@ async def runs_page(page: Page) -> Response:
         return await page.render(
             "runs.html", status=status or _status_of(exc), error=message, **_empty(params)
         )
-    counts = Counter(status_name(r.status) for r in window.workflows)
+    counts = {status_name(c.status): c.count for c in counted.counts}
     next_token = base64.urlsafe_b64encode(reply.next_page_token).decode()
     return await page.render(
         "runs.html",
@@ -127,8 +138,6 @@ async def runs_page(page: Page) -> Response:
         filters=filters,
         statuses=STATUSES,
         counts=[(s, counts.get(s, 0)) for s in STATUSES],
-        counts_truncated=bool(window.next_page_token),
-        count_window=COUNT_WINDOW,
         next_page=next_token if reply.next_page_token else "",
         query_string=_without_page(params),
         batch_denied=page.denied("a batch action"),
@@ -154,8 +163,6 @@ def _empty(params: Any) -> dict[str, Any]:
         ),
         "statuses": STATUSES,
         "counts": [],
-        "counts_truncated": False,
-        "count_window": COUNT_WINDOW,
         "next_page": "",
         "query_string": "",
         "batch_denied": None,

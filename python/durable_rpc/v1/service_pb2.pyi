@@ -1089,6 +1089,94 @@ class ListWorkflowsResponse(_message.Message):
 Global___ListWorkflowsResponse: _TypeAlias = ListWorkflowsResponse  # noqa: Y015
 
 @_typing.final
+class CountWorkflowsRequest(_message.Message):
+    """ListWorkflowsRequest's filter, without paging (same field numbers)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    STATUS_FIELD_NUMBER: _builtins.int
+    WORKFLOW_TYPE_FIELD_NUMBER: _builtins.int
+    STARTED_AFTER_FIELD_NUMBER: _builtins.int
+    STARTED_BEFORE_FIELD_NUMBER: _builtins.int
+    QUERY_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    status: Global___WorkflowStatus.ValueType
+    """Unset = any status."""
+    workflow_type: _builtins.str
+    query: _builtins.str
+    """The list query language (docs/engine.md), AND-ed with the fields above."""
+    @_builtins.property
+    def started_after(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def started_before(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        status: Global___WorkflowStatus.ValueType = ...,
+        workflow_type: _builtins.str = ...,
+        started_after: _timestamp_pb2.Timestamp | None = ...,
+        started_before: _timestamp_pb2.Timestamp | None = ...,
+        query: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["started_after", b"started_after", "started_before", b"started_before"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespace", b"namespace", "query", b"query", "started_after", b"started_after", "started_before", b"started_before", "status", b"status", "workflow_type", b"workflow_type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CountWorkflowsRequest: _TypeAlias = CountWorkflowsRequest  # noqa: Y015
+
+@_typing.final
+class WorkflowStatusCount(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STATUS_FIELD_NUMBER: _builtins.int
+    COUNT_FIELD_NUMBER: _builtins.int
+    status: Global___WorkflowStatus.ValueType
+    count: _builtins.int
+    def __init__(
+        self,
+        *,
+        status: Global___WorkflowStatus.ValueType = ...,
+        count: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["count", b"count", "status", b"status"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WorkflowStatusCount: _TypeAlias = WorkflowStatusCount  # noqa: Y015
+
+@_typing.final
+class CountWorkflowsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COUNTS_FIELD_NUMBER: _builtins.int
+    TOTAL_FIELD_NUMBER: _builtins.int
+    total: _builtins.int
+    """The sum of counts: every matching run."""
+    @_builtins.property
+    def counts(self) -> _containers.RepeatedCompositeFieldContainer[Global___WorkflowStatusCount]:
+        """One entry per status that at least one matching run has, in WorkflowStatus order."""
+
+    def __init__(
+        self,
+        *,
+        counts: _abc.Iterable[Global___WorkflowStatusCount] | None = ...,
+        total: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["counts", b"counts", "total", b"total"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CountWorkflowsResponse: _TypeAlias = CountWorkflowsResponse  # noqa: Y015
+
+@_typing.final
 class WorkflowDefinition(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

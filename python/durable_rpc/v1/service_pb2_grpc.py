@@ -88,6 +88,11 @@ class WorkflowServiceStub(object):
                 request_serializer=durable__rpc_dot_v1_dot_service__pb2.ListWorkflowsRequest.SerializeToString,
                 response_deserializer=durable__rpc_dot_v1_dot_service__pb2.ListWorkflowsResponse.FromString,
                 _registered_method=True)
+        self.CountWorkflows = channel.unary_unary(
+                '/durable_rpc.v1.WorkflowService/CountWorkflows',
+                request_serializer=durable__rpc_dot_v1_dot_service__pb2.CountWorkflowsRequest.SerializeToString,
+                response_deserializer=durable__rpc_dot_v1_dot_service__pb2.CountWorkflowsResponse.FromString,
+                _registered_method=True)
         self.QueryWorkflow = channel.unary_unary(
                 '/durable_rpc.v1.WorkflowService/QueryWorkflow',
                 request_serializer=durable__rpc_dot_v1_dot_service__pb2.QueryWorkflowRequest.SerializeToString,
@@ -194,6 +199,16 @@ class WorkflowServiceServicer(object):
 
     def ListWorkflows(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CountWorkflows(self, request, context):
+        """Counts the runs ListWorkflows with the same filter would list (its fields and its
+        query language, compiled by the same code), by status, in one grouped store
+        statement: exact for any number of runs, and no rows are read out. A malformed query
+        is refused with INVALID_ARGUMENT and the same message ListWorkflows gives.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -323,6 +338,11 @@ def add_WorkflowServiceServicer_to_server(servicer, server):
                     servicer.ListWorkflows,
                     request_deserializer=durable__rpc_dot_v1_dot_service__pb2.ListWorkflowsRequest.FromString,
                     response_serializer=durable__rpc_dot_v1_dot_service__pb2.ListWorkflowsResponse.SerializeToString,
+            ),
+            'CountWorkflows': grpc.unary_unary_rpc_method_handler(
+                    servicer.CountWorkflows,
+                    request_deserializer=durable__rpc_dot_v1_dot_service__pb2.CountWorkflowsRequest.FromString,
+                    response_serializer=durable__rpc_dot_v1_dot_service__pb2.CountWorkflowsResponse.SerializeToString,
             ),
             'QueryWorkflow': grpc.unary_unary_rpc_method_handler(
                     servicer.QueryWorkflow,
@@ -616,6 +636,33 @@ class WorkflowService(object):
             '/durable_rpc.v1.WorkflowService/ListWorkflows',
             durable__rpc_dot_v1_dot_service__pb2.ListWorkflowsRequest.SerializeToString,
             durable__rpc_dot_v1_dot_service__pb2.ListWorkflowsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CountWorkflows(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/durable_rpc.v1.WorkflowService/CountWorkflows',
+            durable__rpc_dot_v1_dot_service__pb2.CountWorkflowsRequest.SerializeToString,
+            durable__rpc_dot_v1_dot_service__pb2.CountWorkflowsResponse.FromString,
             options,
             channel_credentials,
             insecure,

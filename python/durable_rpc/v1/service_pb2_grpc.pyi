@@ -55,6 +55,12 @@ class WorkflowServiceStub:
     GetWorkflowResult: _grpc.UnaryUnaryMultiCallable[_service_pb2.GetWorkflowResultRequest, _service_pb2.GetWorkflowResultResponse]
     """Long-polls until the run is closed or `wait_timeout` passes."""
     ListWorkflows: _grpc.UnaryUnaryMultiCallable[_service_pb2.ListWorkflowsRequest, _service_pb2.ListWorkflowsResponse]
+    CountWorkflows: _grpc.UnaryUnaryMultiCallable[_service_pb2.CountWorkflowsRequest, _service_pb2.CountWorkflowsResponse]
+    """Counts the runs ListWorkflows with the same filter would list (its fields and its
+    query language, compiled by the same code), by status, in one grouped store
+    statement: exact for any number of runs, and no rows are read out. A malformed query
+    is refused with INVALID_ARGUMENT and the same message ListWorkflows gives.
+    """
     QueryWorkflow: _grpc.UnaryUnaryMultiCallable[_service_pb2.QueryWorkflowRequest, _service_pb2.QueryWorkflowResponse]
     """Asks a read-only query of a run (open or closed). Never appends history: the server
     relays the query to a worker of the run's task queue, which replays the history and
@@ -127,6 +133,12 @@ class WorkflowServiceAsyncStub(WorkflowServiceStub):
     GetWorkflowResult: _aio.UnaryUnaryMultiCallable[_service_pb2.GetWorkflowResultRequest, _service_pb2.GetWorkflowResultResponse]  # type: ignore[assignment]
     """Long-polls until the run is closed or `wait_timeout` passes."""
     ListWorkflows: _aio.UnaryUnaryMultiCallable[_service_pb2.ListWorkflowsRequest, _service_pb2.ListWorkflowsResponse]  # type: ignore[assignment]
+    CountWorkflows: _aio.UnaryUnaryMultiCallable[_service_pb2.CountWorkflowsRequest, _service_pb2.CountWorkflowsResponse]  # type: ignore[assignment]
+    """Counts the runs ListWorkflows with the same filter would list (its fields and its
+    query language, compiled by the same code), by status, in one grouped store
+    statement: exact for any number of runs, and no rows are read out. A malformed query
+    is refused with INVALID_ARGUMENT and the same message ListWorkflows gives.
+    """
     QueryWorkflow: _aio.UnaryUnaryMultiCallable[_service_pb2.QueryWorkflowRequest, _service_pb2.QueryWorkflowResponse]  # type: ignore[assignment]
     """Asks a read-only query of a run (open or closed). Never appends history: the server
     relays the query to a worker of the run's task queue, which replays the history and
@@ -250,6 +262,18 @@ class WorkflowServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _service_pb2.ListWorkflowsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_service_pb2.ListWorkflowsResponse, _abc.Awaitable[_service_pb2.ListWorkflowsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def CountWorkflows(
+        self,
+        request: _service_pb2.CountWorkflowsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_service_pb2.CountWorkflowsResponse, _abc.Awaitable[_service_pb2.CountWorkflowsResponse]]:
+        """Counts the runs ListWorkflows with the same filter would list (its fields and its
+        query language, compiled by the same code), by status, in one grouped store
+        statement: exact for any number of runs, and no rows are read out. A malformed query
+        is refused with INVALID_ARGUMENT and the same message ListWorkflows gives.
+        """
 
     @_abc_1.abstractmethod
     def QueryWorkflow(

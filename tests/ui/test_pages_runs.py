@@ -1,0 +1,88 @@
+"""The runs page's counts by status over real HTTP, against a real server: exact for a
+filter matching more runs than one list call returns (CountWorkflows, not a window of
+the newest runs)."""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import re
+import urllib.parse
+
+import pytest
+
+from durable_rpc import Client
+from tests.ui.conftest import Browserless, Stack
+
+pytestmark = pytest.mark.timeout(240)
+
+#: More matching runs than the old 1,000-run window and than twenty pages of the list.
+MATCHING = 1010
+TERMINATED = 4  # the oldest matching runs: the newest 1,000 would not include them
+COUNT = re.compile(r'data-status="([a-z_]+)" data-count="(\d+)"')
+
+
+@pytest.fixture(scope="module")
+def bulk(stack: Stack) -> None:
+    """Bulk runs in eu (the filter's), Bulk runs in us and Other runs in eu (not), on a
+    queue no worker serves, so they stay running unless terminated."""
+
+    async def go() -> None:
+        async with await Client.connect(stack.server.address) as c:
+
+            async def start(workflow_type: str, wid: str, region: str) -> None:
+                await c.start_workflow(
+                    workflow_type,
+                    id=wid,
+                    task_queue="count-q",
+                    search_attributes={"Region": region},
+                )
+
+            for i in range(TERMINATED):
+                await start("Bulk", f"bulk-eu-{i}", "eu")
+                await c.get_handle(f"bulk-eu-{i}").terminate("oldest")
+            rest = [("Bulk", f"bulk-eu-{i}", "eu") for i in range(TERMINATED, MATCHING)]
+            rest += [("Bulk", f"bulk-us-{i}", "us") for i in range(20)]
+            rest += [("Other", f"other-eu-{i}", "eu") for i in range(6)]
+            for at in range(0, len(rest), 50):
+                await asyncio.gather(*(start(*run) for run in rest[at : at + 50]))
+
+    asyncio.run(go())
+
+
+def test_the_counts_are_exact_across_more_runs_than_a_list_call(stack: Stack, bulk: None) -> None:
+    http = Browserless(stack.ui.url)
+    query = urllib.parse.urlencode({"type": "Bulk", "q": 'Region = "eu"'})
+
+    page = http.get(f"/n/default/runs?{query}")
+
+    assert page.status == 200, page.text[:2000]
+    counts = {status: int(n) for status, n in COUNT.findall(page.text)}
+    assert counts["running"] == MATCHING - TERMINATED
+    assert counts["terminated"] == TERMINATED
+    assert counts["completed"] == counts["failed"] == 0
+    assert "newest" not in html.unescape(page.text)
+    # A status filter narrows the list, not the counts (each links to its own list).
+    narrowed = http.get(f"/n/default/runs?{query}&status=terminated")
+    assert narrowed.status == 200
+    assert {s: int(n) for s, n in COUNT.findall(narrowed.text)} == counts
+    assert narrowed.text.count('class="run"') == TERMINATED
+
+
+def test_a_batch_confirmation_counts_every_open_matching_run(stack: Stack, bulk: None) -> None:
+    """The number of runs the operator is asked to confirm is exact too."""
+    http = Browserless(stack.ui.url)
+    page = http.get("/n/default/runs")
+    assert page.status == 200
+
+    asked = http.post(
+        "/n/default/batch",
+        {
+            "csrf": page.csrf(),
+            "action": "terminate",
+            "query": 'WorkflowType = "Bulk" AND Region = "eu"',
+        },
+    )
+
+    assert asked.status == 200, asked.text[:2000]
+    assert f"{MATCHING - TERMINATED} open run(s) matching" in html.unescape(asked.text)
