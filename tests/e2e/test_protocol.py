@@ -94,7 +94,7 @@ async def test_the_worker_sdk_refuses_a_server_too_old_for_it(
         monkeypatch.setattr(_protocol, "PROTOCOL_VERSION", 1)
         await worker.start()
         assert worker.server_info is not None and worker.server_info.protocol_version == 1
-        assert worker.capabilities == _protocol.WORKER_CAPABILITIES
+        assert worker.negotiated_capabilities == _protocol.WORKER_CAPABILITIES
         await worker.stop()
     finally:
         await client.close()

@@ -412,7 +412,7 @@ async def test_replay_keeps_the_recorded_winner_when_the_code_would_pick_another
 
 async def test_the_server_advertises_durable_selection(env: WorkflowEnvironment) -> None:
     async with Worker(env.client, task_queue="q", workflows=WORKFLOWS) as worker:
-        assert "durable_selection" in worker.capabilities
+        assert "durable_selection" in worker.negotiated_capabilities
 
 
 @pytest.mark.parametrize(

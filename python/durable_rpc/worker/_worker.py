@@ -218,9 +218,10 @@ class Worker:
         self._background: list[asyncio.Task[None]] = []
         self._registered = False
         # What the server said at registration: its info (GetServerInfo), and which of
-        # this worker's capabilities it supports too.
+        # this worker's protocol capabilities it supports too. (Not ``capabilities``: that
+        # argument names the resources this worker offers to worker sessions.)
         self.server_info: service_pb2.GetServerInfoResponse | None = None
-        self.capabilities: tuple[str, ...] = ()
+        self.negotiated_capabilities: tuple[str, ...] = ()
         self._poll_ids = itertools.count(1)
         self._heartbeat_interval = _DEFAULT_WORKER_HEARTBEAT_S
         self._supervisor_token: CancellationToken | None = None
@@ -326,7 +327,7 @@ class Worker:
         response = await call(self.client.worker_service.RegisterWorker, request, self.link)
         if self._sessions is not None:
             await self._sessions.register()
-        self.capabilities = tuple(response.capabilities)
+        self.negotiated_capabilities = tuple(response.capabilities)
         interval = response.heartbeat_interval.ToTimedelta().total_seconds()
         self._heartbeat_interval = interval if interval > 0 else _DEFAULT_WORKER_HEARTBEAT_S
         self._registered = True
