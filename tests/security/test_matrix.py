@@ -74,7 +74,10 @@ def allowed(service: str, method: str, caller: str) -> bool:
         return caller in {"worker", "admin", "root"}
     if service == "PayloadService":
         return caller in {"client", "worker", "admin", "root"}
-    if service == "WorkerSessionService" and method == "DescribeWorkerSession":
+    if service == "WorkerSessionService" and method in (
+        "DescribeWorkerSession",
+        "ListWorkerSessions",
+    ):
         return caller in {"client", "worker", "admin", "root"}
     if service == "WorkerSessionService":
         return caller in {"worker", "admin", "root"}

@@ -303,3 +303,19 @@ async def test_bad_worker_session_registrations_are_refused(store: Store) -> Non
         await store.register_worker_sessions(NS, "a", GPU, 0)
     with pytest.raises(InvalidSessionOptionsError, match="capability 'gpu'"):
         await store.register_worker_sessions(NS, "a", {"gpu": ""}, 1)
+
+
+async def test_listing_a_queues_open_sessions_pages_by_id(store: Store) -> None:
+    await _worker(store, "a", GPU, max_sessions=8)
+    for session_id in ("s3", "s1", "s2", "s4"):
+        await store.create_worker_session(NS, "a", QUEUE, session(session_id).SerializeToString())
+    await store.create_worker_session(NS, "a", "other", session("o1").SerializeToString())
+    await store.close_worker_session(NS, "a", "s4", 1, "done")
+    first = await store.list_worker_sessions(NS, QUEUE, 2)
+    assert [(s.session_id, s.state, s.holder_worker_id) for s in first] == [
+        ("s1", "active", "a"),
+        ("s2", "active", "a"),
+    ]
+    rest = await store.list_worker_sessions(NS, QUEUE, 2, after="s2")
+    # The closed s4 and the other queue's o1 are not listed.
+    assert [s.session_id for s in rest] == ["s3"]

@@ -11,11 +11,12 @@ import asyncio
 import contextvars
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
 
 from durable_rpc import converter
 from durable_rpc.sessions import WorkerSession
+from durable_rpc.v1 import session_service_pb2
 
 
 @dataclass(frozen=True)
@@ -36,11 +37,21 @@ class ActivityInfo:
     """The worker session the attempt runs in, as its claim left it (None: none)."""
 
 
+class SessionViews(Protocol):
+    """The worker's latest view of the sessions it holds (worker/_sessions.py), shared by
+    every attempt of a session: a handle's renew moves each attempt's deadline."""
+
+    def view(self, session_id: str) -> WorkerSession | None: ...
+
+    def note(self, session: session_service_pb2.WorkerSession) -> WorkerSession: ...
+
+
 class ActivityContext:
     """Per-attempt state shared between the activity and the worker's lease keeper."""
 
-    def __init__(self, info: ActivityInfo) -> None:
+    def __init__(self, info: ActivityInfo, sessions: SessionViews | None = None) -> None:
         self.info = info
+        self._sessions = sessions
         # Written by the activity (any thread), read by the lease keeper; replacing a
         # tuple reference is atomic, so no lock is needed.
         self.details: tuple[Any, ...] | None = None
@@ -51,6 +62,21 @@ class ActivityContext:
         self.cancelled = threading.Event()
         # Set with ``cancelled`` when the server asked for cancellation (not a lost lease).
         self.cancel_requested = False
+
+    def session(self) -> WorkerSession | None:
+        """The attempt's session as this worker last observed it: its claim, then every
+        renewal reported since (heartbeats, claims, the handle's renew)."""
+        claimed = self.info.session
+        if claimed is None or self._sessions is None:
+            return claimed
+        return self._sessions.view(claimed.session_id) or claimed
+
+    def note_session(self, session: session_service_pb2.WorkerSession) -> None:
+        """A heartbeat renewed the attempt's session: the new deadlines."""
+        if self._sessions is not None:
+            self._sessions.note(session)
+        else:
+            self.info = replace(self.info, session=WorkerSession.from_proto(session))
 
 
 _current: contextvars.ContextVar[ActivityContext] = contextvars.ContextVar(
@@ -76,9 +102,12 @@ def info() -> ActivityInfo:
 
 def session() -> WorkerSession | None:
     """The worker session this attempt runs in (its id, holder, generation, lease and
-    TTL deadlines, as the attempt's claim left them), or None for an activity scheduled
-    without ``session=``. Its resources are this process's: a new holder rebuilds them."""
-    return current_context().info.session
+    TTL deadlines), or None for an activity scheduled without ``session=``. The lease
+    deadline is the latest this worker observed: its claim, then each renewal since (the
+    attempts' heartbeats, its claims, a handle's renew). The worker stops the attempt,
+    as a lost lease, once that deadline or the TTL passes. Its resources are this
+    process's: a new holder rebuilds them."""
+    return current_context().session()
 
 
 def heartbeat(*details: Any) -> None:

@@ -19,6 +19,7 @@ from durable_rpc.cli._replay import replay
 from durable_rpc.cli._schedule import schedule
 from durable_rpc.cli._selfcheck import selfcheck
 from durable_rpc.cli._server import server
+from durable_rpc.cli._sessions import session
 from durable_rpc.cli._ui import ui
 from durable_rpc.cli._workflow import workflow
 
@@ -64,6 +65,7 @@ task_queue.add_command(rate_limit)
 cli.add_command(task_queue)
 cli.add_command(definition)
 cli.add_command(schedule)
+cli.add_command(session)
 cli.add_command(ui)
 
 

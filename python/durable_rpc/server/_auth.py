@@ -108,7 +108,8 @@ def rule_for(method: str) -> Rule | None:
         return _in_namespace(Access.WORKER)
     if method.startswith(_PAYLOAD):
         return _in_namespace(Access.PAYLOADS)
-    if method == f"{_SESSIONS}DescribeWorkerSession":  # reads; a client may look too
+    if method in (f"{_SESSIONS}DescribeWorkerSession", f"{_SESSIONS}ListWorkerSessions"):
+        # Reads: a client (an operator's CLI) may look too.
         return _in_namespace(Access.PAYLOADS)
     if method.startswith(_SESSIONS):
         return _in_namespace(Access.WORKER)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import grpc
 
+from durable_rpc.errors import InvalidArgumentError
 from durable_rpc.server import _convert, _validate
 from durable_rpc.store import Store
 from durable_rpc.store._session_records import WorkerSessionRecord
@@ -29,6 +30,11 @@ def session_message(record: WorkerSessionRecord) -> pb.WorkerSession:
         created_at=_convert.timestamp(record.created_at_ms),
         reacquisitions=record.reacquisitions,
     )
+
+
+#: ListWorkerSessions' page size when none is asked for, and the most it returns.
+DEFAULT_PAGE = 100
+MAX_PAGE = 1000
 
 
 def _answer(record: WorkerSessionRecord) -> pb.WorkerSessionResponse:
@@ -94,4 +100,23 @@ class WorkerSessionService(session_service_pb2_grpc.WorkerSessionServiceServicer
             await self._store.describe_worker_session(
                 _validate.namespace(request.namespace), request.session_id
             )
+        )
+
+    async def ListWorkerSessions(
+        self, request: pb.ListWorkerSessionsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListWorkerSessionsResponse:
+        size = request.page_size or DEFAULT_PAGE
+        if not 1 <= size <= MAX_PAGE:
+            raise InvalidArgumentError(f"page_size must be in 1..{MAX_PAGE}")
+        # One more than asked for tells whether another page follows.
+        records = await self._store.list_worker_sessions(
+            _validate.namespace(request.namespace),
+            _validate.name("task_queue", request.task_queue),
+            size + 1,
+            request.page_token,
+        )
+        page = records[:size]
+        return pb.ListWorkerSessionsResponse(
+            sessions=[session_message(r) for r in page],
+            next_page_token=page[-1].session_id if len(records) > size else "",
         )

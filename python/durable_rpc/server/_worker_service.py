@@ -493,10 +493,13 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
         result = await self._store.heartbeat_activity_task(
             _validate.namespace(request.namespace), _lease(request.lease), details
         )
-        return service_pb2.HeartbeatActivityTaskResponse(
+        response = service_pb2.HeartbeatActivityTaskResponse(
             cancel_requested=result.cancel_requested,
             lease_expires_at=_convert.timestamp(result.lease_expires_at_ms),
         )
+        if result.session is not None:
+            response.session.CopyFrom(session_message(result.session))
+        return response
 
     async def CompleteActivityTask(
         self, request: service_pb2.CompleteActivityTaskRequest, context: grpc.aio.ServicerContext

@@ -485,6 +485,9 @@ class ActivityPoll:
 class HeartbeatResult:
     cancel_requested: bool
     lease_expires_at_ms: int
+    #: The attempt's worker session as this heartbeat renewed it (None: no session, or
+    #: not renewed: closed, past its TTL, another holder).
+    session: WorkerSessionRecord | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -857,6 +860,13 @@ class Store(abc.ABC):
     async def describe_worker_session(self, namespace: str, session_id: str) -> WorkerSessionRecord:
         """The session as of now (``lost``: its holder's lease lapsed).
         SessionNotFoundError."""
+
+    @abc.abstractmethod
+    async def list_worker_sessions(
+        self, namespace: str, task_queue: str, limit: int, after: str = ""
+    ) -> list[WorkerSessionRecord]:
+        """The open (not closed) sessions of ``task_queue`` as of now, by session id,
+        at most ``limit`` of them with an id after ``after``."""
 
     # message streams (see _ops_streams, _streams)
     @abc.abstractmethod

@@ -222,10 +222,11 @@ class _ActivityOps(_WorkflowTaskOps):
                 (now, now, now, now, details),
             )
             if row is not None and row["expires_at_ms"] > now:
+                session = None
                 if row["session_id"] is not None:
                     # Heartbeats renew the session holder's lease (never its TTL).
-                    renew_for(tx, namespace, row["session_id"], lease.worker_id, now)
-                return HeartbeatResult(bool(row["cancel_requested"]), row["expires_at_ms"])
+                    session = renew_for(tx, namespace, row["session_id"], lease.worker_id, now)
+                return HeartbeatResult(bool(row["cancel_requested"]), row["expires_at_ms"], session)
             if row is not None:
                 # A lease revived past the attempt's start_to_close deadline cannot be
                 # extended: that attempt is over (raising undoes the revival).

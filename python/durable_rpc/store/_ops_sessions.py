@@ -173,3 +173,21 @@ class _SessionOps(_SqlOpsBase):
             return _sessions.record_of(row, tx.now_ms())
 
         return await self._read(op)
+
+    async def list_worker_sessions(
+        self, namespace: str, task_queue: str, limit: int, after: str = ""
+    ) -> list[WorkerSessionRecord]:
+        require(task_queue, "task_queue")
+
+        def op(tx: Tx) -> list[WorkerSessionRecord]:
+            require_namespace(tx, namespace)
+            # The open sessions only: worker_sessions_queue indexes them.
+            rows = tx.all(
+                "SELECT * FROM worker_sessions WHERE namespace = ? AND task_queue = ? "
+                "AND state <> 'closed' AND session_id > ? ORDER BY session_id LIMIT ?",
+                (namespace, task_queue, after, limit),
+            )
+            now = tx.now_ms()
+            return [_sessions.record_of(row, now) for row in rows]
+
+        return await self._read(op)

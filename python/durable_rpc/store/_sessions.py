@@ -224,17 +224,22 @@ def take(tx: Tx, row: Row, worker_id: str, now: int) -> Row | None:
     return taken
 
 
-def renew_for(tx: Tx, namespace: str, session_id: str, worker_id: str, now: int) -> None:
+def renew_for(
+    tx: Tx, namespace: str, session_id: str, worker_id: str, now: int
+) -> WorkerSessionRecord | None:
     """An activity heartbeat of the session's holder renews its lease (never past the
     TTL). A holder whose lease lapsed while nobody took the session over gets it back,
-    as a lease's late report does (DESIGN, the lease protocol)."""
-    tx.run(
+    as a lease's late report does (DESIGN, the lease protocol). The renewed session, for
+    the worker's locally observed deadline; None when it was not renewed (closed, past
+    its TTL, held by another worker)."""
+    row = tx.one(
         "UPDATE worker_sessions SET lease_expires_ms = CASE WHEN ttl_deadline_ms < ? + "
         "lease_ms THEN ttl_deadline_ms ELSE ? + lease_ms END "
         "WHERE namespace = ? AND session_id = ? AND holder = ? AND state = 'active' "
-        "AND ttl_deadline_ms > ?",
+        "AND ttl_deadline_ms > ? RETURNING *",
         (now, now, namespace, session_id, worker_id, now),
     )
+    return None if row is None else record_of(row, now)
 
 
 def schedule_into(

@@ -2063,18 +2063,28 @@ class HeartbeatActivityTaskResponse(_message.Message):
 
     CANCEL_REQUESTED_FIELD_NUMBER: _builtins.int
     LEASE_EXPIRES_AT_FIELD_NUMBER: _builtins.int
+    SESSION_FIELD_NUMBER: _builtins.int
     cancel_requested: _builtins.bool
     @_builtins.property
     def lease_expires_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def session(self) -> _session_service_pb2.WorkerSession:
+        """The attempt's worker session as this heartbeat's renewal left it (its holder lease
+        extended, never past the TTL). Unset without a session, and when the heartbeat did
+        not renew it (the session closed, or another worker holds it now): the worker then
+        keeps the deadline it last observed and stops the attempt when that passes.
+        """
+
     def __init__(
         self,
         *,
         cancel_requested: _builtins.bool = ...,
         lease_expires_at: _timestamp_pb2.Timestamp | None = ...,
+        session: _session_service_pb2.WorkerSession | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["lease_expires_at", b"lease_expires_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["lease_expires_at", b"lease_expires_at", "session", b"session"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cancel_requested", b"cancel_requested", "lease_expires_at", b"lease_expires_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cancel_requested", b"cancel_requested", "lease_expires_at", b"lease_expires_at", "session", b"session"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -48,7 +48,8 @@ class WorkerSessionServiceStub(object):
     a worker that is no longer the holder, or of an older generation), SESSION_CLOSED;
     NOT_FOUND SESSION_NOT_FOUND.
 
-    Authorization: the worker role of the namespace (DescribeWorkerSession: also client).
+    Authorization: the worker role of the namespace (DescribeWorkerSession and
+    ListWorkerSessions: also client).
     """
 
     def __init__(self, channel):
@@ -82,6 +83,11 @@ class WorkerSessionServiceStub(object):
                 request_serializer=durable__rpc_dot_v1_dot_session__service__pb2.DescribeWorkerSessionRequest.SerializeToString,
                 response_deserializer=durable__rpc_dot_v1_dot_session__service__pb2.WorkerSessionResponse.FromString,
                 _registered_method=True)
+        self.ListWorkerSessions = channel.unary_unary(
+                '/durable_rpc.v1.WorkerSessionService/ListWorkerSessions',
+                request_serializer=durable__rpc_dot_v1_dot_session__service__pb2.ListWorkerSessionsRequest.SerializeToString,
+                response_deserializer=durable__rpc_dot_v1_dot_session__service__pb2.ListWorkerSessionsResponse.FromString,
+                _registered_method=True)
 
 
 class WorkerSessionServiceServicer(object):
@@ -107,7 +113,8 @@ class WorkerSessionServiceServicer(object):
     a worker that is no longer the holder, or of an older generation), SESSION_CLOSED;
     NOT_FOUND SESSION_NOT_FOUND.
 
-    Authorization: the worker role of the namespace (DescribeWorkerSession: also client).
+    Authorization: the worker role of the namespace (DescribeWorkerSession and
+    ListWorkerSessions: also client).
     """
 
     def RegisterWorkerSessions(self, request, context):
@@ -145,6 +152,14 @@ class WorkerSessionServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListWorkerSessions(self, request, context):
+        """The open sessions (pending, active or lost; not closed) of a task queue, by session
+        id, a page at a time: what an operator looks at (`durable-rpc session list QUEUE`).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WorkerSessionServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -172,6 +187,11 @@ def add_WorkerSessionServiceServicer_to_server(servicer, server):
                     servicer.DescribeWorkerSession,
                     request_deserializer=durable__rpc_dot_v1_dot_session__service__pb2.DescribeWorkerSessionRequest.FromString,
                     response_serializer=durable__rpc_dot_v1_dot_session__service__pb2.WorkerSessionResponse.SerializeToString,
+            ),
+            'ListWorkerSessions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListWorkerSessions,
+                    request_deserializer=durable__rpc_dot_v1_dot_session__service__pb2.ListWorkerSessionsRequest.FromString,
+                    response_serializer=durable__rpc_dot_v1_dot_session__service__pb2.ListWorkerSessionsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -204,7 +224,8 @@ class WorkerSessionService(object):
     a worker that is no longer the holder, or of an older generation), SESSION_CLOSED;
     NOT_FOUND SESSION_NOT_FOUND.
 
-    Authorization: the worker role of the namespace (DescribeWorkerSession: also client).
+    Authorization: the worker role of the namespace (DescribeWorkerSession and
+    ListWorkerSessions: also client).
     """
 
     @staticmethod
@@ -332,6 +353,33 @@ class WorkerSessionService(object):
             '/durable_rpc.v1.WorkerSessionService/DescribeWorkerSession',
             durable__rpc_dot_v1_dot_session__service__pb2.DescribeWorkerSessionRequest.SerializeToString,
             durable__rpc_dot_v1_dot_session__service__pb2.WorkerSessionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListWorkerSessions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/durable_rpc.v1.WorkerSessionService/ListWorkerSessions',
+            durable__rpc_dot_v1_dot_session__service__pb2.ListWorkerSessionsRequest.SerializeToString,
+            durable__rpc_dot_v1_dot_session__service__pb2.ListWorkerSessionsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -49,7 +49,8 @@ class WorkerSessionServiceStub:
     a worker that is no longer the holder, or of an older generation), SESSION_CLOSED;
     NOT_FOUND SESSION_NOT_FOUND.
 
-    Authorization: the worker role of the namespace (DescribeWorkerSession: also client).
+    Authorization: the worker role of the namespace (DescribeWorkerSession and
+    ListWorkerSessions: also client).
     """
 
     @_typing.overload
@@ -67,6 +68,10 @@ class WorkerSessionServiceStub:
     CloseWorkerSession: _grpc.UnaryUnaryMultiCallable[_session_service_pb2.CloseWorkerSessionRequest, _session_service_pb2.WorkerSessionResponse]
     """Closes the session, fenced by holder and generation."""
     DescribeWorkerSession: _grpc.UnaryUnaryMultiCallable[_session_service_pb2.DescribeWorkerSessionRequest, _session_service_pb2.WorkerSessionResponse]
+    ListWorkerSessions: _grpc.UnaryUnaryMultiCallable[_session_service_pb2.ListWorkerSessionsRequest, _session_service_pb2.ListWorkerSessionsResponse]
+    """The open sessions (pending, active or lost; not closed) of a task queue, by session
+    id, a page at a time: what an operator looks at (`durable-rpc session list QUEUE`).
+    """
 
 @_typing.type_check_only
 class WorkerSessionServiceAsyncStub(WorkerSessionServiceStub):
@@ -92,7 +97,8 @@ class WorkerSessionServiceAsyncStub(WorkerSessionServiceStub):
     a worker that is no longer the holder, or of an older generation), SESSION_CLOSED;
     NOT_FOUND SESSION_NOT_FOUND.
 
-    Authorization: the worker role of the namespace (DescribeWorkerSession: also client).
+    Authorization: the worker role of the namespace (DescribeWorkerSession and
+    ListWorkerSessions: also client).
     """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
@@ -107,6 +113,10 @@ class WorkerSessionServiceAsyncStub(WorkerSessionServiceStub):
     CloseWorkerSession: _aio.UnaryUnaryMultiCallable[_session_service_pb2.CloseWorkerSessionRequest, _session_service_pb2.WorkerSessionResponse]  # type: ignore[assignment]
     """Closes the session, fenced by holder and generation."""
     DescribeWorkerSession: _aio.UnaryUnaryMultiCallable[_session_service_pb2.DescribeWorkerSessionRequest, _session_service_pb2.WorkerSessionResponse]  # type: ignore[assignment]
+    ListWorkerSessions: _aio.UnaryUnaryMultiCallable[_session_service_pb2.ListWorkerSessionsRequest, _session_service_pb2.ListWorkerSessionsResponse]  # type: ignore[assignment]
+    """The open sessions (pending, active or lost; not closed) of a task queue, by session
+    id, a page at a time: what an operator looks at (`durable-rpc session list QUEUE`).
+    """
 
 class WorkerSessionServiceServicer(metaclass=_abc_1.ABCMeta):
     """Worker sessions (resource affinity): activities scheduled with
@@ -131,7 +141,8 @@ class WorkerSessionServiceServicer(metaclass=_abc_1.ABCMeta):
     a worker that is no longer the holder, or of an older generation), SESSION_CLOSED;
     NOT_FOUND SESSION_NOT_FOUND.
 
-    Authorization: the worker role of the namespace (DescribeWorkerSession: also client).
+    Authorization: the worker role of the namespace (DescribeWorkerSession and
+    ListWorkerSessions: also client).
     """
 
     @_abc_1.abstractmethod
@@ -174,5 +185,15 @@ class WorkerSessionServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _session_service_pb2.DescribeWorkerSessionRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_session_service_pb2.WorkerSessionResponse, _abc.Awaitable[_session_service_pb2.WorkerSessionResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def ListWorkerSessions(
+        self,
+        request: _session_service_pb2.ListWorkerSessionsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_session_service_pb2.ListWorkerSessionsResponse, _abc.Awaitable[_session_service_pb2.ListWorkerSessionsResponse]]:
+        """The open sessions (pending, active or lost; not closed) of a task queue, by session
+        id, a page at a time: what an operator looks at (`durable-rpc session list QUEUE`).
+        """
 
 def add_WorkerSessionServiceServicer_to_server(servicer: WorkerSessionServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

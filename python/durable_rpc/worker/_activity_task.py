@@ -12,7 +12,12 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from durable_rpc import converter, payload
-from durable_rpc.activity._context import ActivityContext, ActivityInfo, set_context
+from durable_rpc.activity._context import (
+    ActivityContext,
+    ActivityInfo,
+    SessionViews,
+    set_context,
+)
 from durable_rpc.activity._definition import ActivityDefinition
 from durable_rpc.activity._failure import failure_from_exception
 from durable_rpc.sessions import WorkerSession
@@ -111,9 +116,11 @@ async def run_attempt(
     task_queue: str,
     keeper: LeaseKeeper,
     executor: Executor | None,
+    sessions: SessionViews | None = None,
 ) -> AttemptOutcome:
-    """Run the attempt under the keeper's watch and say how it ended."""
-    context = ActivityContext(info_of(task, task_queue))
+    """Run the attempt under the keeper's watch and say how it ended (``sessions``: the
+    worker's views of the sessions it holds, which a session attempt reads)."""
+    context = ActivityContext(info_of(task, task_queue), sessions)
     attempt = _Attempt(context)
     try:
         args = converter.decode_args(task.input.data, definition.arg_hints)

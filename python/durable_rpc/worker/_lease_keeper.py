@@ -11,6 +11,13 @@ paused) is not given up: the server still takes the holder's heartbeats and repo
 its token is the task's latest (nobody claimed the task since, DESIGN.md), so the attempt
 runs on, keeps heartbeating, and only the server's LEASE_LOST stops it. Stopping it
 locally would throw away an effect that may already have happened.
+
+An attempt in a worker session is the exception: its authority is also the session's,
+and past the session's lease or TTL another worker may hold the session (and rebuild its
+resources). So the keeper stops it, as a lost lease, when the session deadline this
+worker last observed passes (the earlier of the holder lease, renewed by the session's
+heartbeats, claims and handle renews, and the TTL), heartbeating it at least at half the
+session lease so a healthy attempt keeps it.
 """
 
 from __future__ import annotations
@@ -66,6 +73,33 @@ def lease_window_ms(expires_at: timestamp_pb2.Timestamp | None, cap_ms: int | No
     return min(windows) if windows else DEFAULT_WINDOW_MS
 
 
+def session_deadline_ms(context: ActivityContext) -> int | None:
+    """When the attempt's session authority ends by this worker's view (wall-clock epoch
+    ms, compared with the local clock like lease_window_ms): the earlier of the holder
+    lease and the TTL. None without a session (or one not yet held)."""
+    session = context.session()
+    if session is None:
+        return None
+    ends = [
+        int(moment.timestamp() * 1000)
+        for moment in (session.lease_expires_at, session.ttl_expires_at)
+        if moment is not None
+    ]
+    return min(ends) if ends else None
+
+
+def _with_session(window_ms: int, context: ActivityContext) -> int:
+    """The heartbeat window, shortened to the session's remaining holder lease (not when
+    that is the TTL: no heartbeat extends it, so heartbeating sooner gains nothing)."""
+    session = context.session()
+    if session is None or session.lease_expires_at is None:
+        return window_ms
+    if session.ttl_expires_at is not None and session.ttl_expires_at <= session.lease_expires_at:
+        return window_ms
+    remaining = int(session.lease_expires_at.timestamp() * 1000) - int(time.time() * 1000)
+    return max(1, min(window_ms, remaining))
+
+
 @dataclass
 class HeldLease:
     lease: service_pb2.Lease
@@ -97,12 +131,17 @@ class LeaseKeeper:
         # Rust bookkeeping, keyed by str(task_id); see durable_rpc._core.LeaseBook.
         self._book = _core.LeaseBook(heartbeat_fraction)
         self._held: dict[int, HeldLease] = {}
+        # The held leases whose attempt runs in a worker session (cut off at its end).
+        self._in_session: dict[int, HeldLease] = {}
         self._in_flight: set[int] = set()
         self._wake = asyncio.Event()
         self.lost = 0
 
     def hold(self, held: HeldLease, window_ms: int) -> None:
         self._held[held.lease.task_id] = held
+        if held.context.info.session is not None:
+            self._in_session[held.lease.task_id] = held
+            window_ms = _with_session(window_ms, held.context)
         self._book.track(str(held.lease.task_id), held.lease.fencing_token, window_ms, now_ms())
         self._wake.set()
 
@@ -115,6 +154,7 @@ class LeaseKeeper:
         ):
             return
         del self._held[task_id]
+        self._in_session.pop(task_id, None)
         self._book.release(str(task_id))
 
     def lose_older(self, task_id: int, fencing_token: int) -> bool:
@@ -147,6 +187,10 @@ class LeaseKeeper:
                 delay = MAX_SLEEP_S
                 if deadline is not None:
                     delay = min(MAX_SLEEP_S, max(MIN_SLEEP_S, (deadline - now_ms()) / 1000))
+                cut_off = self._next_session_end()
+                if cut_off is not None:
+                    # Wake at the session's end, so the cut-off is not a tick late.
+                    delay = min(delay, max(0.0, (cut_off - time.time() * 1000) / 1000))
                 self._wake.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), delay)
@@ -154,7 +198,29 @@ class LeaseKeeper:
             for task in heartbeats:
                 task.cancel()
 
+    def _next_session_end(self) -> int | None:
+        ends = [session_deadline_ms(held.context) for held in self._in_session.values()]
+        known = [end for end in ends if end is not None]
+        return min(known) if known else None
+
+    def _cut_off_sessions(self) -> None:
+        """Stop the attempts whose session authority ended by this worker's view."""
+        wall = int(time.time() * 1000)
+        for held in list(self._in_session.values()):
+            deadline = session_deadline_ms(held.context)
+            if deadline is None or wall < deadline:
+                continue
+            session = held.context.session()
+            log.warning(
+                "activity task %s stopped: its worker session %s ended (lease or TTL) "
+                "by this worker's clock",
+                held.lease.task_id,
+                session.session_id if session is not None else "?",
+            )
+            self._lose(held)
+
     def _tick(self, heartbeats: set[asyncio.Task[None]]) -> None:
+        self._cut_off_sessions()
         now = now_ms()
         lapsed: list[tuple[str, int]] = []
         for key, token in self._book.expired(now):
@@ -220,10 +286,14 @@ class LeaseKeeper:
             return
         held.sent_beats = beats
         held.lapsed = False
+        if response.HasField("session"):
+            held.context.note_session(response.session)
         window = lease_window_ms(
             response.lease_expires_at if response.HasField("lease_expires_at") else None,
             held.cap_ms,
         )
+        if task_id in self._in_session:
+            window = _with_session(window, held.context)
         self._book.renewed(str(task_id), held.lease.fencing_token, window, now_ms())
         self._wake.set()
         if response.cancel_requested:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 
 import grpc.aio
 
@@ -51,6 +52,9 @@ class WorkerSessions:
         self.capabilities = dict(capabilities)
         self.max_sessions = max_sessions
         self.held: dict[str, int] = {}
+        # The latest report of each session this worker held: what its running attempts
+        # read (activity.session()) and are cut off by (the lease keeper).
+        self.views: dict[str, WorkerSession] = {}
 
     async def register(self) -> None:
         await call(
@@ -71,7 +75,22 @@ class WorkerSessions:
             self.held.pop(session.session_id, None)
         else:
             self.held[session.session_id] = session.generation
-        return WorkerSession.from_proto(session)
+        view = WorkerSession.from_proto(session)
+        if view.holder_worker_id == self.worker_id:
+            self.views[view.session_id] = view
+            if len(self.views) > 2 * self.max_sessions + 8:
+                self._forget_ended()
+        return view
+
+    def _forget_ended(self) -> None:
+        # A view past its TTL stops nothing more than the claim's own copy does.
+        now = datetime.now(UTC)
+        for session_id, view in list(self.views.items()):
+            if view.ttl_expires_at is not None and view.ttl_expires_at <= now:
+                del self.views[session_id]
+
+    def view(self, session_id: str) -> WorkerSession | None:
+        return self.views.get(session_id)
 
     async def close(self, session_id: str, generation: int, reason: str) -> WorkerSession:
         response = await call(

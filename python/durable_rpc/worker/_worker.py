@@ -828,6 +828,7 @@ class Worker:
             task_queue=self.task_queue,
             keeper=self._keeper,
             executor=self._activity_executor,
+            sessions=self._sessions,
         )
 
     async def _report_attempt(

@@ -18,6 +18,7 @@ from durable_rpc.workflow._cancellation import CancellationPolicy, check_policy
 from durable_rpc.workflow._errors import ContinueAsNewError
 from durable_rpc.workflow._loop import WorkflowLoop
 from durable_rpc.workflow._markers import DEFAULT_VERSION as DEFAULT_VERSION
+from durable_rpc.workflow._members import group_session
 from durable_rpc.workflow._retry import RetryPolicy, duration
 from durable_rpc.workflow._runtime import LocalActivityRequest, WorkflowInfo, WorkflowInstance
 
@@ -513,6 +514,10 @@ async def execute_activity(
         if isinstance(priority, bool) or not isinstance(priority, int) or not 1 <= priority <= 5:
             raise ValueError(f"priority must be an int from 1 (most urgent) to 5: {priority!r}")
         options.priority = priority
+    if session is None:
+        # A parallel group's session (workflow.parallel(..., session=...)) is its
+        # leaves' default.
+        session = group_session()
     if session is not None:
         if not isinstance(session, SessionOptions):
             raise TypeError(f"session must be a SessionOptions, got {session!r}")

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from durable_rpc.sessions import SessionOptions
     from durable_rpc.workflow._instance import InstanceState
 
 #: A member's identity in its group: its index (a list) or its key (a mapping).
@@ -58,6 +59,9 @@ class Member:
     ended_at: tuple[int, int] | None = None
     #: Set by DurableOperationHandle.cancel(): a member cancelled so never wins.
     cancel_requested: bool = False
+    #: The worker session of its group (``parallel(..., session=...)``): the default of
+    #: every activity its code schedules; None: the enclosing group's, if any.
+    session: SessionOptions | None = None
 
 
 #: The members whose task is running now, outermost first (empty outside any group).
@@ -141,6 +145,15 @@ def start(runtime: InstanceState, member: Member, operation: Awaitable[Any]) -> 
             member.ended_at = runtime.history_position(member.seqs)
 
     return runtime.loop.create_task(body(), context=context)
+
+
+def group_session() -> SessionOptions | None:
+    """The session of the innermost enclosing group that names one: an activity leaf
+    scheduled without its own ``session=`` runs in it (a nested group's own wins)."""
+    for member in reversed(MEMBERS.get()):
+        if member.session is not None:
+            return member.session
+    return None
 
 
 def parent() -> tuple[int, Key | None]:

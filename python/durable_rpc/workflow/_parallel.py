@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Generator, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from durable_rpc.sessions import SessionOptions
 from durable_rpc.workflow import _members
 from durable_rpc.workflow._group_markers import PARALLEL_MARKER
 from durable_rpc.workflow._members import Key, Member, Path
@@ -71,9 +72,15 @@ class ParallelCall(Awaitable[Any]):
     """What :func:`parallel` returns: await it (once) to run the group. Not started
     until awaited, so it can be a member of another group."""
 
-    def __init__(self, members: list[tuple[Key, Awaitable[Any]]], keyed: bool) -> None:
+    def __init__(
+        self,
+        members: list[tuple[Key, Awaitable[Any]]],
+        keyed: bool,
+        session: SessionOptions | None = None,
+    ) -> None:
         self.members = members
         self._keyed = keyed
+        self._session = session
         self._started = False
         #: The successful leaves once the group ended (read by an enclosing group).
         self.completions: list[ParallelCompletion] = []
@@ -96,7 +103,8 @@ class ParallelCall(Awaitable[Any]):
         runtime = current()
         seq = runtime.record_group(PARALLEL_MARKER, [key for key, _ in self.members])
         tasks = [
-            _members.start(runtime, Member(seq, key), operation) for key, operation in self.members
+            _members.start(runtime, Member(seq, key, session=self._session), operation)
+            for key, operation in self.members
         ]
         pending = set(tasks)
         try:
@@ -152,6 +160,8 @@ def _within(key: Key, completions: Iterable[ParallelCompletion]) -> list[Paralle
 def parallel(
     operations: Iterable[Awaitable[Any]] | Mapping[str, Awaitable[Any]] | None = None,
     /,
+    *,
+    session: SessionOptions | None = None,
     **named: Awaitable[Any],
 ) -> ParallelCall:
     """Run ``operations`` together and wait for all of them: ``await
@@ -170,6 +180,13 @@ def parallel(
     awaiting code cancels the members still running. An invalid group (empty, a
     duplicate key or member, a non-string key, something not awaitable) raises
     :class:`ParallelGroupError` here, before any command, with a stable ``reason``.
+
+    ``session`` (a :class:`~durable_rpc.sessions.SessionOptions`) routes every activity
+    leaf of the group to that worker session, nested groups' leaves included, as if each
+    ``execute_activity`` had been given it; a leaf with its own ``session=``, or inside a
+    nested group with its own, keeps that. (So ``session`` is not a member key.)
     """
+    if session is not None and not isinstance(session, SessionOptions):
+        raise TypeError(f"session must be a SessionOptions, got {session!r}")
     members, keyed = _members.collect("parallel()", operations, named)
-    return ParallelCall(members, keyed)
+    return ParallelCall(members, keyed, session)
