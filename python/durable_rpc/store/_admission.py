@@ -123,7 +123,12 @@ def _tokens(policy: Row, now: int) -> float:
         return math.inf
     rate = float(policy["starts_per_period"])
     elapsed = max(0, now - int(policy["tokens_at_ms"]))
-    return min(rate, float(policy["tokens"]) + elapsed * rate / int(policy["period_ms"]))
+    tokens = min(rate, float(policy["tokens"]) + elapsed * rate / int(policy["period_ms"]))
+    # A token due at the millisecond ``_save`` computed (a ceiling) can come out a hair
+    # under a whole one in floating point (0.333.. + 0.666.. = 0.999..): the due pass woken
+    # then would admit nothing and wake again 1 ms later. Snap such values to the whole.
+    whole = round(tokens)
+    return float(whole) if abs(tokens - whole) < 1e-9 else tokens
 
 
 def _save(tx: Tx, policy: Row, tokens: float, now: int, waiting: int) -> None:
