@@ -57,9 +57,30 @@ def driver() -> Iterator[Any]:
 
 
 def wait(driver: Any, condition: Callable[[Any], Any], timeout: float = 20.0) -> Any:
+    """Waits until ``condition`` holds. Live updates swap page parts in place, so an
+    element found by one step of a condition can be replaced before the next step reads
+    it; that step is tried again (a stale element) rather than failing the test."""
+    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    return WebDriverWait(driver, timeout, poll_frequency=0.05).until(condition)
+    ignored = (NoSuchElementException, StaleElementReferenceException)
+    return WebDriverWait(driver, timeout, poll_frequency=0.05, ignored_exceptions=ignored).until(
+        condition
+    )
+
+
+def read_live(driver: Any, read: Callable[[Any], Any], attempts: int = 20) -> Any:
+    """Returns ``read(driver)``, read again from the start when a live update replaced an
+    element it was reading (the swap is one synchronous DOM step, so a fresh lookup finds
+    the new element at once)."""
+    from selenium.common.exceptions import StaleElementReferenceException
+
+    for _ in range(attempts - 1):
+        try:
+            return read(driver)
+        except StaleElementReferenceException:
+            continue
+    return read(driver)
 
 
 def screenshot(driver: Any, name: str) -> None:

@@ -10,7 +10,7 @@ import pytest
 from selenium.webdriver.common.by import By
 
 from durable_rpc import Client
-from tests.ui.browser import driver, wait
+from tests.ui.browser import driver, read_live, wait
 from tests.ui.conftest import AuthStack
 
 __all__ = ["driver"]
@@ -39,12 +39,16 @@ def test_a_client_key_sees_why_it_cannot_terminate(auth_stack: AuthStack, driver
     start_approval(auth_stack, "b-client")
     sign_in(driver, auth_stack, auth_stack.client_key, "/n/default/runs/b-client")
     assert "client of namespace default" in driver.find_element(By.ID, "caller").text
-    button = driver.find_element(By.ID, "terminate-button")
-    assert not button.is_enabled()
-    assert button.get_attribute("title") == (
-        "terminate needs the admin role; your key is a client key"
-    )
-    assert driver.find_element(By.ID, "terminate-why").text == button.get_attribute("title")
+
+    def read(d: Any) -> tuple[bool, str, str]:
+        button = d.find_element(By.ID, "terminate-button")
+        why = d.find_element(By.ID, "terminate-why").text
+        return button.is_enabled(), button.get_attribute("title"), why
+
+    enabled, title, why = read_live(driver, read)
+    assert not enabled
+    assert title == "terminate needs the admin role; your key is a client key"
+    assert why == title
 
 
 def test_an_admin_signs_in_and_terminates(auth_stack: AuthStack, driver: Any) -> None:

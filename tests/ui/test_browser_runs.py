@@ -13,7 +13,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select
 
 from durable_rpc import Client
-from tests.ui.browser import driver, screenshot, wait
+from tests.ui.browser import driver, read_live, screenshot, wait
 from tests.ui.conftest import Stack
 
 __all__ = ["driver"]  # the module's browser fixture
@@ -51,9 +51,15 @@ def result_of(stack: Stack, workflow_id: str) -> Any:
 
 
 def shown_ids(driver: Any) -> set[str]:
-    return {
-        r.get_attribute("data-workflow-id") for r in driver.find_elements(By.CSS_SELECTOR, "tr.run")
-    }
+    def read(d: Any) -> set[str]:
+        rows = d.find_elements(By.CSS_SELECTOR, "tr.run")
+        return {r.get_attribute("data-workflow-id") for r in rows}
+
+    return set(read_live(driver, read))
+
+
+def text_of(driver: Any, by: str, selector: str) -> str:
+    return str(read_live(driver, lambda d: d.find_element(by, selector).text))
 
 
 def test_the_runs_list_filters_by_status_and_query(
@@ -61,8 +67,13 @@ def test_the_runs_list_filters_by_status_and_query(
 ) -> None:
     driver.get(f"{stack.ui.url}/n/default/runs")
     wait(driver, lambda d: {"two-1", "approve-1", "stuck-1"} <= shown_ids(d))
-    running = driver.find_element(By.CSS_SELECTOR, '#counts [data-status="running"]')
-    assert int(running.get_attribute("data-count")) >= 3
+    running = read_live(
+        driver,
+        lambda d: d.find_element(By.CSS_SELECTOR, '#counts [data-status="running"]').get_attribute(
+            "data-count"
+        ),
+    )
+    assert int(running) >= 3
     screenshot(driver, "runs")
     Select(driver.find_element(By.ID, "f-status")).select_by_value("completed")
     driver.find_element(By.ID, "apply-filters").click()
@@ -119,8 +130,8 @@ def test_why_stuck_is_said_at_the_top_for_a_run_no_worker_serves(
     stack: Stack, runs: dict[str, str], driver: Any
 ) -> None:
     driver.get(f"{stack.ui.url}/n/default/runs/stuck-1")
-    reason = wait(driver, lambda d: d.find_element(By.ID, "stuck-reason"))
-    assert "No live worker" in reason.text and "nobody-serves-this" in reason.text
+    reason = wait(driver, lambda d: d.find_element(By.ID, "stuck-reason").text)
+    assert "No live worker" in reason and "nobody-serves-this" in reason
     screenshot(driver, "stuck-run")
 
 
@@ -158,8 +169,8 @@ def test_terminate_asks_for_confirmation_then_terminates(
     driver.find_element(By.ID, "terminate-button").click()
     wait(driver, lambda d: d.find_element(By.ID, "confirm-question"))
     driver.find_element(By.ID, "cancel-confirm").click()  # "No": nothing happens
-    status = wait(driver, lambda d: d.find_element(By.ID, "run-status"))
-    assert status.text == "running"
+    wait(driver, lambda d: d.find_element(By.ID, "run-status"))
+    assert text_of(driver, By.ID, "run-status") == "running"
     driver.find_element(By.ID, "term-reason").send_keys("stopped from the browser")
     driver.find_element(By.ID, "terminate-button").click()
     wait(driver, lambda d: d.find_element(By.ID, "confirm")).click()
@@ -204,14 +215,25 @@ def test_a_pending_activity_shows_its_next_retry_heartbeat_and_failure(
     asyncio.run(go())
     driver.get(f"{stack.ui.url}/n/default/runs/resumable-1")
     # The page updates itself while the run is open: the attempt fails, then waits.
-    row = wait(
-        driver, lambda d: d.find_element(By.CSS_SELECTOR, 'tr.pending[data-state="waiting"]')
-    )
-    assert "retry at " in row.find_element(By.CSS_SELECTOR, ".next-retry").text
-    assert '"row 41 of 100"' in row.find_element(By.CSS_SELECTOR, ".heartbeat").text
-    assert "the target table is locked" in row.text
-    assert "in backoff until" in driver.find_element(By.ID, "stuck-reason").text
+    waiting = 'tr.pending[data-state="waiting"]'
+    wait(driver, lambda d: d.find_element(By.CSS_SELECTOR, waiting))
+
+    def read(d: Any) -> tuple[str, str, str, str, int]:
+        row = d.find_element(By.CSS_SELECTOR, waiting)
+        svg = d.find_element(By.CSS_SELECTOR, "#timeline svg")
+        return (
+            row.find_element(By.CSS_SELECTOR, ".next-retry").text,
+            row.find_element(By.CSS_SELECTOR, ".heartbeat").text,
+            row.text,
+            d.find_element(By.ID, "stuck-reason").text,
+            len(svg.find_elements(By.CSS_SELECTOR, "rect.attempt.failed")),
+        )
+
+    next_retry, heartbeat, row_text, stuck, failed_attempts = read_live(driver, read)
+    assert "retry at " in next_retry
+    assert '"row 41 of 100"' in heartbeat
+    assert "the target table is locked" in row_text
+    assert "in backoff until" in stuck
     # The history records no attempt of an open activity: the timeline takes its failed
     # first attempt from describe's pending activities.
-    svg = driver.find_element(By.CSS_SELECTOR, "#timeline svg")
-    assert svg.find_elements(By.CSS_SELECTOR, "rect.attempt.failed")
+    assert failed_attempts
