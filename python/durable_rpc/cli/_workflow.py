@@ -34,6 +34,7 @@ from durable_rpc.client import (
 )
 from durable_rpc.codec import PayloadCodec
 from durable_rpc.errors import DurableRpcError
+from durable_rpc.run_statuses import STATUSES
 from durable_rpc.v1 import history_pb2, service_pb2
 
 T = TypeVar("T")
@@ -642,15 +643,7 @@ def redrive(
     )
 
 
-_STATUSES = [
-    "running",
-    "completed",
-    "failed",
-    "cancelled",
-    "terminated",
-    "timed_out",
-    "continued_as_new",
-]
+_STATUSES = list(STATUSES)
 _status_option = click.option(
     "--status", type=click.Choice(_STATUSES), default=None, help="Only runs with this status."
 )

@@ -4,18 +4,7 @@ from __future__ import annotations
 
 from google.protobuf import timestamp_pb2
 
-from durable_rpc.v1 import history_pb2, payload_pb2, service_pb2
-
-STATUS = {
-    "running": service_pb2.WORKFLOW_STATUS_RUNNING,
-    "completed": service_pb2.WORKFLOW_STATUS_COMPLETED,
-    "failed": service_pb2.WORKFLOW_STATUS_FAILED,
-    "cancelled": service_pb2.WORKFLOW_STATUS_CANCELLED,
-    "terminated": service_pb2.WORKFLOW_STATUS_TERMINATED,
-    "timed_out": service_pb2.WORKFLOW_STATUS_TIMED_OUT,
-    "continued_as_new": service_pb2.WORKFLOW_STATUS_CONTINUED_AS_NEW,
-}
-STATUS_NAME = {number: name for name, number in STATUS.items()}
+from durable_rpc.v1 import history_pb2, payload_pb2
 
 
 def timestamp(ms: int | None) -> timestamp_pb2.Timestamp | None:

@@ -18,6 +18,7 @@ from durable_rpc.errors import (
     UpdateTimeoutError,
     WorkflowNotRunningError,
 )
+from durable_rpc.run_statuses import STATUS_NAMES, STATUS_VALUES
 from durable_rpc.server import _convert, _validate
 from durable_rpc.server._admin_service import actor
 from durable_rpc.server._handoff import Handoffs
@@ -67,7 +68,7 @@ def _info(run: RunInfo) -> service_pb2.WorkflowInfo:
         workflow_type=run.workflow_type,
         workflow_version=run.workflow_version,
         task_queue=run.task_queue,
-        status=_convert.STATUS[run.status],
+        status=STATUS_VALUES[run.status],
         start_time=_convert.timestamp(run.start_time_ms),
         close_time=_convert.timestamp(run.close_time_ms),
         history_length=run.history_length,
@@ -138,7 +139,7 @@ def _status_filter(number: service_pb2.WorkflowStatus.ValueType) -> str | None:
     """A list or count request's status (0: any) as the store's name."""
     if not number:
         return None
-    name = _convert.STATUS_NAME.get(number)
+    name = STATUS_NAMES.get(number)
     if name is None:
         raise InvalidArgumentError(f"unknown status {number}")
     return name
@@ -356,7 +357,7 @@ class WorkflowService(
                 closed.cancel()
         return service_pb2.GetWorkflowResultResponse(
             run_id=outcome.run_id,
-            status=_convert.STATUS[outcome.status],
+            status=STATUS_VALUES[outcome.status],
             result=_convert.payload(outcome.result),
             failure=_convert.failure(outcome.failure),
             next_run_id=outcome.next_run_id or "",
@@ -397,7 +398,7 @@ class WorkflowService(
         return service_pb2.CountWorkflowsResponse(
             counts=[
                 service_pb2.WorkflowStatusCount(status=number, count=counts[name])
-                for name, number in _convert.STATUS.items()
+                for name, number in STATUS_VALUES.items()
                 if counts.get(name)
             ],
             total=sum(counts.values()),

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TYPE_CHECKING, Literal, Protocol
 
+from durable_rpc.run_statuses import STATUSES
 from durable_rpc.store._admission_records import Admission
 from durable_rpc.store._budget_records import Budget
 from durable_rpc.store._definition_records import DefinitionRecord
@@ -36,17 +37,7 @@ if TYPE_CHECKING:
 
 TaskKind = Literal["workflow", "activity", "query"]
 
-RUN_STATUSES: frozenset[str] = frozenset(
-    {
-        "running",
-        "completed",
-        "failed",
-        "cancelled",
-        "terminated",
-        "timed_out",
-        "continued_as_new",
-    }
-)
+RUN_STATUSES: frozenset[str] = frozenset(STATUSES)
 
 
 class StoreListener(Protocol):

@@ -12,24 +12,12 @@ from typing import Any, TypeVar
 from starlette.responses import Response
 
 from durable_rpc.errors import DurableRpcError, UnauthenticatedError
+from durable_rpc.run_statuses import STATUS_NAMES, STATUS_VALUES, STATUSES
 from durable_rpc.ui import _timeline, _values
 from durable_rpc.ui._web import BadInput, Page
 from durable_rpc.v1 import history_pb2, service_pb2
 
 PAGE_SIZE = 50
-
-STATUSES = [
-    "running",
-    "completed",
-    "failed",
-    "cancelled",
-    "terminated",
-    "timed_out",
-    "continued_as_new",
-]
-_STATUS_ENUM = {
-    name: service_pb2.WorkflowStatus.Value(f"WORKFLOW_STATUS_{name.upper()}") for name in STATUSES
-}
 
 
 _Filtered = TypeVar(
@@ -37,8 +25,8 @@ _Filtered = TypeVar(
 )
 
 
-def status_name(value: int) -> str:
-    return next((n for n, v in _STATUS_ENUM.items() if v == value), "unknown")
+def status_name(value: service_pb2.WorkflowStatus.ValueType) -> str:
+    return STATUS_NAMES.get(value, "unknown")
 
 
 @dataclass(frozen=True)
@@ -52,7 +40,7 @@ class RunFilters:
     @classmethod
     def parse(cls, params: Any) -> RunFilters:
         status = params.get("status", "")
-        if status and status not in _STATUS_ENUM:
+        if status and status not in STATUS_VALUES:
             raise BadInput(f"unknown status {status!r}: one of {', '.join(STATUSES)}")
         return cls(
             status=status,
@@ -66,7 +54,7 @@ class RunFilters:
         """The page's list: every filter, the status included."""
         request = self._fill(service_pb2.ListWorkflowsRequest(namespace=namespace))
         if self.status:
-            request.status = _STATUS_ENUM[self.status]
+            request.status = STATUS_VALUES[self.status]
         return request
 
     def count_request(self, namespace: str) -> service_pb2.CountWorkflowsRequest:
@@ -155,7 +143,7 @@ def _empty(params: Any) -> dict[str, Any]:
     return {
         "runs": [],
         "filters": RunFilters(
-            status=params.get("status", "") if params.get("status", "") in _STATUS_ENUM else "",
+            status=params.get("status", "") if params.get("status", "") in STATUS_VALUES else "",
             workflow_type=params.get("type", ""),
             started_after=params.get("after", ""),
             started_before=params.get("before", ""),
