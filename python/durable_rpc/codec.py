@@ -46,6 +46,7 @@ __all__ = [
     "CompressionCodec",
     "PayloadCodec",
     "describe",
+    "undo_keyless",
 ]
 
 #: The metadata key naming what a codec did to a payload.
@@ -213,3 +214,28 @@ def describe(payload: Payload) -> str | None:
     if encoding == ENCODING_ENCRYPTED:
         return f"<encrypted: key {payload.metadata.get(KEY_ID, '?')}>"
     return f"<encoded: {encoding}>"
+
+
+#: The most a keyless reader inflates one compressed payload to: a small payload of a
+#: few KiB can inflate a thousandfold, and a viewer must not be made to hold that.
+KEYLESS_INFLATE_LIMIT = 64 * 1024 * 1024
+
+
+def undo_keyless(payload: Payload, *, limit: int = KEYLESS_INFLATE_LIMIT) -> Payload | str:
+    """``payload`` with every encoding that needs no key undone (compression), for a
+    reader that holds no keys (the CLI, the web UI); or, where that stops, text saying
+    why: ``describe``'s ``<encrypted: key k1>`` for one that needs a key,
+    ``<undecodable: binary/zlib>`` for one that does not decompress, ``<compressed:
+    over N bytes>`` for one that would inflate past ``limit``. Never raises."""
+    while payload.metadata:
+        if payload.metadata.get(ENCODING) != ENCODING_ZLIB:
+            return describe(payload) or "<encoded>"
+        inflater = zlib.decompressobj()
+        try:
+            inner = inflater.decompress(payload.data, limit)
+            if inflater.unconsumed_tail:
+                return f"<compressed: over {limit} bytes>"
+            payload = Payload.FromString(inner + inflater.flush())
+        except (zlib.error, DecodeError):
+            return f"<undecodable: {ENCODING_ZLIB}>"
+    return payload

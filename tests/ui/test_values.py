@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import hashlib
 import random
+import zlib
 from pathlib import Path
 
 import pytest
 
 from durable_rpc import payload
+from durable_rpc.codec import CompressionCodec, undo_keyless
 from durable_rpc.ui import _values
 from durable_rpc.ui._values import (
     event_summaries,
@@ -27,7 +29,6 @@ from tests.ui.history_builder import (
 )
 
 GOLDEN = Path(__file__).parent / "golden"
-HAS_METADATA = "metadata" in payload_pb2.Payload.DESCRIPTOR.fields_by_name
 
 
 def golden(name: str) -> list[history_pb2.HistoryEvent]:
@@ -80,20 +81,43 @@ def test_an_external_reference_is_described_not_fetched() -> None:
     )
 
 
-@pytest.mark.skipif(not HAS_METADATA, reason="Payload.metadata (payload codecs) not built yet")
-def test_a_codec_encoded_payload_is_described_not_decoded() -> None:
+def test_an_encrypted_payload_is_named_not_decoded() -> None:
     # Even when the bytes happen to be a valid frame: the codec's metadata says they are
-    # its output (e.g. a compression codec that left a small value as it was).
+    # its output, and the UI holds no keys.
     encoded = payload_pb2.Payload(
         data=payload.encode("secret"),
-        metadata={"encoding": "binary/encrypted", "encryption-key-id": "k-2026"},  # type: ignore[call-arg]
+        metadata={"encoding": "binary/encrypted", "encryption-key-id": "k-2026"},
     )
     text = payload_text(encoded)
-    assert text == (
-        f"<encoded payload: {len(encoded.data)} bytes, "
-        "encoding=binary/encrypted, encryption-key-id=k-2026>"
-    )
+    assert text == "<encrypted: key k-2026>"
     assert "secret" not in text
+    unknown = payload_pb2.Payload(data=b"x", metadata={"encoding": "binary/rot13"})
+    assert payload_text(unknown) == "<encoded: binary/rot13>"
+
+
+def test_a_compressed_payload_is_shown_decompressed() -> None:
+    plain = value({"order": "o-1", "lines": ["x" * 40] * 100})
+    (packed,) = CompressionCodec(min_bytes=0).encode([plain])
+    assert packed.metadata["encoding"] == "binary/zlib"
+    assert payload_text(packed) == payload_text(plain)
+    # A compressed payload wrapping an encrypted one: decompressed, then named.
+    sealed = payload_pb2.Payload(
+        data=b"\x00" * 2000, metadata={"encoding": "binary/encrypted", "encryption-key-id": "k1"}
+    )
+    (outer,) = CompressionCodec(min_bytes=0).encode([sealed])
+    assert outer.metadata["encoding"] == "binary/zlib"
+    assert payload_text(outer) == "<encrypted: key k1>"
+
+
+def test_a_broken_or_oversized_compressed_payload_is_described() -> None:
+    broken = payload_pb2.Payload(data=b"not zlib", metadata={"encoding": "binary/zlib"})
+    assert payload_text(broken) == "<undecodable: binary/zlib>"
+    # A megabyte of zeros packs into about a kilobyte; a viewer stops inflating at its limit.
+    inner = payload_pb2.Payload(data=bytes(1_000_000)).SerializeToString()
+    bomb = payload_pb2.Payload(data=zlib.compress(inner, 9), metadata={"encoding": "binary/zlib"})
+    assert len(bomb.data) < 2_000
+    assert undo_keyless(bomb, limit=100_000) == "<compressed: over 100000 bytes>"
+    assert isinstance(undo_keyless(bomb), payload_pb2.Payload)
 
 
 @pytest.mark.parametrize(

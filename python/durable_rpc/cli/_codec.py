@@ -1,7 +1,8 @@
 """Payloads a codec encoded, as the CLI shows them (docs/engine.md, "Payload codecs").
 
 The CLI holds no keys. What needs none is undone (compression); what does is shown as
-``<encrypted: key k1>`` instead of failing to decode: ``readable`` for the history views,
+``<encrypted: key k1>`` instead of failing to decode (``durable_rpc.codec.undo_keyless``,
+shared with the web UI): directly for the history views,
 which render payloads themselves (reading them ``AsStored``, so an export keeps the
 ciphertext a holder of the key can replay), and ``ShownCodec`` for the commands that read
 values through the SDK (result, describe's memo, query, update), which it replaces with
@@ -13,23 +14,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from durable_rpc import converter
-from durable_rpc.codec import ENCODING, ENCODING_ZLIB, CompressionCodec, describe
+from durable_rpc.codec import undo_keyless
 from durable_rpc.v1.payload_pb2 import Payload
-
-_ZLIB = CompressionCodec()
-
-
-def readable(p: Payload) -> Payload | str:
-    """``p`` with its compression undone, or the text naming an encoding it cannot undo."""
-    while p.metadata:
-        if p.metadata.get(ENCODING) != ENCODING_ZLIB:
-            return describe(p) or "<encoded>"
-        p = _ZLIB.decode([p])[0]
-    return p
 
 
 class ShownCodec:
-    """Sends payloads as they are; receives each encoded one as its ``readable`` form."""
+    """Sends payloads as they are; receives each encoded one as its ``undo_keyless`` form."""
 
     def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
         return list(payloads)
@@ -37,7 +27,7 @@ class ShownCodec:
     def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
         out = []
         for p in payloads:
-            shown = readable(p)
+            shown = undo_keyless(p)
             out.append(Payload(data=converter.encode(shown)) if isinstance(shown, str) else shown)
         return out
 

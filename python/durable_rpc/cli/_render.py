@@ -11,7 +11,7 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
 from durable_rpc import payload
-from durable_rpc.cli._codec import readable
+from durable_rpc.codec import undo_keyless
 from durable_rpc.v1 import payload_pb2
 
 
@@ -28,10 +28,10 @@ def plain(value: Any) -> Any:
 
 def payload_value(p: payload_pb2.Payload) -> Any:
     """The value a payload frame holds; an offloaded one by its reference, an encrypted
-    one as ``<encrypted: key k1>`` (a codec's payload: cli/_codec.py)."""
+    one as ``<encrypted: key k1>`` (``durable_rpc.codec.undo_keyless``)."""
     if p.HasField("external"):
         return {"$external": json_format.MessageToDict(p.external)}
-    shown = readable(p)
+    shown = undo_keyless(p)
     if isinstance(shown, str):
         return shown
     p = shown

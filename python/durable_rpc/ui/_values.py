@@ -1,10 +1,11 @@
 """Values and events as an operator reads them on the run page.
 
 :func:`payload_text` turns one of our payloads into indented, JSON-like text and never
-raises: an external reference, a codec-encoded (encrypted / compressed) payload or a
-malformed frame is *described*, never decoded blindly. :func:`event_summary` turns one
-history event into an :class:`EventView` (kind, id, time, a one-line summary, its decoded
-payload fields and its failure), for the full event list beside the timeline.
+raises: an external reference, an encrypted payload or a malformed frame is *described*,
+never decoded blindly; a compressed one is shown decompressed (``codec.undo_keyless``).
+:func:`event_summary` turns one history event into an :class:`EventView` (kind, id, time,
+a one-line summary, its decoded payload fields and its failure), for the full event list
+beside the timeline.
 
 The text is plain (not HTML): the templates escape it. Summaries cap user-chosen names
 (workflow types, signal names, ids) so a hostile name cannot blow up one line.
@@ -24,6 +25,7 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
 from durable_rpc import payload as codec
+from durable_rpc.codec import undo_keyless
 from durable_rpc.v1 import history_pb2, payload_pb2
 
 #: Raw bytes shown of a bytes value (base64 of the first ones, then "...").
@@ -69,12 +71,13 @@ def payload_text(payload: payload_pb2.Payload | None, *, limit: int = 4096) -> s
         ref = payload.external
         digest = ref.sha256.hex()[:16]
         return f"<external payload: {ref.size} bytes, sha256 {digest}..., not fetched>"
-    metadata = codec_metadata(payload)
-    if metadata:
-        # A payload codec (encryption, compression) wrote these bytes: they are not a
-        # plain Value frame, and the UI holds no keys. Describe, never guess.
-        described = ", ".join(f"{k}={_short(v, 64)}" for k, v in metadata.items())
-        return f"<encoded payload: {len(payload.data)} bytes, {described}>"
+    if payload.metadata:
+        # A payload codec wrote these bytes, not a plain Value frame. The UI holds no
+        # keys: it undoes compression and names what it cannot undo, never guessing.
+        shown = undo_keyless(payload)
+        if isinstance(shown, str):
+            return shown
+        payload = shown
     data = payload.data
     if not data:
         return "(none)"
@@ -149,20 +152,6 @@ def bytes_text(data: bytes) -> str:
     preview = base64.b64encode(data[:BYTES_PREVIEW]).decode()
     more = "..." if len(data) > BYTES_PREVIEW else ""
     return f"<bytes {len(data)}: base64 {preview}{more}>"
-
-
-def codec_metadata(payload: payload_pb2.Payload) -> dict[str, str]:
-    """The payload's codec metadata (e.g. ``encoding``, ``encryption-key-id``), keys
-    sorted, values as text; empty when the Payload message has none (or no such field:
-    the codec's ``metadata`` field is read when the message defines it)."""
-    if "metadata" not in payload.DESCRIPTOR.fields_by_name:
-        return {}
-    raw: Mapping[str, Any] = getattr(payload, "metadata", {})
-    out: dict[str, str] = {}
-    for key in sorted(raw):
-        value = raw[key]
-        out[str(key)] = value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-    return out
 
 
 # -- time and duration text, shared with the timeline ------------------------------------
