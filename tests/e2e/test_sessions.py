@@ -104,6 +104,17 @@ async def test_a_sessions_activities_run_on_its_holder_only(
         handle = await client.start_workflow(
             "SessionPipeline", None, 0, id="pipeline", task_queue=queue
         )
+
+        async def waits_for_a_gpu_worker() -> bool:
+            described = await handle.describe()
+            sessions = {a.session_id for a in described.pending_activities}
+            return sessions == {f"run:{handle.run_id}"} and (
+                "which no live worker on task queue" in described.stuck_reason
+                and "capabilities gpu=a100" in described.stuck_reason
+            )
+
+        # Describe names the session its activity waits in and why nobody claims it.
+        await eventually(waits_for_a_gpu_worker, what="the session's activity pending")
         async with _worker(client, queue, "gpu", worker_sessions=True, capabilities=GPU):
             results = await handle.result(timeout=60)
     *steps, plain = results

@@ -319,3 +319,46 @@ async def test_listing_a_queues_open_sessions_pages_by_id(store: Store) -> None:
     rest = await store.list_worker_sessions(NS, QUEUE, 2, after="s2")
     # The closed s4 and the other queue's o1 are not listed.
     assert [s.session_id for s in rest] == ["s3"]
+
+
+async def test_describe_names_a_pending_activitys_session_and_why_it_waits(
+    store: Store,
+) -> None:
+    await _worker(store, "plain", None)
+    await _schedule(store, [session()])
+    described = await store.describe(NS, "wf-1", None)
+    (pending,) = described.pending_activities
+    assert (pending.session_id, pending.state) == ("s1", "queued")
+    assert described.stuck_reason == (
+        "Waiting for activity 'act' (seq 1): it runs in session 's1' (not yet held), which "
+        f"no live worker on task queue {QUEUE!r} may enter: start one with worker sessions "
+        "with capabilities gpu=a100 that registers the activity and has a free session slot."
+    )
+    await _worker(store, "cpu", {"gpu": "none"})
+    assert "may enter" in (await store.describe(NS, "wf-1", None)).stuck_reason
+    await _worker(store, "gpu", GPU)
+    assert (await store.describe(NS, "wf-1", None)).stuck_reason == "", "gpu may enter it"
+    claimed = await _claim(store, "gpu")
+    assert claimed is not None
+    (leased,) = (await store.describe(NS, "wf-1", None)).pending_activities
+    assert (leased.session_id, leased.state, leased.worker_id) == ("s1", "leased", "gpu")
+
+
+async def test_why_an_activity_waits_for_its_sessions_holder(store: Store) -> None:
+    await _worker(store, "gpu", GPU)
+    await _worker(store, "gpu-2", GPU)
+    await _schedule(store, [session(max_activities=1)])
+    first = await _claim(store, "gpu")
+    assert first is not None
+    # Another run's activity in the same session: the holder runs the session's one slot
+    # and the other qualifying worker may not enter a session held live.
+    await _schedule(store, [session(max_activities=1)], workflow_id="wf-2")
+    reason = (await store.describe(NS, "wf-2", None)).stuck_reason
+    assert reason.startswith(
+        "Waiting for activity 'act' (seq 1): it runs in session 's1', held by worker 'gpu' until "
+    )
+    assert reason.endswith(", which runs its limit of 1 concurrent activities.")
+    await _schedule(store, [None], workflow_id="wf-3")
+    assert (await store.describe(NS, "wf-3", None)).pending_activities[0].session_id is None
+    await store.complete_activity_task(NS, first.lease, payload(b"ok"))
+    assert (await store.describe(NS, "wf-2", None)).stuck_reason == "", "the slot is free"

@@ -305,6 +305,7 @@ class WorkflowService(
                 next_attempt_time=_convert.timestamp(activity.next_attempt_ms),
                 lease_expire_time=_convert.timestamp(activity.lease_expires_ms),
                 heartbeat_details=_convert.payload(activity.heartbeat_details),
+                session_id=activity.session_id or "",
             )
         return response
 

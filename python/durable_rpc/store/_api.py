@@ -246,6 +246,8 @@ class PendingActivity:
     lease_expires_ms: int | None = None
     #: The last heartbeat's details (a Payload), kept for the retries.
     heartbeat_details: bytes | None = None
+    #: The worker session it runs in, if any.
+    session_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

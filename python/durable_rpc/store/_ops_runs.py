@@ -305,7 +305,7 @@ class _RunOps(_LeaseOps):
             run = find_run(tx, namespace, workflow_id, run_id)
             rows = tx.all(
                 "SELECT seq, activity_type, state, attempt, last_failure, worker_id, due_ms, "
-                "expires_at_ms, heartbeat_details FROM tasks "
+                "expires_at_ms, heartbeat_details, session_id FROM tasks "
                 "WHERE namespace = ? AND run_id = ? AND kind = 'activity' "
                 f"AND state IN {ACTIVE} ORDER BY seq",
                 (namespace, run["run_id"]),
@@ -333,6 +333,7 @@ class _RunOps(_LeaseOps):
                             row["expires_at_ms"] if row["state"] == "leased" else None
                         ),
                         heartbeat_details=blob(row["heartbeat_details"]),
+                        session_id=row["session_id"],
                     )
                     for row in rows
                 ],

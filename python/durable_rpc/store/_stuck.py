@@ -12,17 +12,16 @@ that applies, in this order:
    ``definition_unavailable_reason``); claimable and served: progress, no sentence;
 4. no workflow task (the run waits on something outside it): a budget reservation
    waiting (``_budgets``: the budget, the amount of its capacity, what is held); an
-   activity queued with a
-   live worker that serves it is progress (no sentence); else the first open activity
-   by seq: leased by worker W until T, in backoff until T after N attempts (the last
-   error), or queued with no live worker registering it; then the earliest timer; then
-   an open child run; then a read of a message stream waiting for an item (``_streams``);
-   else a signal or a condition.
+   activity queued with a live worker that serves it is progress (no sentence; for one
+   in a worker session, the worker must also be one that may enter it); else the first
+   open activity by seq: leased by worker W until T, in backoff until T after N attempts
+   (the last error), queued in a session no live worker may enter (``_session_waits``:
+   who holds it, or what a worker needs), or queued with no live worker registering it;
+   then the earliest timer; then an open child run; then a read of a message stream
+   waiting for an item (``_streams``); else a signal or a condition.
 """
 
 from __future__ import annotations
-
-import datetime as dt
 
 from google.protobuf.message import DecodeError
 
@@ -31,8 +30,10 @@ from durable_rpc.store._api import StoreOptions
 from durable_rpc.store._budgets import waiting_reason as budget_waiting_reason
 from durable_rpc.store._liveness import LIVE_WORKER, live_since
 from durable_rpc.store._ops_leases import definition_unavailable_reason
+from durable_rpc.store._session_waits import waiting_reason as session_waiting_reason
 from durable_rpc.store._shared import ACTIVE
 from durable_rpc.store._streams import waiting_reason as stream_waiting_reason
+from durable_rpc.store._time_text import db_time_text
 from durable_rpc.store._tx import Row, Tx
 from durable_rpc.v1 import payload_pb2
 
@@ -63,7 +64,7 @@ def stuck_reason(
         return budget
     activities = tx.all(
         "SELECT seq, activity_type, task_queue, state, attempt, due_ms, expires_at_ms, "
-        "worker_id, last_failure FROM tasks WHERE namespace = ? AND run_id = ? "
+        "worker_id, last_failure, session_id FROM tasks WHERE namespace = ? AND run_id = ? "
         f"AND kind = 'activity' AND state IN {ACTIVE} ORDER BY seq",
         (namespace, run_id),
     )
@@ -77,7 +78,7 @@ def stuck_reason(
     if timer is not None and timer["due"] is not None:
         more = int(timer["timers"]) - 1
         also = f" (the earliest of {more + 1} timers)" if more else ""
-        return f"Waiting on a timer until {_at(timer['due'])}{also}."
+        return f"Waiting on a timer until {db_time_text(timer['due'])}{also}."
     child = tx.one(
         "SELECT workflow_id, workflow_type FROM runs WHERE namespace = ? "
         "AND parent_run_id = ? AND status = 'running' ORDER BY id LIMIT 1",
@@ -107,10 +108,10 @@ def _workflow_task(run: Row, task: Row, now: int, definition_available: bool) ->
         if leased:
             then = (
                 f"attempt {task['attempt']} is leased by worker {task['worker_id']!r} "
-                f"until {_at(task['expires_at_ms'])}"
+                f"until {db_time_text(task['expires_at_ms'])}"
             )
         elif task["due_ms"] is not None and task["due_ms"] > now:
-            then = f"attempt {task['attempt']} is due at {_at(task['due_ms'])}"
+            then = f"attempt {task['attempt']} is due at {db_time_text(task['due_ms'])}"
         else:
             then = f"attempt {task['attempt']} is queued"
         return (
@@ -120,7 +121,7 @@ def _workflow_task(run: Row, task: Row, now: int, definition_available: bool) ->
     if leased:
         return (
             f"Its workflow task (attempt {task['attempt']}) is leased by worker "
-            f"{task['worker_id']!r} until {_at(task['expires_at_ms'])}: no other worker "
+            f"{task['worker_id']!r} until {db_time_text(task['expires_at_ms'])}: no other worker "
             "takes it before then."
         )
     if not definition_available:
@@ -132,17 +133,29 @@ def _activities(
     tx: Tx, options: StoreOptions, namespace: str, activities: list[Row], now: int
 ) -> str:
     queued = [a for a in activities if _claimable(a, now)]
-    served = _served_activities(tx, options, namespace, queued)
-    if any((a["task_queue"], a["activity_type"]) in served for a in queued):
-        return ""  # a live worker will claim it: progress
+    servers = _live_servers(tx, options, namespace, queued)
+
+    def session_wait(activity: Row) -> str:
+        workers = servers.get((activity["task_queue"], activity["activity_type"]), set())
+        return session_waiting_reason(tx, namespace, activity, workers, now)
+
+    for activity in queued:
+        if (activity["task_queue"], activity["activity_type"]) not in servers:
+            continue
+        if activity["session_id"] is None or not session_wait(activity):
+            return ""  # a live worker will claim it: progress
     first = activities[0]
     name = f"activity {first['activity_type']!r} (seq {first['seq']})"
+    if first["session_id"] is not None and _claimable(first, now):
+        waits = session_wait(first)
+        if waits:
+            return f"Waiting for {name}: {waits}"
     if first["state"] == "leased":
         expiry = first["expires_at_ms"]
         until = "until" if expiry > now else "whose lease expired at"
         return (
             f"Waiting for {name}: attempt {first['attempt']} is leased by worker "
-            f"{first['worker_id']!r} {until} {_at(expiry)}."
+            f"{first['worker_id']!r} {until} {db_time_text(expiry)}."
         )
     if not _claimable(first, now):
         failed = first["attempt"] - 1
@@ -152,7 +165,7 @@ def _activities(
             if first["last_failure"] is not None
             else ""
         )
-        until = _at(first["due_ms"])
+        until = db_time_text(first["due_ms"])
         return f"Waiting for {name}: in backoff until {until} after {attempts}{last}."
     return (
         f"Waiting for {name}: it is queued on task queue {first['task_queue']!r}, but no live "
@@ -168,27 +181,24 @@ def _claimable(activity: Row, now: int) -> bool:
     )
 
 
-def _served_activities(
+def _live_servers(
     tx: Tx, options: StoreOptions, namespace: str, queued: list[Row]
-) -> set[tuple[str, str]]:
-    """Which (task queue, activity type) of ``queued`` a live worker registers."""
+) -> dict[tuple[str, str], set[str]]:
+    """(task queue, activity type) of ``queued`` -> the live workers there registering it."""
     if not queued:
-        return set()
+        return {}
     types = sorted({a["activity_type"] for a in queued})
     marks = ", ".join("?" for _ in types)
     rows = tx.all(
-        "SELECT DISTINCT w.task_queue, wa.activity_type FROM worker_activities wa "
+        "SELECT DISTINCT w.task_queue, wa.activity_type, w.worker_id FROM worker_activities wa "
         "JOIN workers w ON w.namespace = wa.namespace AND w.worker_id = wa.worker_id "
         f"WHERE wa.namespace = ? AND wa.activity_type IN ({marks}) AND {LIVE_WORKER}",
         (namespace, *types, live_since(tx, options)),
     )
-    return {(row["task_queue"], row["activity_type"]) for row in rows}
-
-
-def _at(ms: int) -> str:
-    """A database time as ISO 8601 UTC, to the millisecond."""
-    moment = dt.datetime.fromtimestamp(ms / 1000, dt.UTC)
-    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    servers: dict[tuple[str, str], set[str]] = {}
+    for row in rows:
+        servers.setdefault((row["task_queue"], row["activity_type"]), set()).add(row["worker_id"])
+    return servers
 
 
 def _failure_line(data: object) -> str:

@@ -295,6 +295,7 @@ def _pending(activity: service_pb2.PendingActivity) -> dict[str, Any]:
         "state": activity.state,
         "attempt": activity.attempt,
         "worker": activity.worker_id,
+        "session": activity.session_id,
         "last_failure": _values.failure_view(activity.last_failure)
         if activity.HasField("last_failure")
         else None,

@@ -589,12 +589,18 @@ class PendingActivity(_message.Message):
     NEXT_ATTEMPT_TIME_FIELD_NUMBER: _builtins.int
     LEASE_EXPIRE_TIME_FIELD_NUMBER: _builtins.int
     HEARTBEAT_DETAILS_FIELD_NUMBER: _builtins.int
+    SESSION_ID_FIELD_NUMBER: _builtins.int
     seq: _builtins.int
     activity_type: _builtins.str
     state: _builtins.str
     """"queued", "leased" or "waiting" (backoff before a retry)."""
     attempt: _builtins.int
     worker_id: _builtins.str
+    session_id: _builtins.str
+    """The worker session the activity runs in (SessionOptions; a run's own session is
+    "run:" + its run id); empty when it runs in none. Only the session's holder, or a
+    worker that may enter it, claims it: DescribeWorkerSession says who holds it.
+    """
     @_builtins.property
     def last_failure(self) -> _payload_pb2.Failure: ...
     @_builtins.property
@@ -623,10 +629,11 @@ class PendingActivity(_message.Message):
         next_attempt_time: _timestamp_pb2.Timestamp | None = ...,
         lease_expire_time: _timestamp_pb2.Timestamp | None = ...,
         heartbeat_details: _payload_pb2.Payload | None = ...,
+        session_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["heartbeat_details", b"heartbeat_details", "last_failure", b"last_failure", "lease_expire_time", b"lease_expire_time", "next_attempt_time", b"next_attempt_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity_type", b"activity_type", "attempt", b"attempt", "heartbeat_details", b"heartbeat_details", "last_failure", b"last_failure", "lease_expire_time", b"lease_expire_time", "next_attempt_time", b"next_attempt_time", "seq", b"seq", "state", b"state", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity_type", b"activity_type", "attempt", b"attempt", "heartbeat_details", b"heartbeat_details", "last_failure", b"last_failure", "lease_expire_time", b"lease_expire_time", "next_attempt_time", b"next_attempt_time", "seq", b"seq", "session_id", b"session_id", "state", b"state", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
