@@ -6,16 +6,18 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import grpc
 import pytest
+from google.protobuf import duration_pb2
 
 from durable_rpc import Client
 from durable_rpc.errors import InvalidArgumentError
 from durable_rpc.v1 import service_pb2
 from tests.cli_process import run_cli_async
-from tests.e2e.conftest import ServerProcess
+from tests.e2e.conftest import ServerProcess, eventually
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -101,6 +103,30 @@ async def test_batch_cancel_requests_each_run_once(client: Client) -> None:
     events = await client.get_handle("batched-3").history()
     cancels = [e for e in events if e.WhichOneof("attributes") == "cancel_requested"]
     assert [c.cancel_requested.reason for c in cancels] == ["drain"]
+
+
+async def test_batch_cancel_carries_a_cleanup_timeout(client: Client) -> None:
+    await _start_runs(client)
+    done = await client.batch_cancel(
+        QUERY, reason="drain", cleanup_timeout=timedelta(seconds=1), max_per_second=1000
+    )
+    assert done.applied == MATCHING
+    events = await client.get_handle("batched-7").history()
+    (cancel,) = [e for e in events if e.HasField("cancel_requested")]
+    deadline = cancel.cancel_requested.cleanup_deadline.ToMilliseconds()
+    assert deadline == cancel.event_time.ToMilliseconds() + 1000
+    # No worker cleans up: at the deadline the server terminates every cancelled run.
+
+    async def all_terminated() -> bool:
+        statuses = await _statuses(client)
+        return all(statuses[f"batched-{i}"] == "terminated" for i in range(MATCHING))
+
+    await eventually(all_terminated, what="the cleanup deadline terminating the runs")
+    last = (await client.get_handle("batched-7").history())[-1]
+    assert last.workflow_terminated.reason == "CLEANUP_DEADLINE_EXCEEDED"
+    assert {s for w, s in (await _statuses(client)).items() if w.startswith("other-")} == {
+        "running"
+    }
 
 
 async def test_runs_closing_or_starting_under_a_batch_are_not_repeated_or_lost(
@@ -191,6 +217,18 @@ async def test_bad_batch_requests_get_invalid_argument(server: ServerProcess) ->
             service_pb2.BatchWorkflowsRequest(**base, signal=service_pb2.BatchSignal()),
             "signal.signal_name is required",
         ),
+        (
+            service_pb2.BatchWorkflowsRequest(
+                **base, cancel_reason="x", cleanup_timeout=duration_pb2.Duration(seconds=-1)
+            ),
+            "cleanup_timeout must be positive",
+        ),
+        (
+            service_pb2.BatchWorkflowsRequest(
+                **base, terminate_reason="x", cleanup_timeout=duration_pb2.Duration(seconds=5)
+            ),
+            "cleanup_timeout applies to a batch cancel only",
+        ),
     ]
     async with grpc.aio.insecure_channel(server.address) as channel:
         stub = channel.unary_stream(
@@ -251,6 +289,41 @@ async def test_cli_batch_terminate_prints_the_final_counts(
     )
     assert refused.returncode == 1
     assert "invalid query" in refused.stderr
+
+
+async def test_cli_batch_cancel_passes_its_cleanup_timeout(
+    server: ServerProcess, client: Client
+) -> None:
+    await _start_runs(client)
+    done = await run_cli_async(
+        "workflow",
+        "batch",
+        "cancel",
+        "--query",
+        QUERY,
+        "--cleanup-timeout",
+        "1h",
+        "--rate",
+        "1000",
+        address=server.address,
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"matched {MATCHING}, applied {MATCHING}" in done.stdout
+    events = await client.get_handle("batched-0").history()
+    (cancel,) = [e for e in events if e.HasField("cancel_requested")]
+    deadline = cancel.cancel_requested.cleanup_deadline.ToMilliseconds()
+    assert deadline == cancel.event_time.ToMilliseconds() + 3_600_000
+    bad = await run_cli_async(
+        "workflow",
+        "batch",
+        "cancel",
+        "--query",
+        QUERY,
+        "--cleanup-timeout",
+        "soon",
+        address=server.address,
+    )
+    assert bad.returncode != 0 and "soon" in bad.stderr
 
 
 async def test_a_run_that_fails_is_counted_and_the_batch_goes_on(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ query matches, at a bounded rate, with live progress and the final counts."""
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import json
 import uuid
 from collections.abc import Awaitable, Callable
@@ -12,6 +13,7 @@ from typing import Any
 import click
 from rich.console import Console
 
+from durable_rpc.cli._admin import parse_duration_ms
 from durable_rpc.client import Client, default_address
 from durable_rpc.client._batch import Progress
 from durable_rpc.errors import DurableRpcError
@@ -106,10 +108,17 @@ def batch() -> None:
 
 @batch.command()
 @click.option("--reason", default="", help="Recorded with each cancellation.")
+@click.option(
+    "--cleanup-timeout",
+    default=None,
+    help="How long each run may clean up (90s, 30m, 12h...): still open then, the server "
+    "terminates it (CLEANUP_DEADLINE_EXCEEDED). Default: no bound.",
+)
 @_options
 def cancel(
     query: str,
     reason: str,
+    cleanup_timeout: str | None,
     rate: int,
     batch_id: str | None,
     address: str,
@@ -117,6 +126,9 @@ def cancel(
     as_json: bool,
 ) -> None:
     """Ask every open run matching --query to cancel."""
+    bound = None
+    if cleanup_timeout is not None:
+        bound = dt.timedelta(milliseconds=parse_duration_ms(cleanup_timeout))
     _run(
         "cancel",
         address,
@@ -124,7 +136,12 @@ def cancel(
         batch_id,
         as_json,
         lambda c, b, show: c.batch_cancel(
-            query, reason=reason, batch_id=b, max_per_second=rate, on_progress=show
+            query,
+            reason=reason,
+            cleanup_timeout=bound,
+            batch_id=b,
+            max_per_second=rate,
+            on_progress=show,
         ),
     )
 

@@ -407,15 +407,19 @@ class Client(ScheduleCalls):
         query: str,
         *,
         reason: str = "",
+        cleanup_timeout: timedelta | None = None,
         batch_id: str | None = None,
         max_per_second: int = 0,
         on_progress: Callable[[Progress], None] | None = None,
     ) -> Progress:
         """Ask every open run matching ``query`` (the list query language) to cancel, at
         most ``max_per_second`` runs a second (0: the server's default, 50). Returns the
-        final counts; ``on_progress`` sees each progress message."""
+        final counts; ``on_progress`` sees each progress message. ``cleanup_timeout``
+        bounds each run's cleanup as in :meth:`WorkflowHandle.cancel`."""
         request = self._batch_request(query, batch_id, max_per_second)
         request.cancel_reason = reason
+        if cleanup_timeout is not None:
+            request.cleanup_timeout.FromTimedelta(cleanup_timeout)
         return await run_batch(self, request, on_progress)
 
     async def batch_terminate(

@@ -11,9 +11,13 @@ from __future__ import annotations
 import re
 
 from durable_rpc import payload
-from durable_rpc.errors import InvalidArgumentError, InvalidPayloadError
+from durable_rpc.errors import (
+    InvalidArgumentError,
+    InvalidCleanupTimeoutError,
+    InvalidPayloadError,
+)
 from durable_rpc.server._validate_message import MAX_IDENTIFIER_BYTES, identifier
-from durable_rpc.v1 import payload_pb2
+from durable_rpc.v1 import payload_pb2, service_pb2
 
 DEFAULT_NAMESPACE = "default"
 _SHA256_BYTES = 32
@@ -88,3 +92,16 @@ def lease_fields(task_id: int, worker_id: str, fencing_token: int) -> None:
     name("lease.worker_id", worker_id)
     if fencing_token <= 0:
         raise InvalidArgumentError("lease.fencing_token must be positive")
+
+
+def cleanup_timeout_ms(
+    request: service_pb2.CancelWorkflowRequest | service_pb2.BatchWorkflowsRequest,
+) -> int | None:
+    """A cancellation's cleanup timeout in ms (None: unset, no deadline); a zero or
+    negative one is INVALID_CLEANUP_TIMEOUT."""
+    if not request.HasField("cleanup_timeout"):
+        return None
+    timeout_ms = request.cleanup_timeout.ToMilliseconds()
+    if timeout_ms <= 0:
+        raise InvalidCleanupTimeoutError(f"cleanup_timeout must be positive, got {timeout_ms} ms")
+    return timeout_ms

@@ -99,11 +99,16 @@ class WorkflowBatchMixin:
     def _batch_action(self, namespace: str, request: service_pb2.BatchWorkflowsRequest) -> Action:
         store = self._store
         kind = request.WhichOneof("action")
+        cleanup_timeout_ms = _validate.cleanup_timeout_ms(request)
+        if cleanup_timeout_ms is not None and kind != "cancel_reason":
+            raise InvalidArgumentError("cleanup_timeout applies to a batch cancel only")
         if kind == "cancel_reason":
             reason = request.cancel_reason
 
             async def cancel(run: RunInfo) -> bool:
-                return await store.request_cancel(namespace, run.workflow_id, run.run_id, reason)
+                return await store.request_cancel(
+                    namespace, run.workflow_id, run.run_id, reason, cleanup_timeout_ms
+                )
 
             return cancel
         if kind == "terminate_reason":

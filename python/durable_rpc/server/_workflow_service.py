@@ -11,7 +11,6 @@ import grpc
 
 from durable_rpc.errors import (
     InvalidArgumentError,
-    InvalidCleanupTimeoutError,
     QueryFailedError,
     QueryTimeoutError,
     UpdateRejectedError,
@@ -246,13 +245,7 @@ class WorkflowService(
     async def CancelWorkflow(
         self, request: service_pb2.CancelWorkflowRequest, context: grpc.aio.ServicerContext
     ) -> service_pb2.CancelWorkflowResponse:
-        cleanup_timeout_ms = None
-        if request.HasField("cleanup_timeout"):
-            cleanup_timeout_ms = request.cleanup_timeout.ToMilliseconds()
-            if cleanup_timeout_ms <= 0:
-                raise InvalidCleanupTimeoutError(
-                    f"cleanup_timeout must be positive, got {cleanup_timeout_ms} ms"
-                )
+        cleanup_timeout_ms = _validate.cleanup_timeout_ms(request)
         await self._store.request_cancel(
             _validate.namespace(request.namespace),
             _validate.name("workflow_id", request.workflow_id),

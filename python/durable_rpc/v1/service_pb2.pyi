@@ -824,6 +824,7 @@ class BatchWorkflowsRequest(_message.Message):
     SIGNAL_FIELD_NUMBER: _builtins.int
     MAX_PER_SECOND_FIELD_NUMBER: _builtins.int
     BATCH_ID_FIELD_NUMBER: _builtins.int
+    CLEANUP_TIMEOUT_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     query: _builtins.str
     """A filter in the list query language (docs/engine.md); required (no "every run"
@@ -838,6 +839,13 @@ class BatchWorkflowsRequest(_message.Message):
     """Names the batch: signals are deduplicated per (batch id, run). Required."""
     @_builtins.property
     def signal(self) -> Global___BatchSignal: ...
+    @_builtins.property
+    def cleanup_timeout(self) -> _duration_pb2.Duration:
+        """With cancel_reason only: each run's cancellation carries this cleanup timeout, as
+        CancelWorkflowRequest.cleanup_timeout does (the run is terminated with
+        CLEANUP_DEADLINE_EXCEEDED if still open at the deadline). Positive; unset: none.
+        """
+
     def __init__(
         self,
         *,
@@ -848,10 +856,11 @@ class BatchWorkflowsRequest(_message.Message):
         signal: Global___BatchSignal | None = ...,
         max_per_second: _builtins.int = ...,
         batch_id: _builtins.str = ...,
+        cleanup_timeout: _duration_pb2.Duration | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "cancel_reason", b"cancel_reason", "signal", b"signal", "terminate_reason", b"terminate_reason"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "cancel_reason", b"cancel_reason", "cleanup_timeout", b"cleanup_timeout", "signal", b"signal", "terminate_reason", b"terminate_reason"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "batch_id", b"batch_id", "cancel_reason", b"cancel_reason", "max_per_second", b"max_per_second", "namespace", b"namespace", "query", b"query", "signal", b"signal", "terminate_reason", b"terminate_reason"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "batch_id", b"batch_id", "cancel_reason", b"cancel_reason", "cleanup_timeout", b"cleanup_timeout", "max_per_second", b"max_per_second", "namespace", b"namespace", "query", b"query", "signal", b"signal", "terminate_reason", b"terminate_reason"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_action: _TypeAlias = _typing.Literal["cancel_reason", "terminate_reason", "signal"]  # noqa: Y015
     _WhichOneofArgType_action: _TypeAlias = _typing.Literal["action", b"action"]  # noqa: Y015
