@@ -86,3 +86,57 @@ def test_a_batch_confirmation_counts_every_open_matching_run(stack: Stack, bulk:
 
     assert asked.status == 200, asked.text[:2000]
     assert f"{MATCHING - TERMINATED} open run(s) matching" in html.unescape(asked.text)
+
+
+EVENT_ROW = re.compile(r'<tr class="event" data-kind="([a-z_]+)"><td>(\d+)</td>')
+PAGER_LINK = re.compile(r'<a href="([^"]+)" rel="(first|earlier|later|latest)"')
+
+
+def pager(text: str) -> dict[str, str]:
+    return {rel: html.unescape(link) for link, rel in PAGER_LINK.findall(text)}
+
+
+def test_a_long_history_is_shown_a_page_of_events_at_a_time(stack: Stack) -> None:
+    """250 signals to a run no worker serves: over 250 events. The page shows the
+    latest 200, with links to the earlier ones."""
+
+    async def go() -> int:
+        async with await Client.connect(stack.server.address) as c:
+            handle = await c.start_workflow("Chatty", id="chatty-1", task_queue="count-q")
+            for i in range(250):
+                await handle.signal("note", i)
+            return len(await handle.history())
+
+    total = asyncio.run(go())
+    assert total > 250
+    http = Browserless(stack.ui.url)
+
+    latest = http.get("/n/default/runs/chatty-1")
+    assert latest.status == 200, latest.text[:2000]
+    ids = [int(n) for _, n in EVENT_ROW.findall(latest.text)]
+    assert ids == list(range(total - 199, total + 1))
+    assert f"Events {total - 199} to {total} of {total}" in latest.text
+    assert pager(latest.text) == {"first": "/n/default/runs/chatty-1?events_from=1"}
+
+    first = http.get("/n/default/runs/chatty-1?events_from=1")
+    rows = EVENT_ROW.findall(first.text)
+    assert [int(n) for _, n in rows] == list(range(1, 201))
+    assert rows[0][0] == "workflow_started"
+    assert f"Events 1 to 200 of {total}" in first.text
+    assert pager(first.text) == {
+        "later": "/n/default/runs/chatty-1?events_from=201",
+        "latest": "/n/default/runs/chatty-1",
+    }
+    rest = http.get("/n/default/runs/chatty-1?events_from=201")
+    assert [int(n) for _, n in EVENT_ROW.findall(rest.text)] == list(range(201, total + 1))
+    assert pager(http.get("/n/default/runs/chatty-1?events_from=202").text) == {
+        "first": "/n/default/runs/chatty-1?events_from=1",
+        "earlier": "/n/default/runs/chatty-1?events_from=2",
+    }
+    past = http.get("/n/default/runs/chatty-1?events_from=9999")
+    assert f"Events {total - 199} to {total} of {total}" in past.text
+
+    for bad, says in (("x", "is not an event id"), ("0", "they start at 1")):
+        refused = http.get(f"/n/default/runs/chatty-1?events_from={bad}")
+        assert refused.status == 400, refused.status
+        assert says in html.unescape(refused.text)

@@ -8,6 +8,7 @@ import datetime as dt
 import time
 from dataclasses import dataclass
 from typing import Any, TypeVar
+from urllib.parse import urlencode
 
 from starlette.responses import Response
 
@@ -18,6 +19,8 @@ from durable_rpc.ui._web import BadInput, Page
 from durable_rpc.v1 import history_pb2, service_pb2
 
 PAGE_SIZE = 50
+#: Events shown on one page of a run's event list (each may carry decoded payloads).
+EVENT_PAGE = 200
 
 
 _Filtered = TypeVar(
@@ -196,6 +199,7 @@ async def run_page(page: Page) -> Response:
     now_ms = int(time.time() * 1000)
     row = _run_row(info)
     start_ms, end_ms = _zoom(params, row["start"])
+    first, last = _event_window(params, len(events))
     timeline = _timeline.build_timeline(events, now_ms=now_ms, pending=describe.pending_activities)
     svg = _timeline.render_timeline_svg(timeline, start_ms=start_ms, end_ms=end_ms, now_ms=now_ms)
     is_open = row["status"] == "running"
@@ -217,9 +221,50 @@ async def run_page(page: Page) -> Response:
         timeline_svg=svg,
         zoom_from=params.get("from", ""),
         zoom_to=params.get("to", ""),
-        events=_values.event_summaries(events),
+        events=_values.event_summaries(events, start=first - 1, stop=last),
+        event_window=(first, last, len(events)),
+        event_pages=_event_pages(page.request.url.path, params, first, len(events)),
         actions={name: page.denied(name) for name in ("signal", "cancel", "terminate", "redrive")},
     )
+
+
+def _event_window(params: Any, total: int) -> tuple[int, int]:
+    """The event ids shown, ``first`` to ``last`` (1-based, inclusive): ``EVENT_PAGE``
+    from ``events_from``, or the latest page when it is not given (what an operator of
+    an open run reads first). Past the end: the latest page."""
+    text = params.get("events_from", "").strip()
+    latest = max(1, total - EVENT_PAGE + 1)
+    if not text:
+        first = latest
+    else:
+        try:
+            first = int(text)
+        except ValueError:
+            raise BadInput(f"events_from: {text[:40]!r} is not an event id") from None
+        if first < 1:
+            raise BadInput(f"events_from: {first} is not an event id (they start at 1)")
+        if first > total:
+            first = latest
+    return first, min(total, first + EVENT_PAGE - 1)
+
+
+def _event_pages(path: str, params: Any, first: int, total: int) -> list[tuple[str, str]]:
+    """(label, link) to the first, earlier, later and latest pages of the event list,
+    keeping the page's other parameters (run, zoom)."""
+    kept = {k: v for k, v in params.items() if k != "events_from"}
+
+    def link(start: int | None) -> str:
+        query = {**kept, **({"events_from": str(start)} if start is not None else {})}
+        return f"{path}?{urlencode(query)}" if query else path
+
+    pages = []
+    if first > 1:
+        pages.append(("first", link(1)))
+    if first - EVENT_PAGE > 1:
+        pages.append(("earlier", link(first - EVENT_PAGE)))
+    if first + EVENT_PAGE <= total:
+        pages += [("later", link(first + EVENT_PAGE)), ("latest", link(None))]
+    return pages
 
 
 def _zoom(params: Any, start: int | None) -> tuple[int | None, int | None]:

@@ -250,18 +250,24 @@ def _failure_view(failure: payload_pb2.Failure, limit: int, depth: int) -> Failu
 
 
 def event_summaries(
-    events: Sequence[history_pb2.HistoryEvent], *, limit: int = 4096
+    events: Sequence[history_pb2.HistoryEvent],
+    *,
+    start: int = 0,
+    stop: int | None = None,
+    limit: int = 4096,
 ) -> list[EventView]:
-    """Every event's view, in order; later events of an activity, child or external
-    signal are named after the command that started them (``activity charge completed``)."""
+    """The views of ``events[start:stop]``, in order (a page of a long history); later
+    events of an activity, child or external signal are named after the command that
+    started them (``activity charge completed``), on whichever page that command is."""
     names: dict[int, str] = {}
     views = []
-    for event in events:
+    for index, event in enumerate(events[:stop]):
         kind = event.WhichOneof("attributes")
         if kind in _NAMING:
             attrs = getattr(event, kind)
             names[int(attrs.seq)] = str(getattr(attrs, _NAMING[kind]))
-        views.append(event_summary(event, names=names, limit=limit))
+        if index >= start:
+            views.append(event_summary(event, names=names, limit=limit))
     return views
 
 
