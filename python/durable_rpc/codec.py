@@ -46,7 +46,7 @@ __all__ = [
     "CompressionCodec",
     "PayloadCodec",
     "describe",
-    "undo_keyless",
+    "readable",
 ]
 
 #: The metadata key naming what a codec did to a payload.
@@ -155,6 +155,11 @@ class AesGcmCodec:
         self._ciphers = {key_id: AESGCM(key) for key_id, key in keys.items()}
         self.encrypt_with = encrypt_with
 
+    @property
+    def key_ids(self) -> frozenset[str]:
+        """The key ids this codec decrypts."""
+        return frozenset(self._ciphers)
+
     def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
         cipher = self._ciphers[self.encrypt_with]
         metadata = {ENCODING: ENCODING_ENCRYPTED, CIPHER: AES_256_GCM, KEY_ID: self.encrypt_with}
@@ -216,19 +221,33 @@ def describe(payload: Payload) -> str | None:
     return f"<encoded: {encoding}>"
 
 
-#: The most a keyless reader inflates one compressed payload to: a small payload of a
-#: few KiB can inflate a thousandfold, and a viewer must not be made to hold that.
-KEYLESS_INFLATE_LIMIT = 64 * 1024 * 1024
+#: The most a reader inflates one compressed payload to: a small payload of a few KiB
+#: can inflate a thousandfold, and a viewer must not be made to hold that.
+READABLE_INFLATE_LIMIT = 64 * 1024 * 1024
 
 
-def undo_keyless(payload: Payload, *, limit: int = KEYLESS_INFLATE_LIMIT) -> Payload | str:
-    """``payload`` with every encoding that needs no key undone (compression), for a
-    reader that holds no keys (the CLI, the web UI); or, where that stops, text saying
-    why: ``describe``'s ``<encrypted: key k1>`` for one that needs a key,
+def readable(
+    payload: Payload,
+    *,
+    decrypt: AesGcmCodec | None = None,
+    limit: int = READABLE_INFLATE_LIMIT,
+) -> Payload | str:
+    """``payload`` with every encoding undone that needs no key (compression) or a key
+    ``decrypt`` holds, for a viewer (the CLI, the web UI); or, where that stops, text
+    saying why: ``describe``'s ``<encrypted: key k1>`` for a key not held,
+    ``<undecryptable: key k1>`` for one held that does not authenticate it,
     ``<undecodable: binary/zlib>`` for one that does not decompress, ``<compressed:
     over N bytes>`` for one that would inflate past ``limit``. Never raises."""
     while payload.metadata:
-        if payload.metadata.get(ENCODING) != ENCODING_ZLIB:
+        encoding = payload.metadata.get(ENCODING)
+        key_id = payload.metadata.get(KEY_ID, "")
+        if encoding == ENCODING_ENCRYPTED and decrypt is not None and key_id in decrypt.key_ids:
+            try:
+                payload = decrypt.decode([payload])[0]
+            except PayloadCodecError:
+                return f"<undecryptable: key {key_id}>"
+            continue
+        if encoding != ENCODING_ZLIB:
             return describe(payload) or "<encoded>"
         inflater = zlib.decompressobj()
         try:

@@ -513,14 +513,19 @@ async def test_the_server_stores_an_encoded_payload_and_checks_its_metadata(
     assert (await raw_history(served.address, "opaque"))[0].workflow_started.input == opaque
 
 
-async def test_the_cli_shows_encrypted_payloads_without_the_key(served: Served) -> None:
+async def _echo_sealed_with_k1(served: Served, workflow_id: str) -> None:
+    """A finished Echo of SECRET whose payloads are encrypted with key k1."""
     q = queue()
     async with (
         await Client.connect(served.address, payload_codec=aes(k1=K1)) as client,
         Worker(client, task_queue=q, workflows=[Echo]),
     ):
-        handle = await client.start_workflow(Echo.run, SECRET, id="shown", task_queue=q)
+        handle = await client.start_workflow(Echo.run, SECRET, id=workflow_id, task_queue=q)
         await handle.result(timeout=60)
+
+
+async def test_the_cli_shows_encrypted_payloads_without_the_key(served: Served) -> None:
+    await _echo_sealed_with_k1(served, "shown")
 
     def cli(*args: str) -> str:
         done = subprocess.run(
@@ -538,6 +543,56 @@ async def test_the_cli_shows_encrypted_payloads_without_the_key(served: Served) 
     history = json.loads(cli("history", "shown", "--json"))
     assert history["events"][0]["workflowStarted"]["input"] == "<encrypted: key k1>"
     assert "<encrypted: key k1>" in cli("history", "shown")
+
+
+async def test_the_cli_decrypts_with_the_operators_key_file(served: Served, tmp_path: Path) -> None:
+    await _echo_sealed_with_k1(served, "decrypted")
+
+    def cli(keys: object, *args: str) -> subprocess.CompletedProcess[str]:
+        keys_file = tmp_path / "keys.json"
+        keys_file.write_text(keys if isinstance(keys, str) else json.dumps(keys))
+        env = {
+            **os.environ,
+            "DURABLE_RPC_ADDRESS": served.address,
+            "DURABLE_RPC_CODEC_KEYS_FILE": str(keys_file),
+            "COLUMNS": "400",
+        }
+        return subprocess.run(
+            [sys.executable, "-m", "durable_rpc.cli", "workflow", *args],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            env=env,
+            timeout=60,
+        )
+
+    def b64(key: bytes) -> str:
+        return base64.b64encode(key).decode()
+
+    result = cli({"k1": b64(K1)}, "result", "decrypted")
+    assert result.returncode == 0, result.stderr
+    assert SECRET in result.stdout
+    history = cli({"k1": b64(K1)}, "history", "decrypted", "--json")
+    assert json.loads(history.stdout)["events"][0]["workflowStarted"]["input"] == [SECRET]
+    # Another key under the payload's key id does not authenticate it; another key id
+    # is not the payload's: it stays encrypted.
+    wrong = cli({"k1": b64(K2)}, "history", "decrypted", "--json")
+    assert json.loads(wrong.stdout)["events"][0]["workflowStarted"]["input"] == (
+        "<undecryptable: key k1>"
+    )
+    other = cli({"k2": b64(K2)}, "result", "decrypted")
+    assert other.returncode == 0 and "<encrypted: key k1>" in other.stdout
+    # A key file that cannot be used stops the command, naming the file, not a key.
+    for keys, says in (
+        ("{not json", "is not JSON"),
+        ({"k1": "***"}, "the key of 'k1' is not base64"),
+        ({"k1": b64(K1[:16])}, "key 'k1' must be 32 bytes"),
+        ({}, "expected a non-empty object"),
+    ):
+        refused = cli(keys, "result", "decrypted")
+        assert refused.returncode == 1, refused.stdout
+        assert "DURABLE_RPC_CODEC_KEYS_FILE" in refused.stderr and says in refused.stderr
+        assert b64(K1) not in refused.stderr and SECRET not in refused.stdout
 
 
 async def test_heartbeat_details_travel_encrypted(served: Served) -> None:

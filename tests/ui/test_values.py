@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from durable_rpc import payload
-from durable_rpc.codec import CompressionCodec, undo_keyless
+from durable_rpc.codec import CompressionCodec, readable
 from durable_rpc.ui import _values
 from durable_rpc.ui._values import (
     event_summaries,
@@ -116,8 +116,8 @@ def test_a_broken_or_oversized_compressed_payload_is_described() -> None:
     inner = payload_pb2.Payload(data=bytes(1_000_000)).SerializeToString()
     bomb = payload_pb2.Payload(data=zlib.compress(inner, 9), metadata={"encoding": "binary/zlib"})
     assert len(bomb.data) < 2_000
-    assert undo_keyless(bomb, limit=100_000) == "<compressed: over 100000 bytes>"
-    assert isinstance(undo_keyless(bomb), payload_pb2.Payload)
+    assert readable(bomb, limit=100_000) == "<compressed: over 100000 bytes>"
+    assert isinstance(readable(bomb), payload_pb2.Payload)
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,8 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
 from durable_rpc import payload
-from durable_rpc.codec import undo_keyless
+from durable_rpc.cli._codec import operator_keys
+from durable_rpc.codec import readable
 from durable_rpc.v1 import payload_pb2
 
 
@@ -28,10 +29,11 @@ def plain(value: Any) -> Any:
 
 def payload_value(p: payload_pb2.Payload) -> Any:
     """The value a payload frame holds; an offloaded one by its reference, an encrypted
-    one as ``<encrypted: key k1>`` (``durable_rpc.codec.undo_keyless``)."""
+    one decrypted with the operator's keys, or as ``<encrypted: key k1>`` without its key
+    (``cli/_codec.py``)."""
     if p.HasField("external"):
         return {"$external": json_format.MessageToDict(p.external)}
-    shown = undo_keyless(p)
+    shown = readable(p, decrypt=operator_keys())
     if isinstance(shown, str):
         return shown
     p = shown

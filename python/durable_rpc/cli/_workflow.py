@@ -17,7 +17,7 @@ from rich.table import Table
 
 from durable_rpc.cli._admin import parse_duration_ms
 from durable_rpc.cli._batch import batch
-from durable_rpc.cli._codec import AsStored, ShownCodec
+from durable_rpc.cli._codec import AsStored, ShownCodec, operator_keys
 from durable_rpc.cli._render import failure_dict, failure_line, message_dict
 from durable_rpc.cli._render import plain as _plain
 from durable_rpc.client import (
@@ -51,6 +51,7 @@ def _run(
     """``action`` on a client of ``address``; encrypted payloads it reads come back as
     ``<encrypted: key k1>`` (``codec=AsStored()``: as they are, for a history the CLI
     renders or exports itself)."""
+    operator_keys()  # a key file that cannot be used stops the command before any call
 
     async def go() -> T:
         client = await Client.connect(

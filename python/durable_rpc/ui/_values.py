@@ -2,7 +2,7 @@
 
 :func:`payload_text` turns one of our payloads into indented, JSON-like text and never
 raises: an external reference, an encrypted payload or a malformed frame is *described*,
-never decoded blindly; a compressed one is shown decompressed (``codec.undo_keyless``).
+never decoded blindly; a compressed one is shown decompressed (``codec.readable``).
 :func:`event_summary` turns one history event into an :class:`EventView` (kind, id, time,
 a one-line summary, its decoded payload fields and its failure), for the full event list
 beside the timeline.
@@ -25,7 +25,7 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
 from durable_rpc import payload as codec
-from durable_rpc.codec import undo_keyless
+from durable_rpc.codec import readable
 from durable_rpc.v1 import history_pb2, payload_pb2
 
 #: Raw bytes shown of a bytes value (base64 of the first ones, then "...").
@@ -74,7 +74,7 @@ def payload_text(payload: payload_pb2.Payload | None, *, limit: int = 4096) -> s
     if payload.metadata:
         # A payload codec wrote these bytes, not a plain Value frame. The UI holds no
         # keys: it undoes compression and names what it cannot undo, never guessing.
-        shown = undo_keyless(payload)
+        shown = readable(payload)
         if isinstance(shown, str):
             return shown
         payload = shown
