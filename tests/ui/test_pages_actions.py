@@ -15,6 +15,8 @@ from durable_rpc.client import WorkflowFailureError
 from tests.ui.conftest import Browserless, Stack
 
 pytestmark = pytest.mark.timeout(120)
+#: A search attribute only the batch signal test's runs carry.
+REGION = {"Region": "batch-signal"}
 
 
 def test_a_batch_terminates_the_runs_a_query_matches_after_confirming(stack: Stack) -> None:
@@ -63,6 +65,44 @@ def test_a_batch_terminates_the_runs_a_query_matches_after_confirming(stack: Sta
         "/n/default/batch", {"csrf": page.csrf(), "action": "terminate", "query": "Oops ="}
     )
     assert malformed.status == 400 and "INVALID_ARGUMENT" in malformed.text
+
+
+def test_a_batch_signal_reaches_each_matching_run_once(stack: Stack) -> None:
+    async def start() -> None:
+        async with await Client.connect(stack.server.address) as c:
+            for n in range(3):
+                await c.start_workflow(
+                    "Approval", id=f"bsig-{n}", task_queue="ui-q", search_attributes=REGION
+                )
+
+    async def results() -> list[object]:
+        async with await Client.connect(stack.server.address) as c:
+            return [
+                await asyncio.wait_for(c.get_handle(f"bsig-{n}").result(), 30) for n in range(3)
+            ]
+
+    asyncio.run(start())
+    http = Browserless(stack.ui.url)
+    page = http.get("/n/default/runs")
+    fields = {
+        "action": "signal",
+        "query": 'Region = "batch-signal"',
+        "signal_name": "approve",
+        "input": '"from-a-batch"',
+    }
+    bad = http.post("/n/default/batch", {"csrf": page.csrf(), **fields, "input": "{nope"})
+    assert bad.status == 400 and "the signal input is not JSON" in html.unescape(bad.text)
+    nameless = http.post("/n/default/batch", {"csrf": page.csrf(), **fields, "signal_name": ""})
+    assert nameless.status == 400 and "signal name is required" in html.unescape(nameless.text)
+    asked = http.post("/n/default/batch", {"csrf": page.csrf(), **fields})
+    assert asked.status == 200
+    assert "batch signal 'approve' 3 open run(s) matching" in html.unescape(asked.text)
+    batch_id = asked.text.split('name="batch_id" value="', 1)[1].split('"', 1)[0]
+    confirmed = {"csrf": asked.csrf(), **fields, "batch_id": batch_id, "confirmed": "yes"}
+    done = http.post("/n/default/batch", confirmed)
+    assert done.status == 200
+    assert "3 matched, 3 acted on, 0 skipped, 0 failed" in done.text
+    assert asyncio.run(results()) == ["approved:from-a-batch"] * 3
 
 
 def test_a_failed_run_is_redriven_from_its_page(stack: Stack) -> None:

@@ -15,13 +15,14 @@ from urllib.parse import quote
 from starlette.datastructures import FormData
 from starlette.responses import RedirectResponse, Response
 
+from durable_rpc import converter
 from durable_rpc.client._batch import run_batch
 from durable_rpc.errors import DurableRpcError
 from durable_rpc.ui._web import BadInput, Page
 from durable_rpc.v1 import schedule_service_pb2, service_pb2
 
 RUN_ACTIONS = ("signal", "cancel", "terminate", "redrive")
-BATCH_ACTIONS = ("cancel", "terminate")
+BATCH_ACTIONS = ("cancel", "terminate", "signal")
 #: Reasons and signal names are short texts.
 TEXT_LIMIT = 1000
 
@@ -108,6 +109,9 @@ async def batch_action(page: Page) -> Response:
         return await page.render("error.html", status=403, message=denied, back=back)
     query = _text(form, "query", required=True)
     reason = _text(form, "reason")
+    signal_name = _text(form, "signal_name", required=action == "signal")
+    signal_input = _text(form, "input") if action == "signal" else ""
+    args = _signal_args(signal_input)  # bad JSON is refused before the confirmation
     client = await page.client()
     if form.get("confirmed") != "yes":
         # How many open runs match now, exactly: what the operator confirms (the query is
@@ -124,13 +128,15 @@ async def batch_action(page: Page) -> Response:
         count = str(counted.total)
         return await page.render(
             "confirm.html",
-            action=f"batch {action}",
+            action=f"batch {action}" + (f" {signal_name!r}" if action == "signal" else ""),
             target=f"{count} open run(s) matching {query}",
             post_to=page.request.url.path,
             hidden={
                 "action": action,
                 "query": query,
                 "reason": reason,
+                "signal_name": signal_name,
+                "input": signal_input,
                 "batch_id": str(uuid.uuid4()),
             },
             back=back,
@@ -143,6 +149,11 @@ async def batch_action(page: Page) -> Response:
     )
     if action == "cancel":
         request.cancel_reason = reason
+    elif action == "signal":
+        # Each run gets it once per batch id: the confirmed page's id, so a repeated POST
+        # does not signal again.
+        request.signal.signal_name = signal_name
+        request.signal.input.data = converter.encode_args(args)
     else:
         request.terminate_reason = reason
     progress = await run_batch(client, request, None)
