@@ -234,6 +234,17 @@ async def test_cli_worker_list_and_task_queue_describe(
     refused = await run_cli_async("task-queue", "describe", "q" * 1001, address=server.address)
     assert refused.returncode != 0
     assert "task_queue is 1001 bytes long" in refused.stderr
+    # The list names the backlogged queue nobody serves and the worker's queue (its
+    # worker deregistered on stop, so only the backlogged one is left with tasks).
+    listed_queues = await run_cli_async("task-queue", "list", "--json", address=server.address)
+    assert listed_queues.returncode == 0, listed_queues.stderr
+    queues = {q["taskQueue"]: q for q in json.loads(listed_queues.stdout)["taskQueues"]}
+    assert queues["backlogged"]["workflowQueued"] == "1"
+    assert queues["backlogged"]["oldestQueuedTime"].endswith("Z")
+    assert "liveWorkers" not in queues["backlogged"]  # zero: left out of the JSON
+    queue_table = await run_cli_async("task-queue", "list", address=server.address, env=WIDE)
+    assert queue_table.returncode == 0, queue_table.stderr
+    assert "backlogged" in queue_table.stdout and "live/workers" in queue_table.stdout
 
 
 async def test_stuck_on_a_timer_until_its_time(server: ServerProcess, client: Client) -> None:

@@ -167,3 +167,37 @@ async def test_task_queue_pollers_and_the_definitions_they_serve(store: Store) -
         ("Order", "1", "fp-1", ("", "b-1", "b-2"), 3),
         ("Ship", "1", "fp-s", ("",), 1),
     ]
+
+
+async def test_list_task_queues_names_each_queue_with_tasks_or_workers(store: Store) -> None:
+    assert await store.list_task_queues(NS) == ([], False)
+    await register(store, "a")  # QUEUE: a live worker, nothing open
+    await register(store, "idle", queue="idle-q")
+    for i in range(3):
+        await start(store, f"wf-{i}", queue="backlogged")  # no worker: three queued
+    await start(store, "one", queue=QUEUE)
+    queues, truncated = await store.list_task_queues(NS)
+    assert not truncated
+    by_name = {q.task_queue: q for q in queues}
+    assert [q.task_queue for q in queues] == sorted(["backlogged", "idle-q", QUEUE])
+    backlogged = by_name["backlogged"]
+    assert (backlogged.workflow_queued, backlogged.activity_queued) == (3, 0)
+    assert (backlogged.open_tasks, backlogged.workers, backlogged.live_workers) == (3, 0, 0)
+    described = await store.describe_task_queue(NS, "backlogged")
+    assert backlogged.oldest_queued_at_ms == described.backlog[0].oldest_queued_at_ms
+    idle = by_name["idle-q"]
+    assert (idle.open_tasks, idle.oldest_queued_at_ms, idle.workers, idle.live_workers) == (
+        0,
+        None,
+        1,
+        1,
+    )
+    # A claimed task is open but no longer queued.
+    assert by_name[QUEUE].workflow_queued == 1
+    await claim(store, worker="a")
+    mine = {q.task_queue: q for q in (await store.list_task_queues(NS))[0]}[QUEUE]
+    assert (mine.workflow_queued, mine.open_tasks, mine.live_workers) == (0, 1, 1)
+    first, more = await store.list_task_queues(NS, limit=2)
+    assert [q.task_queue for q in first] == [q.task_queue for q in queues[:2]] and more
+    with pytest.raises(NamespaceNotFoundError):
+        await store.list_task_queues("no-such-namespace")

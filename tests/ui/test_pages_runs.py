@@ -140,3 +140,19 @@ def test_a_long_history_is_shown_a_page_of_events_at_a_time(stack: Stack) -> Non
         refused = http.get(f"/n/default/runs/chatty-1?events_from={bad}")
         assert refused.status == 400, refused.status
         assert says in html.unescape(refused.text)
+
+
+def test_the_task_queues_page_lists_a_backlogged_queue_nobody_serves(stack: Stack) -> None:
+    async def go() -> None:
+        async with await Client.connect(stack.server.address) as c:
+            await c.start_workflow("Lost", id="lost-1", task_queue="ui-unserved-q")
+
+    asyncio.run(go())
+    page = Browserless(stack.ui.url).get("/n/default/task-queues")
+    assert page.status == 200, page.text[:2000]
+    rows = re.findall(r'<tr class="(queue[a-z ]*)" data-queue="([^"]+)"', page.text)
+    classes = {queue: cls for cls, queue in rows}
+    assert classes["ui-unserved-q"] == "queue unserved"
+    assert classes[stack.task_queue] == "queue", "the stack's worker serves its queue"
+    unserved = page.text.split('data-queue="ui-unserved-q"', 1)[1].split("</tr>", 1)[0]
+    assert "(no live worker)" in unserved and "<td>1</td>" in unserved

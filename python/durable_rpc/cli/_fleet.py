@@ -1,6 +1,6 @@
-"""``durable-rpc worker list`` and ``durable-rpc task-queue describe QUEUE``: the fleet as
-the server sees it (AdminService.ListWorkers / DescribeTaskQueue, an admin key in
-``DURABLE_RPC_API_KEY``). Counters are as of each worker's last heartbeat."""
+"""``durable-rpc worker list`` and ``durable-rpc task-queue list|describe``: the fleet as
+the server sees it (AdminService.ListWorkers / ListTaskQueues / DescribeTaskQueue, an
+admin key in ``DURABLE_RPC_API_KEY``). Counters are as of each worker's last heartbeat."""
 
 from __future__ import annotations
 
@@ -92,6 +92,31 @@ def _age(backlog: pb.TaskQueueBacklog) -> str:
     if not backlog.HasField("oldest_queued_age"):
         return "-"
     return f"{backlog.oldest_queued_age.ToMilliseconds() / 1000:.1f}s"
+
+
+@task_queue.command("list")
+@namespace_option
+@address_option
+@json_option
+def task_queue_list(namespace: str, address: str, as_json: bool) -> None:
+    """Every queue with open tasks or registered workers: backlog, oldest, workers."""
+    request = pb.ListTaskQueuesRequest(namespace=namespace)
+    reply = _call(address, lambda c: c.call(c.admin_service.ListTaskQueues, request))
+    rows = [
+        [
+            q.task_queue,
+            str(q.workflow_queued),
+            str(q.activity_queued),
+            str(q.open_tasks),
+            _time(q.oldest_queued_time, q.HasField("oldest_queued_time")),
+            f"{q.live_workers}/{q.workers}",
+        ]
+        for q in reply.task_queues
+    ]
+    headers = ["queue", "workflows queued", "activities queued", "open", "oldest queued"]
+    _print(reply, as_json, rows, [*headers, "live/workers"])
+    if reply.truncated and not as_json:
+        console.print("(more queues than one list shows: the first 1000 by name)")
 
 
 @task_queue.command("describe")

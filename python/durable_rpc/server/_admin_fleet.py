@@ -1,4 +1,4 @@
-"""ListWorkers and DescribeTaskQueue (issue 16): the fleet as the store sees it
+"""ListWorkers, DescribeTaskQueue and ListTaskQueues (issue 16): the fleet as the store sees it
 (``store/_ops_fleet.py``); namespace admin calls (``_auth``)."""
 
 from __future__ import annotations
@@ -66,6 +66,28 @@ class AdminFleetMixin:
             request.include_dead,
         )
         return pb.ListWorkersResponse(workers=[worker_message(w) for w in workers])
+
+    async def ListTaskQueues(
+        self, request: pb.ListTaskQueuesRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListTaskQueuesResponse:
+        queues, truncated = await self._store.list_task_queues(
+            _validate.namespace(request.namespace)
+        )
+        return pb.ListTaskQueuesResponse(
+            task_queues=[
+                pb.TaskQueueSummary(
+                    task_queue=q.task_queue,
+                    workflow_queued=q.workflow_queued,
+                    activity_queued=q.activity_queued,
+                    open_tasks=q.open_tasks,
+                    oldest_queued_time=_convert.timestamp(q.oldest_queued_at_ms),
+                    workers=q.workers,
+                    live_workers=q.live_workers,
+                )
+                for q in queues
+            ],
+            truncated=truncated,
+        )
 
     async def DescribeTaskQueue(
         self, request: pb.DescribeTaskQueueRequest, context: grpc.aio.ServicerContext

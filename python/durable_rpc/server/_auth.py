@@ -66,6 +66,7 @@ _ADMIN_RULES: dict[str, Rule] = {
     "RevokeApiKey": _key_scope,
     "ListWorkers": _in_namespace(Access.NAMESPACE_ADMIN),
     "DescribeTaskQueue": _in_namespace(Access.NAMESPACE_ADMIN),
+    "ListTaskQueues": _in_namespace(Access.NAMESPACE_ADMIN),
     "SetTaskQueueLimit": _in_namespace(Access.NAMESPACE_ADMIN),
     "ListTaskQueueLimits": _in_namespace(Access.NAMESPACE_ADMIN),
     "SetRateLimit": _in_namespace(Access.NAMESPACE_ADMIN),

@@ -58,6 +58,7 @@ from durable_rpc.store._fleet_records import (
     ServedDefinition,
     TaskQueueDescription,
     TaskQueueLimit,
+    TaskQueueSummary,
     WorkerCounters,
     WorkerRecord,
 )
@@ -74,6 +75,7 @@ __all__ = [
     "RateLimit",
     "ServedDefinition",
     "TaskQueueDescription",
+    "TaskQueueSummary",
     "TaskQueueLimit",
     "WorkerCounters",
     "WorkerRecord",

@@ -23,6 +23,7 @@ from durable_rpc.store._fleet_records import (
     RateLimit,
     TaskQueueDescription,
     TaskQueueLimit,
+    TaskQueueSummary,
     WorkerCounters,
     WorkerRecord,
 )
@@ -777,6 +778,13 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def describe_task_queue(self, namespace: str, task_queue: str) -> TaskQueueDescription:
         """Backlog by kind, live workers (pollers) and what they serve."""
+
+    @abc.abstractmethod
+    async def list_task_queues(
+        self, namespace: str, limit: int = 1000
+    ) -> tuple[list[TaskQueueSummary], bool]:
+        """Every queue with an open task or a registered worker, by name, the first
+        ``limit``; and whether there were more."""
 
     # task-queue limits (see _ops_limits)
     @abc.abstractmethod

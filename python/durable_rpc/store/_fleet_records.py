@@ -68,6 +68,19 @@ class ServedDefinition:
 
 
 @dataclass(frozen=True, slots=True)
+class TaskQueueSummary:
+    """One task queue in a namespace's list (``Store.list_task_queues``)."""
+
+    task_queue: str
+    workflow_queued: int
+    activity_queued: int
+    open_tasks: int
+    oldest_queued_at_ms: int | None
+    workers: int
+    live_workers: int
+
+
+@dataclass(frozen=True, slots=True)
 class TaskQueueDescription:
     task_queue: str
     #: The database clock when read (the oldest queued task's age is measured from it).

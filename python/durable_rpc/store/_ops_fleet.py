@@ -12,6 +12,7 @@ from durable_rpc.store._fleet_records import (
     QueueBacklog,
     ServedDefinition,
     TaskQueueDescription,
+    TaskQueueSummary,
     WorkerCounters,
     WorkerRecord,
 )
@@ -63,6 +64,56 @@ class _FleetOps(_SqlOpsBase):
                 activities_in_use=activities_in_use(tx, namespace, task_queue),
                 rate_limits=tuple(rate_limits_of(tx, namespace)),
             )
+
+        return await self._read(op)
+
+    async def list_task_queues(
+        self, namespace: str, limit: int = 1000
+    ) -> tuple[list[TaskQueueSummary], bool]:
+        def op(tx: Tx) -> tuple[list[TaskQueueSummary], bool]:
+            require_namespace(tx, namespace)
+            now = tx.now_ms()
+            # Two grouped reads, whatever the number of queues: the open tasks (over
+            # tasks_claim, as _backlog counts them) and the registered workers.
+            visible = f"state IN ('queued', 'waiting') AND due_ms <= {now}"
+            tasks = tx.all(
+                "SELECT task_queue, kind, COUNT(*) AS open, "
+                f"SUM(CASE WHEN {visible} THEN 1 ELSE 0 END) AS queued, "
+                f"MIN(CASE WHEN {visible} THEN due_ms END) AS oldest "
+                "FROM tasks WHERE namespace = ? AND kind IN ('workflow', 'activity') "
+                f"AND due_ms IS NOT NULL AND state IN {ACTIVE} GROUP BY task_queue, kind",
+                (namespace,),
+            )
+            workers = tx.all(
+                "SELECT w.task_queue, COUNT(*) AS n, "
+                f"SUM(CASE WHEN {LIVE_WORKER} THEN 1 ELSE 0 END) AS live "
+                "FROM workers w WHERE w.namespace = ? GROUP BY w.task_queue",
+                (live_since(tx, self._options), namespace),
+            )
+            queued: dict[tuple[str, str], int] = {}
+            open_tasks: dict[str, int] = defaultdict(int)
+            oldest: dict[str, int] = {}
+            for row in tasks:
+                name = row["task_queue"]
+                queued[(name, row["kind"])] = int(row["queued"] or 0)
+                open_tasks[name] += int(row["open"])
+                if row["oldest"] is not None:
+                    first = int(row["oldest"])
+                    oldest[name] = min(oldest.get(name, first), first)
+            fleet = {row["task_queue"]: (int(row["n"]), int(row["live"] or 0)) for row in workers}
+            names = sorted(set(open_tasks) | set(fleet))
+            return [
+                TaskQueueSummary(
+                    task_queue=name,
+                    workflow_queued=queued.get((name, "workflow"), 0),
+                    activity_queued=queued.get((name, "activity"), 0),
+                    open_tasks=open_tasks.get(name, 0),
+                    oldest_queued_at_ms=oldest.get(name),
+                    workers=fleet.get(name, (0, 0))[0],
+                    live_workers=fleet.get(name, (0, 0))[1],
+                )
+                for name in names[:limit]
+            ], len(names) > limit
 
         return await self._read(op)
 

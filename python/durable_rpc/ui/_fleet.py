@@ -25,12 +25,25 @@ async def task_queues_page(page: Page) -> Response:
     if denied is not None:
         return await page.render("error.html", status=403, message=denied)
     client = await page.client()
-    workers = await client.call(
-        client.admin_service.ListWorkers,
-        admin_service_pb2.ListWorkersRequest(namespace=page.namespace, include_dead=True),
+    listed = await client.call(
+        client.admin_service.ListTaskQueues,
+        admin_service_pb2.ListTaskQueuesRequest(namespace=page.namespace),
     )
-    queues = sorted({w.task_queue for w in workers.workers})
-    chosen = page.request.query_params.get("queue", "").strip() or (queues[0] if queues else "")
+    queues = [
+        {
+            "name": q.task_queue,
+            "workflows": q.workflow_queued,
+            "activities": q.activity_queued,
+            "open": q.open_tasks,
+            "oldest": _ms(q, "oldest_queued_time"),
+            "workers": q.workers,
+            "live": q.live_workers,
+        }
+        for q in listed.task_queues
+    ]
+    chosen = page.request.query_params.get("queue", "").strip() or (
+        queues[0]["name"] if queues else ""
+    )
     described = None
     if chosen:
         described = await client.call(
@@ -40,6 +53,7 @@ async def task_queues_page(page: Page) -> Response:
     return await page.render(
         "task_queues.html",
         queues=queues,
+        truncated=listed.truncated,
         chosen=chosen,
         queue=described,
         backlog=[

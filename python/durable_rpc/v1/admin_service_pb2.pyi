@@ -607,6 +607,92 @@ class ListWorkersResponse(_message.Message):
 Global___ListWorkersResponse: _TypeAlias = ListWorkersResponse  # noqa: Y015
 
 @_typing.final
+class ListTaskQueuesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespace", b"namespace"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListTaskQueuesRequest: _TypeAlias = ListTaskQueuesRequest  # noqa: Y015
+
+@_typing.final
+class TaskQueueSummary(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TASK_QUEUE_FIELD_NUMBER: _builtins.int
+    WORKFLOW_QUEUED_FIELD_NUMBER: _builtins.int
+    ACTIVITY_QUEUED_FIELD_NUMBER: _builtins.int
+    OPEN_TASKS_FIELD_NUMBER: _builtins.int
+    OLDEST_QUEUED_TIME_FIELD_NUMBER: _builtins.int
+    WORKERS_FIELD_NUMBER: _builtins.int
+    LIVE_WORKERS_FIELD_NUMBER: _builtins.int
+    task_queue: _builtins.str
+    workflow_queued: _builtins.int
+    """Tasks claimable now (as TaskQueueBacklog.queued counts them), by kind."""
+    activity_queued: _builtins.int
+    open_tasks: _builtins.int
+    """Open tasks of either kind: claimable, leased or not yet visible."""
+    workers: _builtins.int
+    """Registered workers of the queue, and those of them live now."""
+    live_workers: _builtins.int
+    @_builtins.property
+    def oldest_queued_time(self) -> _timestamp_pb2.Timestamp:
+        """When the oldest claimable task became visible (unset: none)."""
+
+    def __init__(
+        self,
+        *,
+        task_queue: _builtins.str = ...,
+        workflow_queued: _builtins.int = ...,
+        activity_queued: _builtins.int = ...,
+        open_tasks: _builtins.int = ...,
+        oldest_queued_time: _timestamp_pb2.Timestamp | None = ...,
+        workers: _builtins.int = ...,
+        live_workers: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["oldest_queued_time", b"oldest_queued_time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity_queued", b"activity_queued", "live_workers", b"live_workers", "oldest_queued_time", b"oldest_queued_time", "open_tasks", b"open_tasks", "task_queue", b"task_queue", "workers", b"workers", "workflow_queued", b"workflow_queued"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TaskQueueSummary: _TypeAlias = TaskQueueSummary  # noqa: Y015
+
+@_typing.final
+class ListTaskQueuesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TASK_QUEUES_FIELD_NUMBER: _builtins.int
+    TRUNCATED_FIELD_NUMBER: _builtins.int
+    truncated: _builtins.bool
+    """More queues than one response lists (1000, the first by name)."""
+    @_builtins.property
+    def task_queues(self) -> _containers.RepeatedCompositeFieldContainer[Global___TaskQueueSummary]: ...
+    def __init__(
+        self,
+        *,
+        task_queues: _abc.Iterable[Global___TaskQueueSummary] | None = ...,
+        truncated: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["task_queues", b"task_queues", "truncated", b"truncated"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListTaskQueuesResponse: _TypeAlias = ListTaskQueuesResponse  # noqa: Y015
+
+@_typing.final
 class DescribeTaskQueueRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

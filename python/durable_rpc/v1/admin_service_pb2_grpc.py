@@ -87,6 +87,11 @@ class AdminServiceStub(object):
                 request_serializer=durable__rpc_dot_v1_dot_admin__service__pb2.DescribeTaskQueueRequest.SerializeToString,
                 response_deserializer=durable__rpc_dot_v1_dot_admin__service__pb2.DescribeTaskQueueResponse.FromString,
                 _registered_method=True)
+        self.ListTaskQueues = channel.unary_unary(
+                '/durable_rpc.v1.AdminService/ListTaskQueues',
+                request_serializer=durable__rpc_dot_v1_dot_admin__service__pb2.ListTaskQueuesRequest.SerializeToString,
+                response_deserializer=durable__rpc_dot_v1_dot_admin__service__pb2.ListTaskQueuesResponse.FromString,
+                _registered_method=True)
         self.SetTaskQueueLimit = channel.unary_unary(
                 '/durable_rpc.v1.AdminService/SetTaskQueueLimit',
                 request_serializer=durable__rpc_dot_v1_dot_admin__service__pb2.SetTaskQueueLimitRequest.SerializeToString,
@@ -225,6 +230,15 @@ class AdminServiceServicer(object):
 
     def DescribeTaskQueue(self, request, context):
         """One task queue: its backlog by kind, its pollers and the definitions they serve.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListTaskQueues(self, request, context):
+        """The namespace's task queues by name: every queue with an open task or a registered
+        worker (a queue with a backlog and no worker is listed too), each with its visible
+        backlog, the oldest visible task and its workers; DescribeTaskQueue has the rest.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -395,6 +409,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.DescribeTaskQueue,
                     request_deserializer=durable__rpc_dot_v1_dot_admin__service__pb2.DescribeTaskQueueRequest.FromString,
                     response_serializer=durable__rpc_dot_v1_dot_admin__service__pb2.DescribeTaskQueueResponse.SerializeToString,
+            ),
+            'ListTaskQueues': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTaskQueues,
+                    request_deserializer=durable__rpc_dot_v1_dot_admin__service__pb2.ListTaskQueuesRequest.FromString,
+                    response_serializer=durable__rpc_dot_v1_dot_admin__service__pb2.ListTaskQueuesResponse.SerializeToString,
             ),
             'SetTaskQueueLimit': grpc.unary_unary_rpc_method_handler(
                     servicer.SetTaskQueueLimit,
@@ -718,6 +737,33 @@ class AdminService(object):
             '/durable_rpc.v1.AdminService/DescribeTaskQueue',
             durable__rpc_dot_v1_dot_admin__service__pb2.DescribeTaskQueueRequest.SerializeToString,
             durable__rpc_dot_v1_dot_admin__service__pb2.DescribeTaskQueueResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTaskQueues(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/durable_rpc.v1.AdminService/ListTaskQueues',
+            durable__rpc_dot_v1_dot_admin__service__pb2.ListTaskQueuesRequest.SerializeToString,
+            durable__rpc_dot_v1_dot_admin__service__pb2.ListTaskQueuesResponse.FromString,
             options,
             channel_credentials,
             insecure,

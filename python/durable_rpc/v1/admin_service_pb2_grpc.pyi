@@ -57,6 +57,11 @@ class AdminServiceStub:
     """
     DescribeTaskQueue: _grpc.UnaryUnaryMultiCallable[_admin_service_pb2.DescribeTaskQueueRequest, _admin_service_pb2.DescribeTaskQueueResponse]
     """One task queue: its backlog by kind, its pollers and the definitions they serve."""
+    ListTaskQueues: _grpc.UnaryUnaryMultiCallable[_admin_service_pb2.ListTaskQueuesRequest, _admin_service_pb2.ListTaskQueuesResponse]
+    """The namespace's task queues by name: every queue with an open task or a registered
+    worker (a queue with a backlog and no worker is listed too), each with its visible
+    backlog, the oldest visible task and its workers; DescribeTaskQueue has the rest.
+    """
     SetTaskQueueLimit: _grpc.UnaryUnaryMultiCallable[_admin_service_pb2.SetTaskQueueLimitRequest, _admin_service_pb2.SetTaskQueueLimitResponse]
     """Flow control (docs/operations.md, "Flow control"). Namespace admin calls.
     Sets (max_concurrent_activities 0: removes) a task queue's limit on activity attempts
@@ -141,6 +146,11 @@ class AdminServiceAsyncStub(AdminServiceStub):
     """
     DescribeTaskQueue: _aio.UnaryUnaryMultiCallable[_admin_service_pb2.DescribeTaskQueueRequest, _admin_service_pb2.DescribeTaskQueueResponse]  # type: ignore[assignment]
     """One task queue: its backlog by kind, its pollers and the definitions they serve."""
+    ListTaskQueues: _aio.UnaryUnaryMultiCallable[_admin_service_pb2.ListTaskQueuesRequest, _admin_service_pb2.ListTaskQueuesResponse]  # type: ignore[assignment]
+    """The namespace's task queues by name: every queue with an open task or a registered
+    worker (a queue with a backlog and no worker is listed too), each with its visible
+    backlog, the oldest visible task and its workers; DescribeTaskQueue has the rest.
+    """
     SetTaskQueueLimit: _aio.UnaryUnaryMultiCallable[_admin_service_pb2.SetTaskQueueLimitRequest, _admin_service_pb2.SetTaskQueueLimitResponse]  # type: ignore[assignment]
     """Flow control (docs/operations.md, "Flow control"). Namespace admin calls.
     Sets (max_concurrent_activities 0: removes) a task queue's limit on activity attempts
@@ -276,6 +286,17 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_admin_service_pb2.DescribeTaskQueueResponse, _abc.Awaitable[_admin_service_pb2.DescribeTaskQueueResponse]]:
         """One task queue: its backlog by kind, its pollers and the definitions they serve."""
+
+    @_abc_1.abstractmethod
+    def ListTaskQueues(
+        self,
+        request: _admin_service_pb2.ListTaskQueuesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_service_pb2.ListTaskQueuesResponse, _abc.Awaitable[_admin_service_pb2.ListTaskQueuesResponse]]:
+        """The namespace's task queues by name: every queue with an open task or a registered
+        worker (a queue with a backlog and no worker is listed too), each with its visible
+        backlog, the oldest visible task and its workers; DescribeTaskQueue has the rest.
+        """
 
     @_abc_1.abstractmethod
     def SetTaskQueueLimit(
