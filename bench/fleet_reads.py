@@ -18,46 +18,16 @@ import argparse
 import asyncio
 import json
 import statistics
-import tempfile
 import time
-import urllib.parse
-import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
-from pathlib import Path
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-from durable_rpc.store import Store, WorkerCounters, open_store
+from _scratch import scratch_store
+
+from durable_rpc.store import Store, WorkerCounters
 from durable_rpc.v1 import payload_pb2
 
 NS = "default"
-
-
-@asynccontextmanager
-async def _store(pg_url: str | None) -> AsyncIterator[Store]:
-    if pg_url is None:
-        with tempfile.TemporaryDirectory(prefix="drpc-fleet-") as tmp:
-            store = open_store(f"sqlite:///{Path(tmp) / 'bench.db'}")
-            await store.open()
-            try:
-                yield store
-            finally:
-                await store.close()
-        return
-    import psycopg
-
-    name = f"bench_fleet_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(pg_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    url = urllib.parse.urlunsplit(urllib.parse.urlsplit(pg_url)._replace(path=f"/{name}"))
-    store = open_store(url)
-    await store.open()
-    try:
-        yield store
-    finally:
-        await store.close()
-        with psycopg.connect(pg_url, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 async def _fill(store: Store, workers: int, queues: int, backlog: int) -> None:
@@ -96,7 +66,7 @@ async def _time(fn: Callable[[], Awaitable[Any]], repeat: int) -> dict[str, floa
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    async with _store(args.pg_url) as store:
+    async with scratch_store(args.pg_url, "fleet") as store:
         await _fill(store, args.workers, args.queues, args.backlog)
         listed = await store.list_workers(NS, None, include_dead=True)
         assert len(listed) == args.workers

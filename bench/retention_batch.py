@@ -19,16 +19,13 @@ import argparse
 import asyncio
 import json
 import statistics
-import tempfile
 import time
-import urllib.parse
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from pathlib import Path
+
+from _scratch import scratch_store
 
 from durable_rpc.server._retention import DEFAULT_MAX_EVENTS, JOB, MIN_PAUSE_S
-from durable_rpc.store import StartOptions, Store, open_store
+from durable_rpc.store import StartOptions, Store
 from durable_rpc.v1 import payload_pb2, search_attributes_pb2
 
 NS = "default"
@@ -36,33 +33,6 @@ NS = "default"
 
 def _payload(data: bytes) -> bytes:
     return payload_pb2.Payload(data=data).SerializeToString()
-
-
-@asynccontextmanager
-async def _store(pg_url: str | None) -> AsyncIterator[Store]:
-    if pg_url is None:
-        with tempfile.TemporaryDirectory(prefix="drpc-retention-") as tmp:
-            store = open_store(f"sqlite:///{Path(tmp) / 'bench.db'}")
-            await store.open()
-            try:
-                yield store
-            finally:
-                await store.close()
-        return
-    import psycopg
-
-    name = f"bench_retention_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(pg_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    url = urllib.parse.urlunsplit(urllib.parse.urlsplit(pg_url)._replace(path=f"/{name}"))
-    store = open_store(url)
-    await store.open()
-    try:
-        yield store
-    finally:
-        await store.close()
-        with psycopg.connect(pg_url, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 async def _fill(store: Store, runs: int, events: int) -> None:
@@ -102,7 +72,7 @@ def _pct(values: list[float], q: float) -> float:
 async def run(
     pg_url: str | None, runs: int, events: int, batch: int, max_events: int
 ) -> dict[str, object]:
-    async with _store(pg_url) as store:
+    async with scratch_store(pg_url, "retention") as store:
         await _fill(store, runs, events)
         await store.start_workflow(NS, "hot", "Order", "1", "q", _payload(b"h"), "hot")
         await store.update_namespace(NS, None, 1)

@@ -17,52 +17,21 @@ import argparse
 import asyncio
 import json
 import statistics
-import tempfile
 import time
-import urllib.parse
-import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
-from pathlib import Path
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import _checkout  # noqa: F401  (measure this checkout's package: import before durable_rpc)
+from _scratch import scratch_store
 
 from durable_rpc.search_attributes import to_proto
-from durable_rpc.store import StartOptions, Store, open_store
+from durable_rpc.store import StartOptions, Store
 from durable_rpc.v1 import payload_pb2
 
 NS = "default"
 WINDOW = 1000  # what the runs page listed to count before CountWorkflows
 QUERIES = {"all": None, "search attribute": 'Region = "eu"'}
-
-
-@asynccontextmanager
-async def _store(pg_url: str | None) -> AsyncIterator[Store]:
-    if pg_url is None:
-        with tempfile.TemporaryDirectory(prefix="drpc-counts-") as tmp:
-            store = open_store(f"sqlite:///{Path(tmp) / 'bench.db'}")
-            await store.open()
-            try:
-                yield store
-            finally:
-                await store.close()
-        return
-    import psycopg
-
-    name = f"bench_counts_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(pg_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    url = urllib.parse.urlunsplit(urllib.parse.urlsplit(pg_url)._replace(path=f"/{name}"))
-    store = open_store(url)
-    await store.open()
-    try:
-        yield store
-    finally:
-        await store.close()
-        with psycopg.connect(pg_url, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 async def _fill(store: Store, runs: int) -> None:
@@ -117,7 +86,7 @@ async def main() -> None:
         "backend": "postgres" if args.pg_url else "sqlite-file",
         "runs": args.runs,
     }
-    async with _store(args.pg_url) as store:
+    async with scratch_store(args.pg_url, "counts") as store:
         await _fill(store, args.runs)
         for label, query in QUERIES.items():
             times: dict[str, list[float]] = {"list_1000_and_count": [], "count_runs": []}
