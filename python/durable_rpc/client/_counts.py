@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
-from durable_rpc.client._handle import STATUS_NAMES
+from durable_rpc.run_statuses import STATUS_NAMES
 from durable_rpc.v1 import service_pb2
 
 

@@ -21,6 +21,7 @@ from durable_rpc.client._errors import (
 from durable_rpc.client._refs import query_ref, signal_name, update_ref
 from durable_rpc.client._streams import WorkflowStream
 from durable_rpc.errors import UpdateTimeoutError
+from durable_rpc.run_statuses import STATUS_NAMES
 from durable_rpc.search_attributes import from_proto as sa_from_proto
 from durable_rpc.search_attributes import memo_from_proto
 from durable_rpc.v1 import history_pb2, payload_pb2, service_pb2
@@ -28,10 +29,6 @@ from durable_rpc.v1 import history_pb2, payload_pb2, service_pb2
 if TYPE_CHECKING:
     from durable_rpc.client._client import Client
 
-STATUS_NAMES = {
-    value.number: value.name.removeprefix("WORKFLOW_STATUS_").lower()
-    for value in service_pb2.DESCRIPTOR.enum_types_by_name["WorkflowStatus"].values
-}
 RESULT_POLL_S = 30
 
 
