@@ -8,7 +8,16 @@ import pytest
 from durable_rpc.errors import InvalidArgumentError, NamespaceNotFoundError
 from durable_rpc.store import Store, StoreOptions, WorkerCounters
 from tests.store.conftest import Backend
-from tests.store.helpers import NS, QUEUE, activity_options, claim, failure, schedule, start
+from tests.store.helpers import (
+    NS,
+    QUEUE,
+    activity_options,
+    claim,
+    failure,
+    schedule,
+    start,
+    wait_db_time,
+)
 
 COUNTS = WorkerCounters(
     claims=7, completions=5, failures=1, lease_losses=1, slots_in_use=2, slots_total=9
@@ -60,15 +69,15 @@ async def test_heartbeat_counters_are_what_list_workers_shows(store: Store) -> N
 
 
 async def test_dead_workers_are_listed_only_when_asked(backend: Backend) -> None:
-    store = backend.make(StoreOptions(worker_liveness_ms=150))
+    # A window far longer than one call takes on a loaded machine, yet short to wait out.
+    store = backend.make(StoreOptions(worker_liveness_ms=1500))
     async with store:
         await register(store, "gone")
         await register(store, "alive")
         # The liveness rule is describe's (the database clock): a heartbeat older than
-        # the window is dead. Wait out the window on that clock, keeping "alive" live.
-        registered = await store.now_ms()
-        while await store.now_ms() < registered + 200:
-            await store.worker_heartbeat(NS, "alive")
+        # the window is dead. Wait out the window on that clock, then keep "alive" live.
+        await wait_db_time(store, await store.now_ms() + 1550)
+        await store.worker_heartbeat(NS, "alive")
         live = await store.list_workers(NS, None, include_dead=False)
         assert [w.worker_id for w in live] == ["alive"]
         every = await store.list_workers(NS, None, include_dead=True)

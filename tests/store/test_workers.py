@@ -81,13 +81,19 @@ async def test_definition_available_follows_live_workers(store: Store) -> None:
         await store.register_worker("nope", "w", QUEUE, [], [], "", False)
 
 
+#: The liveness window of the tests that wait one out.
+LIVENESS_MS = 1500
+
+
 async def test_definition_unavailable_when_worker_stops_heartbeating(backend: Backend) -> None:
-    store = backend.make(StoreOptions(worker_liveness_ms=80))
+    # A window far longer than one call takes on a loaded machine (80 ms was not: the
+    # describe after a heartbeat came too late once in CI), yet short to wait out.
+    store = backend.make(StoreOptions(worker_liveness_ms=LIVENESS_MS))
     async with store:
         await start(store, "wf-1")
         await register(store, "w1")
         assert (await store.describe(NS, "wf-1", None)).definition_available
-        await wait_db_time(store, await store.now_ms() + 100)
+        await wait_db_time(store, await store.now_ms() + LIVENESS_MS + 20)
         assert not (await store.describe(NS, "wf-1", None)).definition_available
         await store.worker_heartbeat(NS, "w1")
         assert (await store.describe(NS, "wf-1", None)).definition_available
