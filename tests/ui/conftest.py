@@ -98,9 +98,17 @@ class Browserless:
     def get(self, path: str) -> Reply:
         return self._send(urllib.request.Request(self.base + path))
 
-    def post(self, path: str, fields: dict[str, str]) -> Reply:
+    def post(
+        self, path: str, fields: dict[str, str], headers: dict[str, str] | None = None
+    ) -> Reply:
         body = urllib.parse.urlencode(fields).encode()
-        return self._send(urllib.request.Request(self.base + path, data=body, method="POST"))
+        request = urllib.request.Request(
+            self.base + path, data=body, method="POST", headers=headers or {}
+        )
+        return self._send(request)
+
+    def cookie(self, name: str) -> str | None:
+        return next((str(c.value) for c in self.jar if c.name == name), None)
 
     def _send(self, request: urllib.request.Request) -> Reply:
         try:
@@ -181,3 +189,13 @@ def auth_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AuthStack]:
         ui = UiProcess(server.address, tmp / "ui.log")
         started.callback(ui.stop)
         yield AuthStack(server, worker, ui, "ui-q", root, admin, client)
+
+
+def signed_in(stack: AuthStack, key: str) -> Browserless:
+    """A client signed in with ``key`` through the sign-in form, as a browser does."""
+    http = Browserless(stack.ui.url)
+    page = http.get("/")
+    assert page.url.endswith("/signin?next=/"), page.url
+    reply = http.post("/signin", {"api_key": key, "next": "/", "csrf": page.csrf()})
+    assert reply.status == 200 and reply.url.endswith("/n/default/runs"), (reply.url, reply.text)
+    return http

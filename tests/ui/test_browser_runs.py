@@ -237,3 +237,28 @@ def test_a_pending_activity_shows_its_next_retry_heartbeat_and_failure(
     # The history records no attempt of an open activity: the timeline takes its failed
     # first attempt from describe's pending activities.
     assert failed_attempts
+
+
+def test_a_run_whose_id_holds_slashes_and_a_space_opens_and_takes_a_signal(
+    stack: Stack, driver: Any
+) -> None:
+    workflow_id = "orders/2026/a b"
+
+    async def start() -> None:
+        async with await Client.connect(stack.server.address) as c:
+            await c.start_workflow("Approval", id=workflow_id, task_queue="ui-q")
+
+    asyncio.run(start())
+    driver.get(f"{stack.ui.url}/n/default/runs?type=Approval")
+    wait(driver, lambda d: workflow_id in shown_ids(d))
+    row = f'tr.run[data-workflow-id="{workflow_id}"] a'
+    read_live(driver, lambda d: d.find_element(By.CSS_SELECTOR, row).click())
+    wait(driver, lambda d: d.find_element(By.CSS_SELECTOR, "h1").text.startswith(workflow_id))
+    assert text_of(driver, By.ID, "run-status") == "running"
+    driver.find_element(By.ID, "sig-name").send_keys("approve")
+    driver.find_element(By.ID, "sig-input").send_keys('"slashed"')
+    driver.find_element(By.ID, "signal-button").click()
+    wait(driver, lambda d: d.find_element(By.ID, "confirm")).click()
+    assert result_of(stack, workflow_id) == "approved:slashed"
+    wait(driver, lambda d: d.find_element(By.ID, "run-status").text == "completed")
+    assert driver.current_url.startswith(f"{stack.ui.url}/n/default/runs/orders%2F2026%2Fa%20b")

@@ -11,18 +11,9 @@ import re
 import pytest
 
 from durable_rpc import Client
-from tests.ui.conftest import AuthStack, Browserless
+from tests.ui.conftest import AuthStack, Browserless, signed_in
 
 pytestmark = pytest.mark.timeout(120)
-
-
-def signed_in(stack: AuthStack, key: str) -> Browserless:
-    http = Browserless(stack.ui.url)
-    page = http.get("/")
-    assert page.url.endswith("/signin?next=/"), page.url
-    reply = http.post("/signin", {"api_key": key, "next": "/"})
-    assert reply.status == 200 and reply.url.endswith("/n/default/runs"), (reply.url, reply.text)
-    return http
 
 
 def start_approval(stack: AuthStack, workflow_id: str) -> str:
@@ -50,7 +41,7 @@ def test_a_page_needs_a_sign_in_and_a_bad_key_is_refused_without_being_echoed(
     page = http.get("/n/default/runs")
     assert "/signin" in page.url and 'name="api_key"' in page.text
     bogus = "drpc_00000000deadbeef_" + "Q" * 43
-    refused = http.post("/signin", {"api_key": bogus, "next": "/"})
+    refused = http.post("/signin", {"api_key": bogus, "next": "/", "csrf": page.csrf()})
     assert refused.status == 401
     assert "the API key is not valid" in html.unescape(refused.text)
     assert bogus not in refused.text

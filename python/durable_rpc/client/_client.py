@@ -120,6 +120,20 @@ class Client(ScheduleCalls):
             raise
         return cls(channel, namespace)
 
+    def for_namespace(self, namespace: str) -> Client:
+        """A client of ``namespace`` on this client's connection (no new connection;
+        closing either client closes the connection of both)."""
+        channel = self.channel
+        if isinstance(channel, PayloadChannel):
+            channel = PayloadChannel(
+                channel.channel,
+                namespace,
+                inline_threshold=channel.inline_threshold,
+                max_external_payload_bytes=channel.max_external_payload_bytes,
+                codec=channel.codec,
+            )
+        return Client(channel, namespace)
+
     async def close(self) -> None:
         await self.channel.close()
 

@@ -18,7 +18,7 @@ from starlette.responses import RedirectResponse, Response
 from durable_rpc import converter
 from durable_rpc.client._batch import run_batch
 from durable_rpc.errors import DurableRpcError
-from durable_rpc.ui._web import BadInput, Page
+from durable_rpc.ui._web import BadInput, Page, run_path
 from durable_rpc.v1 import schedule_service_pb2, service_pb2
 
 RUN_ACTIONS = ("signal", "cancel", "terminate", "redrive")
@@ -57,7 +57,8 @@ async def run_action(page: Page) -> Response:
         raise BadInput(f"unknown action {action!r}")
     form = await page.request.form()
     run_id = _text(form, "run")
-    back = f"/n/{quote(page.namespace, safe='')}/runs/{quote(workflow_id, safe='')}"
+    here = run_path(page.namespace, workflow_id)
+    back = here
     if run_id:
         back += f"?run={quote(run_id, safe='')}"
     denied = page.denied(action)
@@ -74,7 +75,7 @@ async def run_action(page: Page) -> Response:
             "confirm.html",
             action=action,
             target=f"run {run_id or '(latest)'} of workflow {workflow_id}",
-            post_to=page.request.url.path,
+            post_to=f"{here}/{action}",
             hidden={"run": run_id, **fields},
             back=back,
         )
@@ -89,10 +90,7 @@ async def run_action(page: Page) -> Response:
             await handle.terminate(fields["reason"])
         else:
             redriven = await handle.redrive(request_id=_text(form, "request_id") or None)
-            back = (
-                f"/n/{quote(page.namespace, safe='')}/runs/{quote(workflow_id, safe='')}"
-                f"?run={quote(redriven.handle.run_id or '', safe='')}"
-            )
+            back = f"{here}?run={quote(redriven.handle.run_id or '', safe='')}"
     except DurableRpcError as exc:
         return await page.error(exc)
     return RedirectResponse(back, status_code=303)

@@ -10,6 +10,7 @@ from urllib.parse import quote
 
 import uvicorn
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
@@ -19,8 +20,19 @@ from durable_rpc.client import TLSConfig
 from durable_rpc.errors import DurableRpcError, UnauthenticatedError
 from durable_rpc.ui import _actions, _fleet, _runs
 from durable_rpc.ui._backend import Backend, error_text
+from durable_rpc.ui._csrf import new_token, refusal, set_visitor_token, visitor_token
 from durable_rpc.ui._sessions import COOKIE, Sessions
-from durable_rpc.ui._web import Page, Ui, page, plain_error, safe_next, set_cookie, start_session
+from durable_rpc.ui._web import (
+    Page,
+    SecurityHeaders,
+    Ui,
+    no_store,
+    page,
+    plain_error,
+    safe_next,
+    set_cookie,
+    sign_in,
+)
 
 log = logging.getLogger("durable_rpc.ui")
 #: An API key is a short token; anything longer is not one (and is not kept).
@@ -39,7 +51,7 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         yield
-        await ui.sessions.close()
+        await ui.close()
 
     static = StaticFiles(directory=str(resources.files("durable_rpc.ui") / "static"))
     app = Starlette(
@@ -53,9 +65,11 @@ def create_app(
             Route("/namespaces", page(_fleet.namespaces_page)),
             Route("/n/{namespace}/runs", page(_runs.runs_page)),
             Route("/n/{namespace}/batch", page(_actions.batch_action), methods=["POST"]),
-            Route("/n/{namespace}/runs/{workflow_id}", page(_runs.run_page)),
+            # A workflow id may hold "/": the rest of the path is the id (and on a POST,
+            # the last segment the action). Links quote the id whole.
+            Route("/n/{namespace}/runs/{workflow_id:path}", page(_runs.run_page)),
             Route(
-                "/n/{namespace}/runs/{workflow_id}/{action}",
+                "/n/{namespace}/runs/{workflow_id:path}/{action}",
                 page(_actions.run_action),
                 methods=["POST"],
             ),
@@ -70,6 +84,7 @@ def create_app(
             Mount("/static", static, name="static"),
         ],
         lifespan=lifespan,
+        middleware=[Middleware(SecurityHeaders)],
         exception_handlers={404: _not_found, 405: _not_allowed, 500: _crashed},
     )
     app.state.ui = ui
@@ -92,29 +107,39 @@ async def _switch(page: Page) -> Response:
 async def _signin_form(request: Request, message: str = "", status: int = 200) -> Response:
     ui: Ui = request.app.state.ui
     why = message or request.query_params.get("why", "")
+    token = visitor_token(request)
+    csrf = token or new_token()
     html = ui.templates.get_template("signin.html").render(
-        message=why[:300], next=safe_next(request.query_params.get("next"))
+        message=why[:300],
+        next=safe_next(request.query_params.get("next")),
+        csrf=csrf,
     )
     response = HTMLResponse(html, status_code=status)
-    response.headers["Cache-Control"] = "no-store"
+    no_store(response)
+    if token is None:
+        set_visitor_token(response, csrf, secure=ui.secure_cookies)
     return response
 
 
 async def _signin(request: Request) -> Response:
     ui: Ui = request.app.state.ui
     form = await request.form()
+    # A sign-in is an action too: another site must not sign this browser in with a key
+    # of its choosing.
+    refused = refusal(request, form.get("csrf"), visitor_token(request))
+    if refused is not None:
+        return await _signin_form(request, refused, 403)
     key = form.get("api_key")
     key = key.strip() if isinstance(key, str) else ""
     if not key or len(key) > KEY_LIMIT:
         return await _signin_form(request, "enter an API key", 400)
     try:
-        session = await start_session(ui, key)
+        session = await sign_in(ui, key)
     except UnauthenticatedError as exc:
         # The server's reason (malformed, not valid, revoked, expired): never the key.
         return await _signin_form(request, exc.message, 401)
     except DurableRpcError as exc:
         return plain_error(ui, error_text(exc), 503)
-    assert session is not None
     target = form.get("next")
     response = RedirectResponse(safe_next(target if isinstance(target, str) else None), 303)
     old = request.cookies.get(COOKIE)
@@ -124,7 +149,8 @@ async def _signin(request: Request) -> Response:
 
 
 async def _signout(page: Page) -> Response:
-    await page.ui.sessions.drop(page.session.id)
+    if not page.session.shared:  # the shared session stays for the other visitors
+        await page.ui.sessions.drop(page.session.id)
     response = RedirectResponse("/signin", 303)
     response.delete_cookie(COOKIE, path="/")
     return response

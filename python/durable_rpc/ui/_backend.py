@@ -1,12 +1,12 @@
-"""The UI's connection to the server: clients per session and namespace, and what a key
-may do. The UI is an ordinary gRPC client; the server decides every call by itself."""
+"""The UI's connection to the server: one per session, shared by its namespaces, and what
+a key may do. The UI is an ordinary gRPC client; the server decides every call by itself."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from durable_rpc.client import Client, TLSConfig
-from durable_rpc.errors import DurableRpcError
+from durable_rpc.errors import DurableRpcError, PermissionDeniedError, UnauthenticatedError
 from durable_rpc.ui._sessions import Caller, Session
 from durable_rpc.v1 import admin_service_pb2, service_pb2
 
@@ -32,29 +32,39 @@ class Backend:
             timeout=CONNECT_TIMEOUT_S,
         )
 
-    async def identify(self, api_key: str | None) -> tuple[bool, Caller]:
-        """(the server requires a key, who ``api_key`` is); raises UnauthenticatedError
-        for a key the server refuses."""
+    async def identify(self, api_key: str | None) -> tuple[bool, Caller, Client]:
+        """(the server requires a key, who ``api_key`` is, a connection with that key);
+        raises UnauthenticatedError for a key the server refuses."""
         client = await self.connect(api_key)
         try:
             info = await client.call(
                 client.worker_service.GetServerInfo, service_pb2.GetServerInfoRequest()
             )
-        finally:
+        except BaseException:
             await client.close()
+            raise
         if not info.HasField("caller"):
-            return info.auth_required, Caller(role=None, namespace=None)
+            return info.auth_required, Caller(role=None, namespace=None), client
         c = info.caller
-        return info.auth_required, Caller(
-            role=c.role, namespace=c.namespace or None, key_id=c.key_id, name=c.name
-        )
+        caller = Caller(role=c.role, namespace=c.namespace or None, key_id=c.key_id, name=c.name)
+        return info.auth_required, caller, client
 
     async def client(self, session: Session, namespace: str) -> Client:
-        client = session.clients.get(namespace)
-        if client is None:
-            client = await self.connect(session.api_key, namespace)
-            session.clients[namespace] = client
-        return client
+        """A client of ``namespace`` on the session's one connection. A namespace the key
+        cannot see is refused here, before anything is opened for it."""
+        if not session.caller.may_see(namespace):
+            raise PermissionDeniedError(
+                f"the key is for namespace {session.caller.namespace}, not {namespace}"
+            )
+        async with session.lock:
+            if session.closed:  # signed out (or evicted) while this request ran
+                raise UnauthenticatedError("the session has ended: sign in again")
+            if session.connection is None:
+                session.connection = await self.connect(session.api_key)
+            connection = session.connection
+        if connection.namespace == namespace:
+            return connection
+        return connection.for_namespace(namespace)
 
     async def namespaces(self, session: Session) -> list[str]:
         """The namespaces the session's key can see (the server filters the list)."""

@@ -15,7 +15,7 @@ from starlette.responses import Response
 from durable_rpc.errors import DurableRpcError, UnauthenticatedError
 from durable_rpc.run_statuses import STATUS_NAMES, STATUS_VALUES, STATUSES
 from durable_rpc.ui import _timeline, _values
-from durable_rpc.ui._web import BadInput, Page
+from durable_rpc.ui._web import BadInput, Page, run_path
 from durable_rpc.v1 import history_pb2, service_pb2
 
 PAGE_SIZE = 50
@@ -223,7 +223,7 @@ async def run_page(page: Page) -> Response:
         zoom_to=params.get("to", ""),
         events=_values.event_summaries(events, start=first - 1, stop=last),
         event_window=(first, last, len(events)),
-        event_pages=_event_pages(page.request.url.path, params, first, len(events)),
+        event_pages=_event_pages(run_path(page.namespace, workflow_id), params, first, len(events)),
         actions={name: page.denied(name) for name in ("signal", "cancel", "terminate", "redrive")},
     )
 

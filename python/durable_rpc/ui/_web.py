@@ -4,6 +4,7 @@ with a stack trace or a blank page."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import time
@@ -14,8 +15,10 @@ from typing import Any
 from urllib.parse import quote
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.datastructures import MutableHeaders
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from durable_rpc.client import Client
 from durable_rpc.errors import (
@@ -29,7 +32,8 @@ from durable_rpc.errors import (
 )
 from durable_rpc.ui import _values
 from durable_rpc.ui._backend import Backend, denied_reason, error_text
-from durable_rpc.ui._sessions import COOKIE, Session, Sessions
+from durable_rpc.ui._csrf import new_token, refusal, set_visitor_token, visitor_token
+from durable_rpc.ui._sessions import COOKIE, Session, Sessions, new_session
 
 log = logging.getLogger("durable_rpc.ui")
 
@@ -73,15 +77,53 @@ class Ui:
             duration_text=_values.duration_text,
             quote=lambda text: quote(str(text), safe=""),
         )
-        self._namespaces: dict[str, tuple[float, list[str]]] = {}
+        self._shared: Session | None = None
+        #: Until when a visitor without a sign-in is sent to sign in without asking the
+        #: server again (it requires a key and the UI has no default key).
+        self._sign_in_needed_until = 0.0
+        self._shared_lock = asyncio.Lock()
 
     async def namespaces(self, session: Session) -> list[str]:
-        cached = self._namespaces.get(session.id)
+        cached = session.namespaces
         if cached is not None and time.monotonic() - cached[0] < NAMESPACES_TTL_S:
             return cached[1]
         names = await self.backend.namespaces(session)
-        self._namespaces[session.id] = (time.monotonic(), names)
+        session.namespaces = (time.monotonic(), names)
         return names
+
+    async def shared_session(self) -> Session | None:
+        """The session of every visitor who has not signed in: the default key's, or no
+        key's on a server without authentication (None: they must sign in)."""
+        async with self._shared_lock:
+            if self._shared is not None and not self._shared.closed:
+                return self._shared
+            if time.monotonic() < self._sign_in_needed_until:
+                return None
+            try:
+                required, caller, connection = await self.backend.identify(self.default_api_key)
+            except UnauthenticatedError:
+                return None
+            if required and not self.default_api_key:
+                await connection.close()
+                self._sign_in_needed_until = time.monotonic() + NAMESPACES_TTL_S
+                return None
+            self._shared = new_session(
+                self.default_api_key if required else None, caller, shared=True
+            )
+            self._shared.connection = connection
+            return self._shared
+
+    async def end(self, session: Session) -> None:
+        """Ends a session whose key the server no longer takes (or that signed out)."""
+        if session.shared:
+            await session.close()  # the next visitor identifies afresh
+        else:
+            await self.sessions.drop(session.id)
+
+    async def close(self) -> None:
+        await self.sessions.close()
+        if self._shared is not None:
+            await self._shared.close()
 
 
 @dataclass
@@ -92,6 +134,8 @@ class Page:
     request: Request
     session: Session
     namespace: str
+    #: The CSRF token this page's forms carry (the session's, or the visitor's).
+    csrf: str
 
     async def client(self) -> Client:
         return await self.ui.backend.client(self.session, self.namespace)
@@ -109,14 +153,14 @@ class Page:
         html = self.ui.templates.get_template(template).render(
             page=self,
             caller=self.session.caller,
-            csrf=self.session.csrf,
+            csrf=self.csrf,
             namespace=self.namespace,
             namespaces=namespaces,
             path=self.request.url.path,
             **context,
         )
         response = HTMLResponse(html, status_code=status)
-        _no_store(response)
+        no_store(response)
         return response
 
     async def error(self, exc: BaseException, status: int | None = None) -> HTMLResponse:
@@ -125,60 +169,85 @@ class Page:
         return await self.render("error.html", status=status, message=error_text(exc))
 
 
-def _no_store(response: Response) -> None:
+def no_store(response: Response) -> None:
     # Pages show run data a key may see: never kept by a shared cache or the back button.
     response.headers["Cache-Control"] = "no-store"
-    response.headers["X-Content-Type-Options"] = "nosniff"
-    response.headers["Referrer-Policy"] = "same-origin"
-    response.headers["X-Frame-Options"] = "DENY"
+
+
+#: Sent with every response of the UI, its sign-in page, redirects and errors included.
+SECURITY_HEADERS = {
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    # No page of the UI may be framed (clickjacking its sign-in or its actions).
+    "X-Frame-Options": "DENY",
     # Only this UI's own script runs: text from runs (ids, payloads, failures) is escaped
     # by the templates, and even a missed escape could not run a script. The timeline's
     # SVG carries its own <style>.
-    response.headers["Content-Security-Policy"] = (
+    "Content-Security-Policy": (
         "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
         "img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
-    )
+    ),
+}
+
+
+class SecurityHeaders:
+    """ASGI middleware adding ``SECURITY_HEADERS`` to every HTTP response."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                for name, value in SECURITY_HEADERS.items():
+                    headers[name] = value
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
 
 
 Handler = Callable[[Page], Awaitable[Response]]
 
 
 def page(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
-    """An endpoint behind the session: no session -> sign-in (or an auth-free session);
-    a POST without the session's CSRF token -> refused; a failed call -> said on the page."""
+    """An endpoint behind the session: no session -> the shared session of visitors who
+    need no sign-in, else sign-in; a POST that fails the CSRF checks (``_csrf``) ->
+    refused; a failed call -> said on the page."""
 
     @functools.wraps(handler)
     async def endpoint(request: Request) -> Response:
         ui: Ui = request.app.state.ui
         session = await ui.sessions.get(request.cookies.get(COOKIE))
-        fresh = False
         if session is None:
             try:
-                session = await start_session(ui, ui.default_api_key)
-            except UnauthenticatedError:
-                session = None
+                session = await ui.shared_session()
             except DurableRpcError as exc:
                 return plain_error(ui, error_text(exc), 503)
             if session is None:
                 return RedirectResponse(f"/signin?next={quote(_here(request))}", 303)
-            fresh = True
+        visitor = visitor_token(request) if session.shared else None
+        new_visitor = session.shared and visitor is None
+        expected = session.csrf if not session.shared else visitor
         namespace = request.path_params.get("namespace") or (session.caller.namespace or "default")
-        current = Page(ui, request, session, namespace)
+        current = Page(ui, request, session, namespace, expected or new_token())
         if request.method == "POST":
             form = await request.form()
-            token = form.get("csrf")
-            if fresh or not session.csrf_ok(token if isinstance(token, str) else None):
-                return await current.render(
-                    "error.html",
-                    status=403,
-                    message="the form was stale or not sent by this UI (CSRF check failed):"
-                    " reload the page and try again",
-                )
+            refused = refusal(request, form.get("csrf"), expected)
+            if refused is not None:
+                response: Response = await current.render("error.html", status=403, message=refused)
+                if new_visitor:
+                    set_visitor_token(response, current.csrf, secure=ui.secure_cookies)
+                return response
         try:
             response = await handler(current)
         except UnauthenticatedError as exc:
             # A revoked or expired key: sign in again.
-            await ui.sessions.drop(session.id)
+            await ui.end(session)
             response = RedirectResponse(
                 f"/signin?next={quote(_here(request))}&why={quote(exc.message)}", 303
             )
@@ -193,19 +262,21 @@ def page(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
             response = await current.render(
                 "error.html", status=500, message=error_text(RuntimeError())
             )
-        if fresh:
-            set_cookie(ui, response, session)
+        if new_visitor:
+            set_visitor_token(response, current.csrf, secure=ui.secure_cookies)
         return response
 
     return endpoint
 
 
-async def start_session(ui: Ui, api_key: str | None) -> Session | None:
-    """A session for ``api_key`` (None: only if the server needs no key)."""
-    required, caller = await ui.backend.identify(api_key)
-    if required and not api_key:
-        return None
-    return ui.sessions.new(api_key if required else None, caller)
+async def sign_in(ui: Ui, api_key: str) -> Session:
+    """A new session for ``api_key`` (raises UnauthenticatedError for a key the server
+    refuses); it keeps the connection its key was checked on."""
+    required, caller, connection = await ui.backend.identify(api_key)
+    session = new_session(api_key if required else None, caller)
+    session.connection = connection
+    await ui.sessions.add(session)
+    return session
 
 
 def set_cookie(ui: Ui, response: Response, session: Session) -> None:
@@ -223,13 +294,19 @@ def plain_error(ui: Ui, message: str, status: int) -> HTMLResponse:
     """An error page for a visitor without a session (no navigation)."""
     html = ui.templates.get_template("bare_error.html").render(message=message)
     response = HTMLResponse(html, status_code=status)
-    _no_store(response)
+    no_store(response)
     return response
 
 
 def _here(request: Request) -> str:
     query = f"?{request.url.query}" if request.url.query and request.method == "GET" else ""
     return request.url.path + query if request.method == "GET" else "/"
+
+
+def run_path(namespace: str, workflow_id: str) -> str:
+    """The path of a run's page. Each part is quoted whole: a workflow id may hold ``/``,
+    spaces, ``?`` or ``#``."""
+    return f"/n/{quote(namespace, safe='')}/runs/{quote(workflow_id, safe='')}"
 
 
 def safe_next(target: str | None) -> str:
