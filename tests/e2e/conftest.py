@@ -1,7 +1,10 @@
-"""Real processes over real sockets: a server process on a SQLite file, worker processes.
+"""Real processes over real sockets: a server process on a SQLite file (or a PostgreSQL
+database), worker processes.
 
 `ServerProcess` runs `durable-rpc server` exactly as a user would; tests SIGKILL and
-restart it on the same database file and port.
+restart it on the same database and port. A test (or module) marked ``also_on_postgres``
+runs twice, its server on SQLite (id ``sqlite``) and on a fresh PostgreSQL database of the
+test cluster (id ``postgres``): see tests/conftest.py.
 """
 
 from __future__ import annotations
@@ -59,9 +62,16 @@ async def eventually(
 
 class ServerProcess:
     def __init__(
-        self, db_path: Path, log_path: Path, *extra: str, listen_host: str = "127.0.0.1"
+        self,
+        db_path: Path,
+        log_path: Path,
+        *extra: str,
+        listen_host: str = "127.0.0.1",
+        db_url: str | None = None,
     ) -> None:
+        #: The SQLite file (unused when ``db_url`` names another database).
         self.db_path = db_path
+        self.db_url = db_url or f"sqlite:///{db_path}"
         self.log_path = log_path
         self.port = free_port()
         # Clients (and the health check) always come over loopback.
@@ -79,7 +89,7 @@ class ServerProcess:
                 "durable_rpc.cli",
                 "server",
                 "--db",
-                f"sqlite:///{self.db_path}",
+                self.db_url,
                 "--listen",
                 self.listen,
                 "--workflow-task-lease",
@@ -135,8 +145,8 @@ class ServerProcess:
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[ServerProcess]:
-    proc = ServerProcess(tmp_path / "durable.db", tmp_path / "server.log")
+def server(tmp_path: Path, server_db_url: str) -> Iterator[ServerProcess]:
+    proc = ServerProcess(tmp_path / "durable.db", tmp_path / "server.log", db_url=server_db_url)
     proc.start()
     yield proc
     proc.stop()

@@ -1,4 +1,5 @@
-"""The engine end to end: a real server process, real sockets, a real SQLite file."""
+"""The engine end to end: a real server process, real sockets, a real SQLite file (and,
+for the tests marked ``also_on_postgres``, a real PostgreSQL database)."""
 
 from __future__ import annotations
 
@@ -46,6 +47,7 @@ def kinds(events: list) -> list[str]:  # type: ignore[type-arg]
     return [e.WhichOneof("attributes") for e in events]
 
 
+@pytest.mark.also_on_postgres
 async def test_worker_sigkill_after_first_activity_resumes_without_rerunning_it(
     server: ServerProcess,
     client: Client,
@@ -96,6 +98,7 @@ async def test_side_effect_value_survives_a_worker_sigkill_and_runs_once(
     assert scheduled == [2], "the patch marker takes no seq"
 
 
+@pytest.mark.also_on_postgres
 async def test_server_sigkill_mid_run_loses_nothing(
     server: ServerProcess, spawn_worker: Callable[..., WorkerProcess], test_log: Path
 ) -> None:
@@ -122,6 +125,7 @@ async def _has_event(handle: WorkflowHandle, kind: str) -> bool:
     return kind in kinds(await handle.history())
 
 
+@pytest.mark.also_on_postgres
 async def test_timer_survives_restart_and_fires_once(
     server: ServerProcess, client: Client, spawn_worker: Callable[..., WorkerProcess]
 ) -> None:
@@ -142,6 +146,7 @@ async def test_timer_survives_restart_and_fires_once(
         await c2.close()
 
 
+@pytest.mark.also_on_postgres
 async def test_signals_are_deduplicated_by_request_id(
     server: ServerProcess, client: Client, spawn_worker: Callable[..., WorkerProcess]
 ) -> None:
@@ -156,6 +161,7 @@ async def test_signals_are_deduplicated_by_request_id(
     assert kinds(await handle.history()).count("signal_received") == 3
 
 
+@pytest.mark.also_on_postgres
 async def test_non_idempotent_activity_fails_closed_when_its_worker_dies(
     server: ServerProcess,
     client: Client,
@@ -176,6 +182,7 @@ async def test_non_idempotent_activity_fails_closed_when_its_worker_dies(
     assert failed[0].failure.type == "AmbiguousEffectError"
 
 
+@pytest.mark.also_on_postgres
 async def test_stale_lease_gets_lease_lost_and_changes_nothing(
     server: ServerProcess, client: Client
 ) -> None:
@@ -320,6 +327,7 @@ async def test_bad_input_gets_clear_statuses_and_changes_nothing(
     assert [r async for r in client.list_workflows()] == []
 
 
+@pytest.mark.also_on_postgres
 async def test_start_is_idempotent_by_request_id(server: ServerProcess, client: Client) -> None:
     h1 = await client.start_workflow("T", id="idem-1", task_queue="q", request_id="req-1")
     h2 = await client.start_workflow("T", id="idem-1", task_queue="q", request_id="req-1")
@@ -369,6 +377,7 @@ async def test_graceful_sigterm_exits_zero(server: ServerProcess) -> None:
     assert server.db_path.stat().st_size > 0
 
 
+@pytest.mark.also_on_postgres
 async def test_many_concurrent_workflows_complete(server: ServerProcess, client: Client) -> None:
     q = queue()
     async with Worker(

@@ -1,5 +1,6 @@
 """Direct dispatch: a start hands its run's first workflow task to a waiting poll, claimed
-in the starting transaction. An in-process server on a real SQLite file and socket."""
+in the starting transaction. An in-process server on a real SQLite file (or PostgreSQL
+database) and socket."""
 
 from __future__ import annotations
 
@@ -23,10 +24,8 @@ KEY = ("default", "q", "workflow")
 
 
 @pytest.fixture
-async def server(tmp_path: Path) -> AsyncIterator[Server]:
-    config = ServerConfig(
-        db_url=f"sqlite:///{tmp_path / 'handoff.db'}", listen="127.0.0.1:0", poll_timeout_s=10
-    )
+async def server(server_db_url: str) -> AsyncIterator[Server]:
+    config = ServerConfig(db_url=server_db_url, listen="127.0.0.1:0", poll_timeout_s=10)
     running = Server(config)
     await running.start()
     yield running
@@ -107,6 +106,7 @@ async def test_a_waiting_poll_gets_the_new_run_without_a_claim_of_its_own(
         await client.worker_service.CompleteWorkflowTask(done)
 
 
+@pytest.mark.also_on_postgres
 async def test_a_duplicate_start_hands_nothing_and_the_poll_keeps_waiting(
     server: Server,
 ) -> None:

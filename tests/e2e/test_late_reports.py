@@ -71,6 +71,7 @@ async def test_a_report_made_during_a_server_outage_lands_after_the_restart(
         await client.close()
 
 
+@pytest.mark.also_on_postgres
 async def test_a_worker_paused_past_its_leases_reports_once_continued(
     server: ServerProcess,
     client: Client,

@@ -141,6 +141,15 @@ def require_cluster() -> Cluster:
     return found
 
 
+def require_variant_cluster() -> Cluster:
+    """The test cluster for the PostgreSQL variant of a test that also runs on SQLite:
+    skipped without ``DURABLE_RPC_TEST_PG_URL`` (no cluster is started for it), except in
+    CI, where PostgreSQL must be there."""
+    if not available():
+        pytest.skip(f"set {URL_ENV} to run the PostgreSQL variant")
+    return require_cluster()
+
+
 def available() -> bool:
     """Whether the PostgreSQL half of the store suite should run."""
     return bool(os.environ.get(URL_ENV)) or in_ci()

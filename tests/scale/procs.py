@@ -6,8 +6,6 @@ would behind a DNS name with one record per replica in production."""
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -16,39 +14,14 @@ from durable_rpc.client import WorkflowHandle
 from durable_rpc.errors import StoreUnavailableError
 from durable_rpc.store import Store
 from durable_rpc.v1 import history_pb2
-from tests.e2e.conftest import ROOT, ServerProcess
+from tests.e2e.conftest import ServerProcess
 
 
 class PgServerProcess(ServerProcess):
     """`durable-rpc server --db postgresql://...`, restartable on the same port."""
 
     def __init__(self, db_url: str, log_path: Path, *extra: str) -> None:
-        super().__init__(log_path.with_suffix(".unused"), log_path, *extra)
-        self.db_url = db_url
-
-    def start(self) -> None:
-        with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "durable_rpc.cli",
-                    "server",
-                    "--db",
-                    self.db_url,
-                    "--listen",
-                    self.address,
-                    "--workflow-task-lease",
-                    "2",
-                    "--poll-timeout",
-                    "5",
-                    *self.extra,
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=ROOT,
-            )
-        self.wait_healthy()
+        super().__init__(log_path.with_suffix(".unused"), log_path, *extra, db_url=db_url)
 
 
 def target(*replicas: ServerProcess) -> str:

@@ -1,5 +1,7 @@
 """A server process with authentication on (and, for some tests, TLS), bootstrapped as an
-operator would: the first admin key made offline with ``durable-rpc token create --db``."""
+operator would: the first admin key made offline with ``durable-rpc token create --db``.
+Its database is ``server_db_url``'s (tests/conftest.py): SQLite, and PostgreSQL too for
+tests marked ``also_on_postgres``."""
 
 from __future__ import annotations
 
@@ -20,9 +22,10 @@ NS_B = "team-b"
 
 
 class AuthServer(ServerProcess):
-    """``durable-rpc server --auth`` on a SQLite file; with ``tls_ca`` the health check
-    that waits for it to start goes over TLS (the server's extra args carry the cert),
-    with ``tls_client`` as its client certificate for an mTLS server."""
+    """``durable-rpc server --auth`` on a SQLite file (or ``db_url``'s database); with
+    ``tls_ca`` the health check that waits for it to start goes over TLS (the server's
+    extra args carry the cert), with ``tls_client`` as its client certificate for an mTLS
+    server."""
 
     def __init__(
         self,
@@ -31,12 +34,12 @@ class AuthServer(ServerProcess):
         *extra: str,
         tls_ca: Path | None = None,
         tls_client: tuple[Path, Path] | None = None,
+        db_url: str | None = None,
     ):
-        super().__init__(db_path, log_path, "--auth", *extra)
+        super().__init__(db_path, log_path, "--auth", *extra, db_url=db_url)
         self.tls_ca = tls_ca
         #: (certificate, key) this test's client presents to an mTLS server.
         self.tls_client = tls_client
-        self.db_url = f"sqlite:///{db_path}"
 
     def health_channel(self) -> grpc.Channel:
         if self.tls_ca is None:
@@ -71,10 +74,9 @@ class Keys:
 
 
 @pytest.fixture
-def auth_server(tmp_path: Path) -> Iterator[AuthServer]:
-    db = tmp_path / "durable.db"
-    root = bootstrap_admin_key(f"sqlite:///{db}")
-    server = AuthServer(db, tmp_path / "server.log")
+def auth_server(tmp_path: Path, server_db_url: str) -> Iterator[AuthServer]:
+    root = bootstrap_admin_key(server_db_url)
+    server = AuthServer(tmp_path / "durable.db", tmp_path / "server.log", db_url=server_db_url)
     server.root_key = root  # type: ignore[attr-defined]
     server.start()
     yield server

@@ -1,18 +1,20 @@
 """Every RPC of every service, for every kind of caller: the expected code and reason for
-each, and no state change on any refusal (real server process, real socket)."""
+each, and no state change on any refusal (real server process, real socket; the full
+matrix on SQLite and on PostgreSQL)."""
 
 from __future__ import annotations
 
 import hashlib
 import sqlite3
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import grpc
+import psycopg
 import pytest
 from google.protobuf import message_factory
 from google.protobuf.message import Message
+from psycopg import sql
 
 from durable_rpc import Client, payload
 from durable_rpc._rpc_status import from_rpc_error
@@ -155,23 +157,46 @@ def call(
         return grpc.StatusCode.OK
 
 
-def database_digest(db: Path) -> str:
-    """Every table's rows, in order: any refused call that wrote anything changes this."""
-    connection = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    try:
-        digest = hashlib.sha256()
-        tables = connection.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name"
+def database_digest(db_url: str) -> str:
+    """Every table's rows: any refused call that wrote anything changes this. Rows are
+    compared as a sorted list, so the digest does not depend on a scan's order."""
+    digest = hashlib.sha256()
+    for table, rows in sorted(_tables(db_url).items()):
+        digest.update(table.encode())
+        for row in sorted(repr(row) for row in rows):
+            digest.update(row.encode())
+    return digest.hexdigest()
+
+
+def _tables(db_url: str) -> dict[str, list[tuple[Any, ...]]]:
+    """{table: its rows} of the server's database, read without writing."""
+    if db_url.startswith("sqlite:///"):
+        path = db_url.removeprefix("sqlite:///")
+        connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            names = connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            return {
+                name: connection.execute(f'SELECT * FROM "{name}"').fetchall()
+                for (name,) in names.fetchall()
+            }
+        finally:
+            connection.close()
+    with psycopg.connect(db_url) as conn:
+        conn.read_only = True
+        names = conn.execute(
+            "SELECT table_schema, table_name FROM information_schema.tables"
+            " WHERE table_type = 'BASE TABLE'"
+            " AND table_schema NOT IN ('pg_catalog', 'information_schema')"
         ).fetchall()
-        for (table,) in tables:
-            digest.update(table.encode())
-            for row in connection.execute(f"SELECT * FROM {table} ORDER BY rowid"):
-                digest.update(repr(row).encode())
-        return digest.hexdigest()
-    finally:
-        connection.close()
+        return {
+            f"{schema}.{name}": conn.execute(
+                sql.SQL("SELECT * FROM {}").format(sql.Identifier(schema, name))
+            ).fetchall()
+            for schema, name in names
+        }
 
 
+@pytest.mark.also_on_postgres
 async def test_every_rpc_for_every_caller(auth_server: AuthServer, keys: Keys) -> None:
     async with await Client.connect(
         auth_server.address, namespace=NS_A, api_key=keys.client
@@ -188,7 +213,7 @@ async def test_every_rpc_for_every_caller(auth_server: AuthServer, keys: Keys) -
     let_through = [c for c in cases if allowed(c[0].name, c[1].name, c[2])]
     assert len(cases) == sum(len(s.methods) for s in SERVICES) * len(CALLERS)
 
-    before = database_digest(auth_server.db_path)
+    before = database_digest(auth_server.db_url)
     for index, (service, method, caller) in enumerate(refused):
         code = call(
             auth_server.address,
@@ -203,7 +228,7 @@ async def test_every_rpc_for_every_caller(auth_server: AuthServer, keys: Keys) -
             else grpc.StatusCode.PERMISSION_DENIED
         )
         assert code == expected, (service.name, method.name, caller, code)
-    assert database_digest(auth_server.db_path) == before, "a refused call changed state"
+    assert database_digest(auth_server.db_url) == before, "a refused call changed state"
 
     for index, (service, method, caller) in enumerate(let_through):
         code = call(
@@ -218,7 +243,7 @@ async def test_every_rpc_for_every_caller(auth_server: AuthServer, keys: Keys) -
             grpc.StatusCode.PERMISSION_DENIED,
         ), (service.name, method.name, caller, code)
     # The let-through half did reach the store (the refused half could have too).
-    assert database_digest(auth_server.db_path) != before
+    assert database_digest(auth_server.db_url) != before
     print(f"matrix: {len(cases)} calls, {len(refused)} refused, {len(let_through)} let through")
 
 

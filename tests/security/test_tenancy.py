@@ -1,5 +1,5 @@
 """Namespaces as tenants, and leases bound to the key that claimed them (real server
-process, real socket)."""
+process on SQLite and on PostgreSQL, real socket)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from durable_rpc.v1 import admin_service_pb2 as admin_pb
 from durable_rpc.v1 import payload_pb2, service_pb2, workflow_task_pb2
 from tests.security.conftest import NS_A, NS_B, AuthServer, Keys, make_key
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.also_on_postgres]
 
 
 def _result(value: object) -> workflow_task_pb2.Command:
@@ -138,8 +138,8 @@ def test_the_secret_never_reaches_a_log_or_a_listing(auth_server: AuthServer, ke
 async def test_an_offline_revocation_by_another_process_holds_within_a_probe(
     auth_server: AuthServer, keys: Keys
 ) -> None:
-    """`token revoke --db` beside a running SQLite server: the server's writer sees the
-    other process's commit (data_version) and drops its cached keys."""
+    """`token revoke --db` beside a running server: the server sees the other process's
+    commit (SQLite: data_version; PostgreSQL: the key NOTIFY) and drops its cached keys."""
     import time
 
     from tests.cli_process import checked, run_cli_async
