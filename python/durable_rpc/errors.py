@@ -226,6 +226,19 @@ class InvalidRateLimitError(InvalidArgumentError):
     reason = "INVALID_RATE_LIMIT"
 
 
+class QueryTooLargeError(InvalidArgumentError):
+    """A list query (ListWorkflows, CountWorkflows, BatchWorkflows) longer than the
+    server parses (32 KiB of UTF-8)."""
+
+    reason = "QUERY_TOO_LARGE"
+
+
+class QueryTooComplexError(InvalidArgumentError):
+    """A list query that ANDs more comparisons than the server accepts (20)."""
+
+    reason = "QUERY_TOO_COMPLEX"
+
+
 class InvalidSessionOptionsError(InvalidArgumentError):
     """Worker-session options out of range: ttl <= 0, lease <= 0 or past the ttl, a
     negative activity concurrency, an empty or overlong id or requirement."""
@@ -362,6 +375,8 @@ STATUS_BY_REASON: dict[str, grpc.StatusCode] = {
     SignalNotDeclaredError.reason: grpc.StatusCode.FAILED_PRECONDITION,
     InvalidRateLimitError.reason: grpc.StatusCode.INVALID_ARGUMENT,
     StreamBatchTooLargeError.reason: grpc.StatusCode.INVALID_ARGUMENT,
+    QueryTooLargeError.reason: grpc.StatusCode.INVALID_ARGUMENT,
+    QueryTooComplexError.reason: grpc.StatusCode.INVALID_ARGUMENT,
     PayloadCodecError.reason: grpc.StatusCode.DATA_LOSS,
     PayloadCodecMissingError.reason: grpc.StatusCode.FAILED_PRECONDITION,
     PayloadKeyUnknownError.reason: grpc.StatusCode.FAILED_PRECONDITION,
@@ -408,6 +423,8 @@ ERROR_BY_REASON: dict[str, type[DurableRpcError]] = {
         SignalNotDeclaredError,
         InvalidRateLimitError,
         StreamBatchTooLargeError,
+        QueryTooLargeError,
+        QueryTooComplexError,
         PayloadCodecError,
         PayloadCodecMissingError,
         PayloadKeyUnknownError,

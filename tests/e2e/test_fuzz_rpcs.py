@@ -2,7 +2,9 @@
 
 The RPCs are enumerated from the descriptors of every durable_rpc.v1 proto file (the
 services the server lists through reflection): a new RPC is fuzzed without touching
-this file. Each example sends every RPC one request, concurrently, over a real socket:
+this file. It runs twice: against a server without authentication, and against one with
+``--auth`` called with the cluster admin key (every handler is reached, past the key
+check). Each example sends every RPC one request, concurrently, over a real socket:
 a message of random field values built from its descriptor (huge and control-character
 strings, out-of-range numbers, unknown enum values, non-finite doubles, foreign bytes),
 the serialization of one mutated at the byte level, or random bytes. No answer may be
@@ -13,6 +15,7 @@ server stays healthy with no traceback in its log.
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
 import sys
 from collections.abc import Iterator
@@ -21,7 +24,7 @@ from typing import Any
 
 import grpc
 import pytest
-from google.protobuf import message_factory
+from google.protobuf import duration_pb2, message_factory
 from google.protobuf.descriptor import Descriptor, FieldDescriptor, MethodDescriptor
 from google.protobuf.message import Message
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -32,14 +35,18 @@ from hypothesis import strategies as st
 import durable_rpc.v1
 from durable_rpc import payload
 from durable_rpc._rpc_status import reason_of
-from durable_rpc.v1 import payload_pb2, service_pb2
+from durable_rpc.v1 import payload_pb2, service_pb2, session_service_pb2
 from tests.e2e.conftest import ROOT, ServerProcess
+from tests.security.conftest import AuthServer, bootstrap_admin_key
 
 # Long polls answer "nothing" after the server's poll timeout; calls that wait longer
 # (a result, an update, a query of the seeded run) end at this client deadline, which
 # is fine: DEADLINE_EXCEEDED is the client's own status.
 DEADLINE_S = 0.6
 POLL_TIMEOUT_S = "0.3"
+#: Examples per server mode: each sends every RPC one request. A longer local hunt:
+#: DURABLE_RPC_FUZZ_EXAMPLES=1000.
+EXAMPLES = int(os.environ.get("DURABLE_RPC_FUZZ_EXAMPLES", "30"))
 
 # Every service of every durable_rpc.v1 proto file, and grpc's health service.
 OUR_SERVICES = [
@@ -70,8 +77,21 @@ def _class(descriptor: Descriptor) -> type[Message]:
     return message_factory.GetMessageClass(descriptor)
 
 
+#: Seconds at the ends of what the API accepts: the last second of year 9999 (the
+#: latest Timestamp) and the longest Duration (10,000 years). A duration between the two
+#: added to now no longer fits a Timestamp.
+TIME_EDGES = (253_402_300_799, 315_576_000_000)
+
+
+#: Durations the API accepts that no time from now on fits a Timestamp: often drawn for
+#: a Duration field (a timeout, a lifetime, a TTL), where random seconds are rarely in
+#: that window.
+LONGEST_DURATIONS_OF = duration_pb2.Duration.DESCRIPTOR.full_name
+LONGEST_DURATIONS = st.sampled_from(TIME_EDGES).map(lambda s: duration_pb2.Duration(seconds=s))
+
+
 def _ints(lo: int, hi: int) -> st.SearchStrategy[int]:
-    edges = [v for v in (lo, hi, -1, 0, 1, 2, 2**31 - 1, 2**53) if lo <= v <= hi]
+    edges = [v for v in (lo, hi, -1, 0, 1, 2, 2**31 - 1, 2**53, *TIME_EDGES) if lo <= v <= hi]
     return st.one_of(st.sampled_from(edges), st.integers(lo, hi))
 
 
@@ -96,6 +116,8 @@ PLAIN_BYTES = st.sampled_from([*FRAMES, b"1", b"2", b""])
 PLAIN_IDENTIFIERS: dict[str, st.SearchStrategy[Any]] = {
     "namespace": st.sampled_from(["default", ""]),
     "workflow_id": st.sampled_from([WORKFLOW_ID, "fuzz-other"]),
+    # Empty: the workflow's latest run (the fresh one each example starts).
+    "run_id": st.just(""),
     "task_queue": st.just(QUEUE),
     "worker_id": st.just(WORKER),
     "workflow_type": st.just("Fuzz"),
@@ -172,6 +194,8 @@ def _value(field: FieldDescriptor, hostile: bool, depth: int) -> st.SearchStrate
         if field.message_type.full_name == payload_pb2.Payload.DESCRIPTOR.full_name:
             valid = st.sampled_from(FRAMES).map(lambda data: payload_pb2.Payload(data=data))
             return st.one_of(valid, messages(field.message_type, hostile, depth))
+        if hostile and field.message_type.full_name == LONGEST_DURATIONS_OF:
+            return st.one_of(LONGEST_DURATIONS, messages(field.message_type, hostile, depth))
         return st.deferred(lambda: messages(field.message_type, hostile, depth))
     return _scalar(field, hostile)
 
@@ -195,6 +219,8 @@ def _bad_value(field: FieldDescriptor, depth: int) -> st.SearchStrategy[Any]:
         return st.dictionaries(key, value, min_size=1, max_size=1)
     if field.type == FieldDescriptor.TYPE_MESSAGE:
         item: st.SearchStrategy[Any] = st.deferred(lambda: one_bad(field.message_type, depth))
+        if field.message_type.full_name == LONGEST_DURATIONS_OF:
+            item = st.one_of(LONGEST_DURATIONS, item)
     else:
         item = _scalar(field, hostile=True)
     if field.label == FieldDescriptor.LABEL_REPEATED:
@@ -268,9 +294,10 @@ def request_bytes(method: MethodDescriptor) -> st.SearchStrategy[bytes]:
 
 
 PATHS = {f"/{m.containing_service.full_name}/{m.name}": m for m in METHODS}
+Metadata = tuple[tuple[str, str], ...]
 
 
-def served_services(channel: grpc.Channel) -> set[str]:
+def served_services(channel: grpc.Channel, metadata: Metadata) -> set[str]:
     """What the server lists through reflection: a service defined in the protos but not
     registered yet (work in progress) is not an RPC anyone can call."""
     info = channel.stream_stream(
@@ -279,7 +306,7 @@ def served_services(channel: grpc.Channel) -> set[str]:
         response_deserializer=reflection_pb2.ServerReflectionResponse.FromString,
     )
     request = reflection_pb2.ServerReflectionRequest(list_services="")
-    (reply,) = list(info(iter([request]), timeout=10))
+    (reply,) = list(info(iter([request]), timeout=10, metadata=metadata))
     return {service.name for service in reply.list_services_response.service}
 
 
@@ -291,30 +318,61 @@ def _server_paths(tmp_path: Path) -> list[str]:
     return [str(ROOT), str(tmp_path), sys.prefix, str(Path.home())]
 
 
-@pytest.fixture
-def fuzz_server(tmp_path: Path) -> Iterator[ServerProcess]:
-    proc = ServerProcess(
-        tmp_path / "durable.db", tmp_path / "server.log", "--poll-timeout", POLL_TIMEOUT_S
-    )
+@pytest.fixture(params=["open", "admin-key"])
+def fuzz_server(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[tuple[ServerProcess, Metadata]]:
+    """A server and the metadata its calls carry: none without authentication, the
+    cluster admin key (made offline, as an operator bootstraps one) with ``--auth``."""
+    db = tmp_path / "durable.db"
+    log = tmp_path / "server.log"
+    if request.param == "open":
+        proc = ServerProcess(db, log, "--poll-timeout", POLL_TIMEOUT_S)
+        metadata: Metadata = ()
+    else:
+        root = bootstrap_admin_key(f"sqlite:///{db}")
+        proc = AuthServer(db, log, "--poll-timeout", POLL_TIMEOUT_S)
+        metadata = (("authorization", f"Bearer {root}"),)
     proc.start()
-    yield proc
+    yield proc, metadata
     proc.stop()
 
 
-def _seed(channel: grpc.Channel) -> None:
-    """A run, a registered worker and a leased workflow task, so mutations of real
-    requests reach past NOT_FOUND into the handlers' deeper paths."""
+def _fresh_run(channel: grpc.Channel, metadata: Metadata) -> None:
+    """A new open run of the seeded workflow id, nothing requested of it yet: one
+    example's cancel or terminate must not leave the next one only "not running"
+    answers (or a cancellation already requested) for the run's deeper paths."""
+    terminate = channel.unary_unary(
+        "/durable_rpc.v1.WorkflowService/TerminateWorkflow",
+        request_serializer=lambda m: m.SerializeToString(),
+        response_deserializer=service_pb2.TerminateWorkflowResponse.FromString,
+    )
     start = channel.unary_unary(
         "/durable_rpc.v1.WorkflowService/StartWorkflow",
         request_serializer=lambda m: m.SerializeToString(),
         response_deserializer=service_pb2.StartWorkflowResponse.FromString,
     )
-    start(
-        service_pb2.StartWorkflowRequest(
-            workflow_id=WORKFLOW_ID, workflow_type="Fuzz", task_queue=QUEUE
+    calls: list[tuple[Any, Message]] = [
+        (terminate, service_pb2.TerminateWorkflowRequest(workflow_id=WORKFLOW_ID)),
+        (
+            start,
+            service_pb2.StartWorkflowRequest(
+                workflow_id=WORKFLOW_ID, workflow_type="Fuzz", task_queue=QUEUE
+            ),
         ),
-        timeout=10,
-    )
+    ]
+    for call, request in calls:
+        try:
+            call(request, timeout=10, metadata=metadata)
+        except grpc.RpcError as exc:
+            # No open run to terminate; or earlier fuzzed calls made starts refused (an
+            # admission policy, a removed definition...): the example runs without.
+            assert exc.code() not in (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN), exc
+
+
+def _seed(channel: grpc.Channel, metadata: Metadata) -> None:
+    """A registered worker (with session slots), so mutations of real requests reach
+    past NOT_FOUND into the handlers' deeper paths (each example gets a fresh run)."""
     register = channel.unary_unary(
         "/durable_rpc.v1.WorkerService/RegisterWorker",
         request_serializer=lambda m: m.SerializeToString(),
@@ -328,6 +386,19 @@ def _seed(channel: grpc.Channel) -> None:
             activities=["x"],
         ),
         timeout=10,
+        metadata=metadata,
+    )
+    register_sessions = channel.unary_unary(
+        "/durable_rpc.v1.WorkerSessionService/RegisterWorkerSessions",
+        request_serializer=lambda m: m.SerializeToString(),
+        response_deserializer=session_service_pb2.RegisterWorkerSessionsResponse.FromString,
+    )
+    register_sessions(
+        session_service_pb2.RegisterWorkerSessionsRequest(
+            worker_id=WORKER, max_concurrent_worker_sessions=1000
+        ),
+        timeout=10,
+        metadata=metadata,
     )
 
 
@@ -342,14 +413,15 @@ def _drain(stream: Any) -> grpc.RpcError | None:
 
 
 def test_every_rpc_answers_fuzzed_input_without_internal_errors(
-    fuzz_server: ServerProcess, tmp_path: Path
+    fuzz_server: tuple[ServerProcess, Metadata], tmp_path: Path
 ) -> None:
+    server, metadata = fuzz_server
     answered: dict[str, set[grpc.StatusCode]] = {}
     examples: list[int] = []
     server_paths = _server_paths(tmp_path)
-    with grpc.insecure_channel(fuzz_server.address) as channel:
-        _seed(channel)
-        served = served_services(channel)
+    with grpc.insecure_channel(server.address) as channel:
+        _seed(channel, metadata)
+        served = served_services(channel, metadata)
         assert {"durable_rpc.v1.WorkflowService", "durable_rpc.v1.WorkerService"} <= served
         stubs = {
             path: (channel.unary_stream if method.server_streaming else channel.unary_unary)(
@@ -360,7 +432,7 @@ def test_every_rpc_answers_fuzzed_input_without_internal_errors(
         }
 
         @settings(
-            max_examples=60,
+            max_examples=EXAMPLES,
             deadline=None,
             database=None,
             # No explain phase: its tracing makes a failing run take minutes.
@@ -375,21 +447,28 @@ def test_every_rpc_answers_fuzzed_input_without_internal_errors(
         @given(st.fixed_dictionaries({path: request_bytes(PATHS[path]) for path in stubs}))
         def fuzz(requests: dict[str, bytes]) -> None:
             examples.append(1)
+            _fresh_run(channel, metadata)
+            # Every call is under way before any answer is read (a stream starts when
+            # it is made), so an example takes one deadline at most.
             calls = {
-                path: stubs[path].future(raw, timeout=DEADLINE_S)
+                path: (stubs[path] if PATHS[path].server_streaming else stubs[path].future)(
+                    raw, timeout=DEADLINE_S, metadata=metadata
+                )
                 for path, raw in requests.items()
-                if not PATHS[path].server_streaming
             }
-            errors = {path: call.exception() for path, call in calls.items()}
-            for path, raw in requests.items():
-                if PATHS[path].server_streaming:
-                    errors[path] = _drain(stubs[path](raw, timeout=DEADLINE_S))
+            errors = {
+                path: _drain(call) if PATHS[path].server_streaming else call.exception()
+                for path, call in calls.items()
+            }
             for path, error in errors.items():
                 code = grpc.StatusCode.OK if error is None else error.code()
                 answered.setdefault(path, set()).add(code)
                 if error is None or code == grpc.StatusCode.DEADLINE_EXCEEDED:
                     continue
                 details = error.details() or ""
+                # The admin key passes every key check: a refusal would leave the
+                # handler behind it unfuzzed.
+                assert not (metadata and code == grpc.StatusCode.UNAUTHENTICATED), (path, details)
                 assert code not in (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN), (
                     path,
                     code,
@@ -402,13 +481,13 @@ def test_every_rpc_answers_fuzzed_input_without_internal_errors(
                     assert server_path not in details, (path, details)
 
         fuzz()
-        assert len(examples) >= 60
+        assert len(examples) >= EXAMPLES
         # Every RPC answered at least once with its own status (not only our deadline).
         for path in stubs:
             assert answered.get(path, set()) - {grpc.StatusCode.DEADLINE_EXCEEDED}, path
         health = health_pb2_grpc.HealthStub(channel)
         reply = health.Check(health_pb2.HealthCheckRequest(), timeout=5)
         assert reply.status == health_pb2.HealthCheckResponse.SERVING
-    log = fuzz_server.log_path.read_text()
+    log = server.log_path.read_text()
     assert "Traceback" not in log, log[-4000:]
     assert "unexpected error" not in log, log[-4000:]

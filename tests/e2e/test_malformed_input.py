@@ -13,8 +13,16 @@ from google.protobuf import duration_pb2, timestamp_pb2
 from google.protobuf.message import Message
 
 from durable_rpc._rpc_status import reason_of
-from durable_rpc.server._validate import MAX_IDENTIFIER_BYTES
-from durable_rpc.v1 import payload_pb2, service_pb2
+from durable_rpc.server._validate import MAX_CLEANUP_TIMEOUT_MS, MAX_IDENTIFIER_BYTES
+from durable_rpc.store._session_options import MAX_SESSION_TTL_SECONDS
+from durable_rpc.v1 import (
+    options_pb2,
+    payload_pb2,
+    service_pb2,
+    service_pb2_grpc,
+    session_service_pb2,
+    session_service_pb2_grpc,
+)
 from tests.e2e.conftest import ServerProcess
 
 
@@ -144,4 +152,70 @@ def test_non_finite_double(server: ServerProcess) -> None:
     request.search_attributes.indexed_fields["score"].double_value = float("nan")
     details = assert_invalid(call(server, "StartWorkflow", request))
     assert "double_value" in details
+    assert_no_traceback(server)
+
+
+@pytest.mark.parametrize("seconds", [315_576_000_000, MAX_CLEANUP_TIMEOUT_MS // 1000 + 1])
+def test_cleanup_timeout_past_the_longest_is_refused(server: ServerProcess, seconds: int) -> None:
+    """A cleanup deadline is recorded as a Timestamp (which ends at the year 9999): the
+    longest Duration used to fail the cancellation with INTERNAL."""
+    with grpc.insecure_channel(server.address) as channel:
+        stub = service_pb2_grpc.WorkflowServiceStub(channel)
+        stub.StartWorkflow(
+            service_pb2.StartWorkflowRequest(workflow_id="w", workflow_type="T", task_queue="q"),
+            timeout=10,
+        )
+        too_long = service_pb2.CancelWorkflowRequest(
+            workflow_id="w", cleanup_timeout=duration_pb2.Duration(seconds=seconds)
+        )
+        with pytest.raises(grpc.RpcError) as info:
+            stub.CancelWorkflow(too_long, timeout=10)
+        details = assert_invalid(info.value, reason="INVALID_CLEANUP_TIMEOUT")
+        assert "at most 366 days" in details
+        longest = service_pb2.CancelWorkflowRequest(
+            workflow_id="w",
+            cleanup_timeout=duration_pb2.Duration(seconds=MAX_CLEANUP_TIMEOUT_MS // 1000),
+        )
+        stub.CancelWorkflow(longest, timeout=10)
+    assert_no_traceback(server)
+
+
+@pytest.mark.parametrize("ttl_seconds", [2**62, 253_402_300_799, MAX_SESSION_TTL_SECONDS + 1])
+def test_session_ttl_past_the_longest_is_refused(server: ServerProcess, ttl_seconds: int) -> None:
+    """A session's deadlines are answered as Timestamps and held in 64-bit ms columns: a
+    TTL past either used to fail CreateWorkerSession with INTERNAL, after storing it."""
+    with grpc.insecure_channel(server.address) as channel:
+        service_pb2_grpc.WorkerServiceStub(channel).RegisterWorker(
+            service_pb2.RegisterWorkerRequest(worker_id="w", task_queue="q", activities=["x"]),
+            timeout=10,
+        )
+        stub = session_service_pb2_grpc.WorkerSessionServiceStub(channel)
+        stub.RegisterWorkerSessions(
+            session_service_pb2.RegisterWorkerSessionsRequest(
+                worker_id="w", max_concurrent_worker_sessions=2
+            ),
+            timeout=10,
+        )
+
+        def create(session_id: str, ttl: int) -> session_service_pb2.WorkerSessionResponse:
+            options = options_pb2.SessionOptions(
+                session_id=session_id, ttl_seconds=ttl, lease_seconds=1
+            )
+            request = session_service_pb2.CreateWorkerSessionRequest(
+                worker_id="w", task_queue="q", options=options
+            )
+            reply: session_service_pb2.WorkerSessionResponse = stub.CreateWorkerSession(
+                request, timeout=10
+            )
+            return reply
+
+        with pytest.raises(grpc.RpcError) as info:
+            create("too-long", ttl_seconds)
+        details = assert_invalid(info.value, reason="INVALID_SESSION_OPTIONS")
+        assert f"at most {MAX_SESSION_TTL_SECONDS}" in details
+        create("longest", MAX_SESSION_TTL_SECONDS)
+        listed = stub.ListWorkerSessions(
+            session_service_pb2.ListWorkerSessionsRequest(task_queue="q"), timeout=10
+        )
+        assert [s.session_id for s in listed.sessions] == ["longest"]
     assert_no_traceback(server)

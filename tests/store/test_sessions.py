@@ -275,6 +275,7 @@ async def test_an_activity_scheduled_into_a_closed_session_fails_at_once(
     ("options", "words"),
     [
         (session(ttl_s=0), "ttl_seconds must be > 0"),
+        (session(ttl_s=366 * 86_400 + 1), "ttl_seconds must be at most 31622400"),
         (session(lease_s=0), "lease_seconds must be > 0 and <= ttl_seconds"),
         (session(lease_s=20, ttl_s=10), "lease_seconds must be > 0 and <= ttl_seconds"),
         (session(max_activities=-1), "max_concurrent_activities must be >= 0"),

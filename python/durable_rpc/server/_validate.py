@@ -26,6 +26,10 @@ _ENCODING = "encoding"
 # Page tokens are decimal row or event ids: ASCII digits only (int() would also take
 # "-5", " 7", "1_0" and other scripts' digits), and small enough for a 64-bit column.
 _PAGE_TOKEN = re.compile(rb"[1-9][0-9]{0,17}")
+DAY_MS = 86_400_000
+#: Longest cleanup a cancellation may grant. The deadline is recorded as a Timestamp,
+#: which ends at the year 9999: a Duration's full range (10,000 years) would not fit.
+MAX_CLEANUP_TIMEOUT_MS = 366 * DAY_MS
 
 __all__ = ["MAX_IDENTIFIER_BYTES", "name", "namespace", "page_token", "payload_bytes"]
 
@@ -98,10 +102,15 @@ def cleanup_timeout_ms(
     request: service_pb2.CancelWorkflowRequest | service_pb2.BatchWorkflowsRequest,
 ) -> int | None:
     """A cancellation's cleanup timeout in ms (None: unset, no deadline); a zero or
-    negative one is INVALID_CLEANUP_TIMEOUT."""
+    negative one, or one past MAX_CLEANUP_TIMEOUT_MS, is INVALID_CLEANUP_TIMEOUT."""
     if not request.HasField("cleanup_timeout"):
         return None
     timeout_ms = request.cleanup_timeout.ToMilliseconds()
     if timeout_ms <= 0:
         raise InvalidCleanupTimeoutError(f"cleanup_timeout must be positive, got {timeout_ms} ms")
+    if timeout_ms > MAX_CLEANUP_TIMEOUT_MS:
+        raise InvalidCleanupTimeoutError(
+            f"cleanup_timeout must be at most {MAX_CLEANUP_TIMEOUT_MS // DAY_MS} days "
+            "(unset: no cleanup deadline)"
+        )
     return timeout_ms

@@ -9,6 +9,9 @@ from durable_rpc.v1 import options_pb2
 #: Bounds on ids, capability keys and values (characters) and on their number.
 MAX_SESSION_TEXT = 200
 MAX_REQUIREMENTS = 32
+#: Longest TTL a session may have: its deadlines are answered as Timestamps, which end
+#: at the year 9999 (and held in 64-bit ms columns).
+MAX_SESSION_TTL_SECONDS = 366 * 86_400
 
 
 def _text(value: str, what: str) -> str:
@@ -18,11 +21,17 @@ def _text(value: str, what: str) -> str:
 
 
 def validate_session_options(options: options_pb2.SessionOptions, where: str) -> None:
-    """INVALID_SESSION_OPTIONS unless ttl > 0, 0 < lease <= ttl, concurrency >= 0 and the
-    id and requirements are of bounded size (``where`` names the command or call)."""
+    """INVALID_SESSION_OPTIONS unless 0 < ttl <= MAX_SESSION_TTL_SECONDS, 0 < lease <=
+    ttl, concurrency >= 0 and the id and requirements are of bounded size (``where``
+    names the command or call)."""
     if options.ttl_seconds <= 0:
         raise InvalidSessionOptionsError(
             f"{where}: session ttl_seconds must be > 0, got {options.ttl_seconds}"
+        )
+    if options.ttl_seconds > MAX_SESSION_TTL_SECONDS:
+        raise InvalidSessionOptionsError(
+            f"{where}: session ttl_seconds must be at most {MAX_SESSION_TTL_SECONDS} "
+            f"(366 days), got {options.ttl_seconds}"
         )
     if options.lease_seconds <= 0 or options.lease_seconds > options.ttl_seconds:
         raise InvalidSessionOptionsError(
