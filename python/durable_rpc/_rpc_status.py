@@ -18,6 +18,7 @@ from durable_rpc.errors import (
     STATUS_BY_REASON,
     DurableRpcError,
     InternalError,
+    ResourceExhaustedError,
     StoreUnavailableError,
 )
 
@@ -108,6 +109,10 @@ def from_rpc_error(error: grpc.RpcError) -> DurableRpcError:
     code = error.code() if isinstance(error, _CALL_ERRORS) else None
     if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
         return StoreUnavailableError(f"server unavailable: {message}")
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        # grpc's own refusal of a message over the receiver's size limit (the server
+        # refuses a request over its limit before reading it whole).
+        return ResourceExhaustedError(message)
     return InternalError(f"{code}: {message}")
 
 

@@ -177,9 +177,14 @@ async def test_signal_and_query_payloads_cross_by_reference(
 def long_lease_server(tmp_path: Path) -> Iterator[ServerProcess]:
     """A server whose workflow-task lease (30 s) covers moving a task's 64 MiB payloads
     (the fixture's 2 s does not: the lease is not extended while a worker downloads and
-    uploads, docs/engine.md "Large payloads")."""
+    uploads, docs/engine.md "Large payloads") and that stores payloads over 64 MiB."""
     proc = ServerProcess(
-        tmp_path / "durable.db", tmp_path / "server.log", "--workflow-task-lease", "30"
+        tmp_path / "durable.db",
+        tmp_path / "server.log",
+        "--workflow-task-lease",
+        "30",
+        "--max-payload-bytes",
+        str(128 * MIB),
     )
     proc.start()
     yield proc

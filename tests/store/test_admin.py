@@ -88,3 +88,14 @@ async def test_keys_survive_a_restart(durable_backend: Backend) -> None:
     async with durable_backend.make() as store:
         found = await store.lookup_api_key(made.key_id)
         assert found is not None and found.key.role == "worker"
+
+
+async def test_a_key_id_found_in_no_row_is_found_once_its_key_is_made(store: Store) -> None:
+    """A store remembers key ids it found no key for (so a caller repeating one costs no
+    read) only until keys change."""
+    made = new_key()
+    assert await store.lookup_api_key(made.key_id) is None
+    assert await store.lookup_api_key(made.key_id) is None
+    await store.create_api_key(made.key_id, made.secret_hash, "client", "default", "", None)
+    found = await store.lookup_api_key(made.key_id)
+    assert found is not None and found.key.key_id == made.key_id

@@ -9,12 +9,13 @@ import click
 
 from durable_rpc._loop import run_event_loop
 from durable_rpc.server import Server, ServerConfig
-from durable_rpc.server._app import check_exposure
+from durable_rpc.server._app import check_exposure, exposure_warnings
 from durable_rpc.store import HistoryLimits
 from durable_rpc.telemetry import EXPORTERS, configure_tracing
 from durable_rpc.telemetry._metrics_export import split_listen
 
 _LIMITS = HistoryLimits()
+_log = logging.getLogger("durable_rpc.server")
 
 
 @click.command()
@@ -99,6 +100,14 @@ _LIMITS = HistoryLimits()
     "upload, before retention deletes it.",
 )
 @click.option(
+    "--max-payload-bytes",
+    type=click.IntRange(min=1),
+    default=ServerConfig.max_payload_bytes,
+    show_default=True,
+    help="The largest large payload a client or worker may upload (PAYLOAD_TOO_LARGE past "
+    "it); clients download up to their own max_external_payload_bytes.",
+)
+@click.option(
     "--auth", is_flag=True, help="Require an API key on every call but health (docs/security.md)."
 )
 @click.option(
@@ -154,6 +163,7 @@ def server(
     max_response_bytes: int,
     retention_interval: float,
     payload_grace: float,
+    max_payload_bytes: int,
     auth: bool,
     tls_cert: Path | None,
     tls_key: Path | None,
@@ -183,6 +193,7 @@ def server(
         max_response_bytes=max_response_bytes,
         retention_interval_s=retention_interval,
         payload_grace_s=payload_grace,
+        max_payload_bytes=max_payload_bytes,
         auth=auth,
         tls_cert=tls_cert,
         tls_key=tls_key,
@@ -196,6 +207,8 @@ def server(
             split_listen(metrics_listen)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
+    for warning in exposure_warnings(config):
+        _log.warning("%s (docs/security.md)", warning)
     run_event_loop(Server(config).serve_until_signal())
 
 

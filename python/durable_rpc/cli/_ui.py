@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 
@@ -9,6 +10,9 @@ import click
 
 from durable_rpc.cli._admin import address_option
 from durable_rpc.client import TLSConfig
+from durable_rpc.server._app import is_loopback
+
+log = logging.getLogger("durable_rpc.ui")
 
 #: Where the UI listens unless told (the README's quickstart opens it).
 DEFAULT_LISTEN = "127.0.0.1:7243"
@@ -53,11 +57,31 @@ def ui(address: str, listen: str, api_key_env: str | None, secure_cookies: bool)
     # Imported here: the web stack is loaded only by this command.
     from durable_rpc.ui._app import serve
 
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     click.echo(f"durable-rpc ui: http://{listen} (server {address})", err=True)
+    if not is_loopback(listen):
+        log.warning("%s (docs/security.md)", _exposure_warning(listen, api_key_env))
     serve(
         address,
         listen,
         tls=TLSConfig.from_env(),
         default_api_key=default_key,
         secure_cookies=secure_cookies,
+    )
+
+
+def _exposure_warning(listen: str, api_key_env: str | None) -> str:
+    """What a UI served beyond loopback leaves open."""
+    who = (
+        f"every visitor acts with the key in {api_key_env} without signing in, so anyone "
+        "who reaches it"
+        if api_key_env is not None
+        else "unless the server requires API keys (--auth), anyone who reaches it"
+    )
+    return (
+        f"the web UI listens on {listen}, beyond loopback, over plain HTTP: {who} can "
+        "read, start, signal and cancel runs, and sign-in keys cross the network "
+        "unencrypted; keep it on loopback or put TLS and access control in front"
     )

@@ -17,9 +17,10 @@ from grpc_health.v1.health import aio as health_aio
 from opentelemetry import metrics as otel_metrics
 from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 
+from durable_rpc._payload_refs import DEFAULT_MAX_EXTERNAL_PAYLOAD_BYTES
 from durable_rpc.server import _reflection
 from durable_rpc.server._admin_service import AdminService
-from durable_rpc.server._auth import Authenticator
+from durable_rpc.server._auth import AuthenticationInterceptor, Authenticator
 from durable_rpc.server._due import DueLoop
 from durable_rpc.server._handoff import Handoffs
 from durable_rpc.server._health import StoreHealth
@@ -66,11 +67,23 @@ SERVICE_NAMES = (
 )
 
 
+#: Of the shutdown grace period, what is kept for closing the store (at most half of it).
+CLOSE_RESERVE_S = 1.0
+
+
+#: Concurrent calls on one connection (HTTP/2 streams). Calls past it are not reliably
+#: queued by grpc's client but refused (UNAVAILABLE: a burst of 1,500 calls on one
+#: channel lost 250 with a limit of 1,000), so it sits well above the bursts clients send
+#: and the long polls workers hold (one per supervisor cycle, 8 by default, plus one).
+MAX_CONCURRENT_STREAMS = 10_000
+
+
 class InsecureListenError(ValueError):
     """A server asked to listen beyond loopback without TLS and authentication."""
 
 
-def _is_loopback(listen: str) -> bool:
+def is_loopback(listen: str) -> bool:
+    """Whether HOST:PORT listens on loopback only (what other hosts cannot reach)."""
     host = listen.rsplit(":", 1)[0].strip("[]") if ":" in listen else listen
     if host == "localhost":
         return True
@@ -125,6 +138,8 @@ class ServerConfig:
     # passed since its last upload (the window between an upload and the request that
     # references it; docs/engine.md, "Large payloads").
     payload_grace_s: float = DEFAULT_PAYLOAD_GRACE_S
+    # The largest large payload an upload may declare (PAYLOAD_TOO_LARGE past it).
+    max_payload_bytes: int = DEFAULT_MAX_EXTERNAL_PAYLOAD_BYTES
     # Serve Prometheus text at http://HOST:PORT/metrics (None: no endpoint). OTLP metrics
     # follow the OTEL_EXPORTER_OTLP_* variables either way (docs/operations.md, Metrics).
     metrics_listen: str | None = None
@@ -138,12 +153,41 @@ def check_exposure(config: ServerConfig) -> None:
     if config.tls_client_ca is not None and config.tls_cert is None:
         raise ValueError("--tls-client-ca needs --tls-cert and --tls-key")
     secured = config.auth and config.tls_cert is not None
-    if not _is_loopback(config.listen) and not secured and not config.insecure:
+    if not is_loopback(config.listen) and not secured and not config.insecure:
         raise InsecureListenError(
             f"refusing to listen on {config.listen}: beyond loopback the server needs TLS "
             "(--tls-cert, --tls-key) and authentication (--auth), or --insecure to serve "
             "without them on purpose"
         )
+
+
+def exposure_warnings(config: ServerConfig) -> list[str]:
+    """What a server so configured leaves open, which ``durable-rpc server`` says loudly at
+    start (docs/security.md, "Running it"): no authentication (worse beyond loopback), and
+    plain text beyond loopback."""
+    warnings = []
+    local = is_loopback(config.listen)
+    if not config.auth:
+        if local:
+            warnings.append(
+                f"authentication is off: any process on this host that reaches "
+                f"{config.listen} can start, read, signal and cancel runs, create "
+                "namespaces and make admin keys for every namespace; use --auth"
+            )
+        else:
+            warnings.append(
+                f"authentication is off on {config.listen}, beyond loopback: ANYONE who "
+                "can reach this port from the network can start, read, signal and cancel "
+                "runs, create namespaces and make admin keys for every namespace; use --auth "
+                "(and TLS)"
+            )
+    if not local and config.tls_cert is None:
+        warnings.append(
+            f"serving plain text (--insecure) on {config.listen}, beyond loopback: API keys, "
+            "inputs and results cross the network unencrypted, readable and alterable on "
+            "the way; use --tls-cert and --tls-key"
+        )
+    return warnings
 
 
 def _without_password(url: str) -> str:
@@ -175,7 +219,12 @@ class Server:
         self.store = (
             store
             if store is not None
-            else open_store(config.db_url, StoreOptions(history=config.history))
+            else open_store(
+                config.db_url,
+                StoreOptions(
+                    history=config.history, max_external_payload_bytes=config.max_payload_bytes
+                ),
+            )
         )
         self._grpc: grpc.aio.Server | None = None
         self._due = DueLoop(self.store)
@@ -186,6 +235,7 @@ class Server:
         )
         self._schedules = ScheduleLoop(self.store)
         self._shutting_down = asyncio.Event()
+        self._hurry = asyncio.Event()
         self._health = health_aio.HealthServicer()
         self.port: int | None = None
         self.handoffs: Handoffs | None = None
@@ -233,24 +283,32 @@ class Server:
         )
         self._notifier = notifier
         self.store.set_listener(notifier)
+        authenticator = Authenticator(self.store) if self.config.auth else None
         server = grpc.aio.server(
-            # Tracing first: the outermost interceptor sees the final status; metrics
-            # next, outside the one that turns errors into statuses.
+            # A call without a valid key is refused first, before its request is received
+            # (so it is neither traced nor measured). Then tracing: it sees the final
+            # status; metrics next, outside the one that turns errors into statuses.
             interceptors=[
+                *([AuthenticationInterceptor(authenticator)] if authenticator else []),
                 TracingServerInterceptor(),
                 *metric_interceptors,
                 ErrorInterceptor(
-                    self.config.max_request_bytes,
-                    self._store_health.poke,
-                    Authenticator(self.store) if self.config.auth else None,
+                    self.config.max_request_bytes, self._store_health.poke, authenticator
                 ),
             ],
             options=[
-                # grpc's own limit sits above ours so the interceptor answers with a reason.
-                ("grpc.max_receive_message_length", self.config.max_request_bytes * 2),
+                # grpc refuses a larger request (RESOURCE_EXHAUSTED) before holding it all:
+                # a limit above ours let anyone make the server buffer twice as much.
+                ("grpc.max_receive_message_length", self.config.max_request_bytes),
                 ("grpc.max_send_message_length", self.config.max_response_bytes),
                 ("grpc.so_reuseport", 0),
-                ("grpc.max_concurrent_streams", 100_000),
+                # A stream's receive window stays at HTTP/2's initial 64 KiB until its
+                # handler asks for the request (grpc then opens it to the request's size),
+                # instead of growing with the measured bandwidth-delay product: a call not
+                # yet authenticated holds no more than that (128 unauthenticated 4 MB
+                # calls grew the server by ~200 MB with it, ~5 MB without).
+                ("grpc.http2.bdp_probe", 0),
+                ("grpc.max_concurrent_streams", MAX_CONCURRENT_STREAMS),
                 # Calls that reached grpc's core but not yet this process's event loop. Past
                 # the default soft limit (1,000) core answers some of them CANCELLED, which
                 # no caller can tell from a real cancellation: a burst of 1,500 starts on one
@@ -333,38 +391,82 @@ class Server:
         self._due.run_now()
         self._schedules.wake()
 
+    def hurry(self) -> None:
+        """Cut a stop's grace period short: calls still in flight are aborted at once (the
+        background loops still end and the store is still closed)."""
+        self._hurry.set()
+
     async def stop(self) -> None:
-        """Stop accepting calls, let in-flight ones finish, then close the store."""
+        """Stop accepting calls, let in-flight ones finish, stop the background loops, then
+        close the store: all within ``shutdown_grace_s``, the store's close included."""
+        loop = asyncio.get_running_loop()
+        grace = self.config.shutdown_grace_s
+        deadline = loop.time() + grace
+        close_reserve = min(CLOSE_RESERVE_S, grace / 2)
+        log.info("stopping: calls in flight get up to %gs", grace - close_reserve)
         self._shutting_down.set()  # long polls answer "nothing" right away
         if self._notifier is not None:
             self._notifier.wake_all_pollers()
-        await self._store_health.stop()
+        loops_deadline = deadline - close_reserve
+        await self._store_health.stop(loops_deadline - loop.time())
         await self._health.enter_graceful_shutdown()
-        if self._grpc is not None:
-            await self._grpc.stop(self.config.shutdown_grace_s)
-        await self._due.stop()
-        await self._retention.stop()
-        await self._schedules.stop()
-        if self.metrics is not None:
-            await self.metrics.stop()
-        await self.store.close()
+        # The loops end while in-flight calls finish: both before the store closes.
+        await asyncio.gather(
+            self._stop_calls(loops_deadline - loop.time()),
+            self._due.stop(loops_deadline - loop.time()),
+            self._retention.stop(loops_deadline - loop.time()),
+            self._schedules.stop(loops_deadline - loop.time()),
+            *([self.metrics.stop(loops_deadline - loop.time())] if self.metrics else []),
+        )
+        try:
+            async with asyncio.timeout(max(close_reserve, deadline - loop.time())):
+                await self.store.close()
+        except TimeoutError:
+            log.error("the store did not close within the shutdown grace period")
+        else:
+            log.info("store %s closed", _without_password(self.config.db_url))
         if self._metrics_export is not None:
             # Last: an OTLP reader exports what the shutdown itself recorded.
             self._metrics_export.shutdown()
             self._metrics_export = None
         log.info("durable-rpc stopped")
 
-    async def serve_until_signal(self) -> None:
-        """Run until SIGINT or SIGTERM, then stop gracefully."""
-        await self.start()
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
+    async def _stop_calls(self, grace_s: float) -> None:
+        """Stop serving: in-flight calls get ``grace_s`` (until :meth:`hurry`)."""
+        if self._grpc is None:
+            return
+        stopping = asyncio.ensure_future(self._grpc.stop(max(0.0, grace_s)))
+        hurried = asyncio.ensure_future(self._hurry.wait())
         try:
-            await stop.wait()
+            await asyncio.wait({stopping, hurried}, return_when=asyncio.FIRST_COMPLETED)
+            if not stopping.done():
+                log.warning("stopping now: aborting the calls still in flight")
+                await self._grpc.stop(None)
+            await stopping
+        finally:
+            hurried.cancel()
+
+    async def serve_until_signal(self) -> None:
+        """Run until SIGINT or SIGTERM, then stop gracefully. The handlers are in place
+        from before the start to the end of the stop: a signal during the start stops the
+        server once started, and a second signal cuts the stop's grace period short."""
+        loop = asyncio.get_running_loop()
+        requested = asyncio.Event()
+
+        def on_signal() -> None:
+            if requested.is_set():
+                self.hurry()
+            requested.set()
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, on_signal)
+        try:
+            await self.start()
+            try:
+                await requested.wait()
+            finally:
+                await self.stop()
         finally:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 with contextlib.suppress(Exception):
                     loop.remove_signal_handler(sig)
-            await self.stop()

@@ -5,7 +5,8 @@ key is looked up by its public id, its hash compared in constant time, and its s
 judged by the database clock on every call, so a revocation or an expiry holds from the
 next call on every replica. Then the RPC's rule (:data:`RULES`) says which access the
 call needs in which namespace, and ``auth.authorize`` decides. A refused call never
-reaches its handler, so it changes nothing.
+reaches its handler, so it changes nothing; one without a valid key is refused before
+its request is even received (:class:`AuthenticationInterceptor`).
 
 A worker's leases are bound to the key that claimed them: with authentication on, the
 worker id a WorkerService call names is qualified by its key id (``<key id>:<worker id>``)
@@ -16,7 +17,7 @@ heartbeat or report with LEASE_LOST even when it names the right task, worker an
 from __future__ import annotations
 
 import contextvars
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 import grpc
@@ -47,12 +48,24 @@ def _in_namespace(access: Access) -> Rule:
     return lambda request: (access, _validate.namespace(request.namespace))
 
 
-def _key_scope(request: Any) -> tuple[Access, str | None]:
-    """Keys for every namespace are a cluster admin's to manage; a namespace's keys are
-    its admins'."""
-    if request.every_namespace:
+def key_access(namespace: str | None) -> tuple[Access, str | None]:
+    """Keys for every namespace (None) are a cluster admin's to manage; a namespace's keys
+    are its admins'."""
+    if namespace is None:
         return Access.CLUSTER_ADMIN, None
-    return Access.NAMESPACE_ADMIN, _validate.namespace(request.namespace)
+    return Access.NAMESPACE_ADMIN, namespace
+
+
+def _key_scope(request: Any) -> tuple[Access, str | None]:
+    return key_access(None if request.every_namespace else _validate.namespace(request.namespace))
+
+
+def _revoke_scope(request: Any) -> tuple[Access, str | None]:
+    """A key revoked by its id alone (no namespace, not every_namespace) needs an admin
+    key here; the handler then checks the key's own namespace (:func:`key_access`)."""
+    if not request.every_namespace and not request.namespace:
+        return Access.NAMESPACE_ADMIN, None
+    return _key_scope(request)
 
 
 _ADMIN_RULES: dict[str, Rule] = {
@@ -63,7 +76,7 @@ _ADMIN_RULES: dict[str, Rule] = {
     "ListNamespaces": lambda _: (Access.ANY_KEY, None),
     "CreateApiKey": _key_scope,
     "ListApiKeys": _key_scope,
-    "RevokeApiKey": _key_scope,
+    "RevokeApiKey": _revoke_scope,
     "ListWorkers": _in_namespace(Access.NAMESPACE_ADMIN),
     "DescribeTaskQueue": _in_namespace(Access.NAMESPACE_ADMIN),
     "ListTaskQueues": _in_namespace(Access.NAMESPACE_ADMIN),
@@ -124,13 +137,66 @@ def is_open(method: str) -> bool:
     return method.startswith("/grpc.health.v1.Health/")
 
 
+class AuthenticationInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """Settles who calls from the call's metadata alone, before grpc receives the request
+    message: a call without a valid key is refused with its body never read, so callers
+    without a key cannot make the server hold their requests (each up to the request
+    limit) in memory. It is the outermost interceptor because it must run on every call:
+    the ones inside it hand out the handlers they wrapped without asking further.
+
+    The principal goes to the handler's admission (``ErrorInterceptor``) in
+    :data:`current_principal`; the rules of the RPC are applied there, on the parsed
+    request."""
+
+    def __init__(self, authenticator: Authenticator) -> None:
+        self._authenticator = authenticator
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        if not is_open(details.method):
+            try:
+                principal = await self._authenticator.principal(details.invocation_metadata)
+            except UnauthenticatedError as exc:
+                return _refusal(exc)
+            except Exception:
+                # Not a verdict on the key (the store is unavailable, say): the handler's
+                # admission authenticates the call again and answers it through the one
+                # error table.
+                principal = None
+            current_principal.set(principal)
+        return await continuation(details)
+
+
+def _refusal(error: UnauthenticatedError) -> grpc.RpcMethodHandler:
+    """A handler that answers ``error`` without reading the request: as a request stream
+    it is never asked for a message (a unary handler would be given the whole body)."""
+    status = to_status(error)
+
+    async def refuse(requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> None:
+        await context.abort_with_status(status)
+
+    return grpc.stream_unary_rpc_method_handler(refuse)
+
+
+async def caller(authenticator: Authenticator, context: grpc.aio.ServicerContext) -> Principal:
+    """The principal of this call: the one :class:`AuthenticationInterceptor` settled,
+    else (no verdict there) the one the call's metadata names."""
+    principal = current_principal.get()
+    if principal is not None:
+        return principal
+    return await authenticator.principal(context.invocation_metadata())
+
+
 def guard_stream(handler: grpc.RpcMethodHandler, authenticator: Authenticator) -> Any:
     """``handler`` (a stream-stream RPC: server reflection) behind "any valid key"."""
     inner = handler.stream_stream
 
     async def guarded(requests: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
         try:
-            principal = await authenticator.principal(context.invocation_metadata())
+            principal = await caller(authenticator, context)
             authorize(principal, Access.ANY_KEY, None)
         except DurableRpcError as exc:
             await context.abort_with_status(to_status(exc))
@@ -144,6 +210,11 @@ def guard_stream(handler: grpc.RpcMethodHandler, authenticator: Authenticator) -
     )
 
 
+#: What the secret naming an unknown key id is compared with: as long as a stored hash,
+#: so the check costs what a wrong secret's does, and the SHA-256 of no secret anyone has.
+_NO_SECRET_HASH = "0" * 64
+
+
 class Authenticator:
     """Turns a call's metadata into the principal its key stands for."""
 
@@ -155,12 +226,13 @@ class Authenticator:
         key_id = key_id_of(secret)
         if key_id is None:
             raise UnauthenticatedError("the API key is malformed")
-        # The stores cache keys and forget them when keys change (SQLite and PostgreSQL
-        # lookup_api_key): a cached key answers without suspending this call.
+        # The stores cache keys, and ids with no key, and forget them when keys change
+        # (SQLite and PostgreSQL lookup_api_key): a cached answer does not suspend this call.
         found = await self._store.lookup_api_key(key_id)
-        # One answer for an unknown key and a wrong secret: the caller learns nothing of
-        # which key ids exist.
-        if found is None or not secret_matches(secret, found.secret_hash):
+        # One answer, after the same work, for an unknown key and a wrong secret: the
+        # caller learns nothing of which key ids exist, not even from the time it took.
+        matches = secret_matches(secret, found.secret_hash if found else _NO_SECRET_HASH)
+        if found is None or not matches:
             raise UnauthenticatedError("the API key is not valid")
         key = found.key
         if key.revoked_at_ms is not None:

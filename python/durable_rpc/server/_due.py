@@ -9,11 +9,11 @@ when to look. A restart re-seeds the index from the store's `next_due_ms`.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 
 from durable_rpc._core import DueIndex
+from durable_rpc._tasks import STOP_TIMEOUT_S, stop_task, wait_event
 from durable_rpc.errors import DurableRpcError
 from durable_rpc.server._metrics import ServerMetrics
 from durable_rpc.store import Store
@@ -58,11 +58,9 @@ class DueLoop:
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="durable-rpc-due-loop")
 
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+    async def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
+        await stop_task(self._task, timeout)
+        self._task = None
 
     def _db_now_estimate(self) -> int:
         return int(time.time() * 1000) + self._offset_ms
@@ -96,7 +94,5 @@ class DueLoop:
             if next_due is not None:
                 until_due = max(0.0, (next_due - self._db_now_estimate()) / 1000)
                 delay = min(MAX_SLEEP_S, until_due + DUE_GRANULARITY_S)
-            try:
-                await asyncio.wait_for(self._changed.wait(), timeout=delay)
-            except TimeoutError:
+            if not await wait_event(self._changed, delay):
                 return

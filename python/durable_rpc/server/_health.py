@@ -11,13 +11,13 @@ change. A probe that does not answer within ``timeout_s`` counts as unusable.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Sequence
 
 from grpc_health.v1 import health_pb2
 from grpc_health.v1.health import aio as health_aio
 
+from durable_rpc._tasks import STOP_TIMEOUT_S, stop_task, wait_event
 from durable_rpc.errors import DurableRpcError
 from durable_rpc.store import Store
 
@@ -63,12 +63,9 @@ class StoreHealth:
         if self._serving:
             self._poked.set()
 
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+    async def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
+        await stop_task(self._task, timeout)
+        self._task = None
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -76,8 +73,7 @@ class StoreHealth:
             probed_at = loop.time()
             await self.probe()
             self._poked.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._poked.wait(), self._interval_s)
+            await wait_event(self._poked, self._interval_s)
             gap = MIN_POKE_GAP_S - (loop.time() - probed_at)
             if gap > 0:
                 await asyncio.sleep(gap)
@@ -86,7 +82,8 @@ class StoreHealth:
         """Probes the store once and publishes the result; True when usable."""
         problem: str | None = None
         try:
-            await asyncio.wait_for(self._store.check_health(), self._timeout_s)
+            async with asyncio.timeout(self._timeout_s):
+                await self._store.check_health()
         except TimeoutError:
             problem = f"the store did not answer a health probe within {self._timeout_s:g}s"
         except DurableRpcError as exc:

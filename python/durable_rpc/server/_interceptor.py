@@ -38,6 +38,7 @@ from durable_rpc.payload import PayloadError
 from durable_rpc.server._auth import (
     Authenticator,
     authorize_request,
+    caller,
     current_principal,
     guard_stream,
     is_open,
@@ -117,13 +118,10 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         authenticator: Authenticator | None,
     ) -> Any:
         """The parsed request, once the caller, its size, its shape and its rights passed."""
-        # Who calls is settled from metadata before the body is even parsed: an
-        # unauthenticated caller learns nothing about its request.
-        principal = (
-            None
-            if authenticator is None
-            else await authenticator.principal(context.invocation_metadata())
-        )
+        # Who calls is settled from metadata before the body is parsed (in the server,
+        # before it is even received: AuthenticationInterceptor): an unauthenticated
+        # caller learns nothing about its request.
+        principal = None if authenticator is None else await caller(authenticator, context)
         limit = self._max_request_bytes
         if len(raw) > limit:
             raise ResourceExhaustedError(

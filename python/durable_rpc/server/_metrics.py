@@ -4,13 +4,13 @@ gauges of durable waits and definition-unavailable runs refreshed in the backgro
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Iterable
 
 from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Observation
 
+from durable_rpc._tasks import STOP_TIMEOUT_S, stop_task
 from durable_rpc.store import MetricCounts, Store, TaskKind
 from durable_rpc.telemetry._common import SCOPE
 from durable_rpc.telemetry._counting import LocalCounter
@@ -100,12 +100,9 @@ class ServerMetrics(EngineMetrics):
         """Read the gauges' counts now and every ``interval_s`` until :meth:`stop`."""
         self._refresher = asyncio.ensure_future(self._refresh(store, interval_s))
 
-    async def stop(self) -> None:
-        if self._refresher is not None:
-            self._refresher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._refresher
-            self._refresher = None
+    async def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
+        await stop_task(self._refresher, timeout)
+        self._refresher = None
 
     async def _refresh(self, store: Store, interval_s: float) -> None:
         while True:

@@ -21,6 +21,7 @@ import socket
 import time
 import uuid
 
+from durable_rpc._tasks import STOP_TIMEOUT_S, stop_task
 from durable_rpc.errors import DurableRpcError, LeaseLostError
 from durable_rpc.store import Store
 
@@ -82,12 +83,10 @@ class RetentionLoop:
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="durable-rpc-retention")
 
-    async def stop(self) -> None:
+    async def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
         if self._task is None:
             return
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
+        await stop_task(self._task, timeout)
         self._task = None
         # Hand the job over now rather than at the lease's expiry.
         with contextlib.suppress(DurableRpcError):

@@ -12,10 +12,10 @@ any replica reach it on PostgreSQL), so a buffered start follows the close at on
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 
+from durable_rpc._tasks import STOP_TIMEOUT_S, stop_task, wait_event
 from durable_rpc.errors import DurableRpcError
 from durable_rpc.store import Store
 
@@ -54,11 +54,9 @@ class ScheduleLoop:
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="durable-rpc-schedule-loop")
 
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+    async def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
+        await stop_task(self._task, timeout)
+        self._task = None
 
     async def _run(self) -> None:
         while True:
@@ -75,6 +73,5 @@ class ScheduleLoop:
                 until = max(0.0, (firing.next_fire_ms - firing.db_now_ms) / 1000)
                 delay = min(self._max_sleep_s, until + GRANULARITY_S)
             started = time.monotonic()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), timeout=delay)
+            await wait_event(self._changed, delay)
             log.debug("schedule loop slept %.3fs", time.monotonic() - started)

@@ -25,6 +25,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from durable_rpc._tasks import STOP_TIMEOUT_S, stop_task
 from durable_rpc.store._api import StoreListener
 from durable_rpc.store._tx import Notes
 
@@ -136,10 +137,8 @@ class Listener:
             await asyncio.wait_for(self._ready.wait(), timeout_s)
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await stop_task(self._task, STOP_TIMEOUT_S)
+        self._task = None
 
     async def _run(self) -> None:
         backoff = BACKOFF_MIN_S

@@ -33,7 +33,7 @@ import threading
 import time
 import urllib.parse
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import psycopg
@@ -693,12 +693,13 @@ class PostgresStore(SqlStore):
         call costs no round trip. Expiry is still judged by the database clock: the
         offset to it is measured when the key is read."""
         listen = self._listen
-        cached = self._keys.get(key_id) if listen is not None and listen.live else None
-        if cached is not None:
-            return cached
-        return await self._keys.read(
-            key_id, lambda: super(PostgresStore, self).lookup_api_key(key_id)
-        )
+
+        def read() -> Awaitable[ApiKeyLookup | None]:
+            return super(PostgresStore, self).lookup_api_key(key_id)
+
+        if listen is not None and listen.live:
+            return await self._keys.lookup(key_id, read)
+        return await self._keys.read(key_id, read)
 
     def _deliver(self, notes: Notes) -> None:
         if notes.keys:

@@ -516,11 +516,10 @@ class SQLiteStore(SqlStore):
         if self._memory:
             return await super().lookup_api_key(key_id)
         # SQLite's clock is this machine's, plus the test clock's offset as it is now.
-        cached = self._keys.get(key_id, int(time.time() * 1000) + self._clock_offset_ms)
-        if cached is not None:
-            return cached
-        return await self._keys.read(
-            key_id, lambda: super(SQLiteStore, self).lookup_api_key(key_id)
+        return await self._keys.lookup(
+            key_id,
+            lambda: super(SQLiteStore, self).lookup_api_key(key_id),
+            int(time.time() * 1000) + self._clock_offset_ms,
         )
 
     def _note_outside_commits(self, conn: sqlite3.Connection) -> None:
