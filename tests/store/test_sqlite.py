@@ -19,6 +19,7 @@ from durable_rpc.errors import (
     WorkflowAlreadyStartedError,
 )
 from durable_rpc.store import RunOutcome, SQLiteStore, Store, StoreOptions, open_store
+from durable_rpc.store._migrations import SQLITE_MIGRATIONS
 from tests.store.conftest import BACKEND, FAST
 from tests.store.helpers import (
     NS,
@@ -154,33 +155,11 @@ async def test_migrations_are_versioned_and_applied_once(db_path: Path) -> None:
         await store.close()
     conn = sqlite3.connect(db_path)
     try:
+        versions = [migration.version for migration in SQLITE_MIGRATIONS]
+        # Numbered 1..N without gaps, each applied exactly once although the store opened twice.
+        assert versions == list(range(1, len(versions) + 1))
         assert conn.execute("SELECT version FROM schema_version").fetchall() == [
-            (1,),
-            (2,),
-            (3,),
-            (4,),
-            (5,),
-            (6,),
-            (7,),
-            (8,),
-            (9,),
-            (10,),
-            (11,),
-            (12,),
-            (13,),
-            (14,),
-            (15,),
-            (16,),
-            (17,),
-            (18,),
-            (19,),
-            (20,),
-            (21,),
-            (22,),
-            (23,),
-            (24,),
-            (25,),
-            (26,),
+            (version,) for version in versions
         ]
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
         assert conn.execute("SELECT name FROM namespaces").fetchall() == [("default",)]

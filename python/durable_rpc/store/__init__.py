@@ -51,7 +51,7 @@ from durable_rpc.store._api import (
     WorkflowTaskCompletion,
 )
 from durable_rpc.store._budget_records import Budget
-from durable_rpc.store._definition_records import DefinitionRecord
+from durable_rpc.store._definition_records import CodeFingerprints, DefinitionRecord
 from durable_rpc.store._fleet_records import (
     QueueBacklog,
     RateLimit,
@@ -79,6 +79,7 @@ __all__ = [
     "TaskQueueLimit",
     "WorkerCounters",
     "WorkerRecord",
+    "CodeFingerprints",
     "DefinitionRecord",
     "RUN_STATUSES",
     "ClaimedActivityTask",

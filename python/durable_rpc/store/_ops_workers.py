@@ -13,11 +13,22 @@ from durable_rpc.errors import (
     NotFoundError,
 )
 from durable_rpc.store._declared_signals import signals_text
+from durable_rpc.store._definition_fingerprints import (
+    ChangedDefinition,
+    changed_message,
+    open_runs_pinned_elsewhere,
+    record_same_code,
+    same_code,
+)
+from durable_rpc.store._definition_records import CodeFingerprints
 from durable_rpc.store._fleet_records import WorkerCounters
 from durable_rpc.store._ops_base import _SqlOpsBase
 from durable_rpc.store._removed import removed_message
 from durable_rpc.store._shared import require, require_namespace, version_or_default
 from durable_rpc.store._tx import Tx
+
+#: A worker that reports nothing beyond its fingerprint's value.
+_UNNAMED_CLAIM = CodeFingerprints()
 
 
 class _WorkerOps(_SqlOpsBase):
@@ -33,6 +44,7 @@ class _WorkerOps(_SqlOpsBase):
         build_id: str,
         allow_definition_change: bool,
         declared_signals: Mapping[tuple[str, str], Sequence[str]] | None = None,
+        fingerprints: Mapping[tuple[str, str], CodeFingerprints] | None = None,
     ) -> None:
         require(worker_id, "worker_id")
         require(task_queue, "task_queue")
@@ -46,48 +58,82 @@ class _WorkerOps(_SqlOpsBase):
             (name, version_or_default(version)): signals_text(names)
             for (name, version), names in (declared_signals or {}).items()
         }
+        claims = {
+            (name, version_or_default(version)): claim
+            for (name, version), claim in (fingerprints or {}).items()
+        }
 
         def op(tx: Tx) -> None:
             require_namespace(tx, namespace)
             now = tx.now_ms()
+            changed: list[ChangedDefinition] = []
             # In one order, so two registrations never wait on each other's locks.
             for name, version, fingerprint in sorted(defs):
                 # The row lock RemoveDefinition takes too: a removal racing this
                 # registration either sees its worker or is seen here (_ops_definitions).
                 signals = signals_json.get((name, version))
+                claim = claims.get((name, version), _UNNAMED_CLAIM)
                 row = tx.one(
-                    "SELECT fingerprint, removed_at_ms, declared_signals FROM definitions "
+                    "SELECT fingerprint, fingerprint_algorithm, removed_at_ms, "
+                    "declared_signals FROM definitions "
                     f"WHERE namespace = ? AND name = ? AND version = ?{tx.row_lock_suffix}",
                     (namespace, name, version),
                 )
                 if row is not None and row["removed_at_ms"] is not None:
                     raise DefinitionRemovedError(removed_message(name, version, "registered"))
-                known = None if row is None else row["fingerprint"]
-                if known is None:
+                if row is None:
                     tx.run(
                         "INSERT INTO definitions (namespace, name, version, fingerprint, "
-                        "registered_at_ms, declared_signals) VALUES (?, ?, ?, ?, ?, ?)",
-                        (namespace, name, version, fingerprint, now, signals),
+                        "fingerprint_algorithm, registered_at_ms, declared_signals) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        (
+                            namespace,
+                            name,
+                            version,
+                            fingerprint,
+                            claim.recorded_algorithm,
+                            now,
+                            signals,
+                        ),
                     )
-                elif known != fingerprint:
-                    pinned = _open_runs_pinned_elsewhere(tx, namespace, name, version, fingerprint)
+                elif same_code(row, fingerprint, claim):
+                    record_same_code(tx, namespace, name, version, row, fingerprint, claim)
+                    if row["declared_signals"] != signals:
+                        # The same code from an SDK that declares differently (one from
+                        # before declarations): the last registration's word holds.
+                        tx.run(
+                            "UPDATE definitions SET declared_signals = ? "
+                            "WHERE namespace = ? AND name = ? AND version = ?",
+                            (signals, namespace, name, version),
+                        )
+                else:
+                    pinned = open_runs_pinned_elsewhere(tx, namespace, name, version, fingerprint)
                     if pinned and not allow_definition_change:
-                        raise DefinitionChangedError(_changed_message(name, version, pinned))
+                        stored_algorithm = row["fingerprint_algorithm"]
+                        compared = claim.under(stored_algorithm, fingerprint) is not None
+                        changed.append(
+                            ChangedDefinition(name, version, pinned, stored_algorithm, compared)
+                        )
+                        continue
                     # No open run is pinned to other code (or the operator overrode it):
                     # nothing can be reinterpreted, so the new code simply takes over.
                     tx.run(
-                        "UPDATE definitions SET fingerprint = ?, registered_at_ms = ?, "
-                        "declared_signals = ? WHERE namespace = ? AND name = ? AND version = ?",
-                        (fingerprint, now, signals, namespace, name, version),
-                    )
-                elif row is not None and row["declared_signals"] != signals:
-                    # The same code from an SDK that declares differently (one from
-                    # before declarations): the last registration's word holds.
-                    tx.run(
-                        "UPDATE definitions SET declared_signals = ? "
+                        "UPDATE definitions SET fingerprint = ?, fingerprint_algorithm = ?, "
+                        "registered_at_ms = ?, declared_signals = ? "
                         "WHERE namespace = ? AND name = ? AND version = ?",
-                        (signals, namespace, name, version),
+                        (
+                            fingerprint,
+                            claim.recorded_algorithm,
+                            now,
+                            signals,
+                            namespace,
+                            name,
+                            version,
+                        ),
                     )
+            if changed:
+                # Raised once every definition was looked at, so one refusal names all.
+                raise DefinitionChangedError(changed_message(changed))
             tx.run(
                 "INSERT INTO workers (namespace, worker_id, task_queue, build_id, activities, "
                 "registered_at_ms, last_heartbeat_ms) VALUES (?, ?, ?, ?, ?, ?, ?) "
@@ -197,31 +243,3 @@ def _check_counters(counters: WorkerCounters) -> None:
     for field in dataclasses.fields(counters):
         if getattr(counters, field.name) < 0:
             raise InvalidArgumentError(f"counters.{field.name} must not be negative")
-
-
-def _open_runs_pinned_elsewhere(
-    tx: Tx, namespace: str, name: str, version: str, fingerprint: str
-) -> int:
-    """Open runs of ``(name, version)`` pinned to code other than ``fingerprint``: the
-    runs a changed definition could reinterpret. Runs started before any worker
-    registered the definition are pinned to nothing ('') and never block."""
-    count = tx.value(
-        "SELECT COUNT(*) FROM runs WHERE namespace = ? AND workflow_type = ? "
-        "AND workflow_version = ? AND status = 'running' "
-        "AND definition_fingerprint <> '' AND definition_fingerprint <> ?",
-        (namespace, name, version, fingerprint),
-    )
-    return int(count or 0)
-
-
-def _changed_message(name: str, version: str, pinned: int) -> str:
-    runs = "1 open run is" if pinned == 1 else f"{pinned} open runs are"
-    return (
-        f"workflow ({name!r}, version {version!r}) changed its code, and {runs} pinned to "
-        "the code it replaces (comments, docstrings and formatting never count; this is "
-        "a change of behaviour). Ways out: register the new code under a new version "
-        "(@workflow.defn(version=...)) and keep the old one deployed until its runs "
-        "close; guard the change with workflow.patched(...) and register it with "
-        "Worker(..., allow_definition_change=True); or, if the change cannot alter a "
-        "running history, pass allow_definition_change=True alone"
-    )

@@ -410,11 +410,11 @@ class CancelWorkflowRequest(_message.Message):
     reason: _builtins.str
     @_builtins.property
     def cleanup_timeout(self) -> _duration_pb2.Duration:
-        """How long the run may clean up (> 0; unset: no bound). The server records the
-        deadline (its clock + this) in CancelRequested.cleanup_deadline and terminates a run
-        still open then (reason CLEANUP_DEADLINE_EXCEEDED). A second request of a run
-        already asked to cancel changes nothing: the first deadline stays. Zero or
-        negative: INVALID_ARGUMENT, reason INVALID_CLEANUP_TIMEOUT.
+        """How long the run may clean up (> 0 and at most 366 days; unset: no bound). The
+        server records the deadline (its clock + this) in CancelRequested.cleanup_deadline
+        and terminates a run still open then (reason CLEANUP_DEADLINE_EXCEEDED). A second
+        request of a run already asked to cancel changes nothing: the first deadline stays.
+        Zero, negative or longer: INVALID_ARGUMENT, reason INVALID_CLEANUP_TIMEOUT.
         """
 
     def __init__(
@@ -843,7 +843,8 @@ class BatchWorkflowsRequest(_message.Message):
     def cleanup_timeout(self) -> _duration_pb2.Duration:
         """With cancel_reason only: each run's cancellation carries this cleanup timeout, as
         CancelWorkflowRequest.cleanup_timeout does (the run is terminated with
-        CLEANUP_DEADLINE_EXCEEDED if still open at the deadline). Positive; unset: none.
+        CLEANUP_DEADLINE_EXCEEDED if still open at the deadline). Positive, at most 366
+        days; unset: none.
         """
 
     def __init__(
@@ -1201,13 +1202,20 @@ class WorkflowDefinition(_message.Message):
     FINGERPRINT_FIELD_NUMBER: _builtins.int
     SIGNALS_FIELD_NUMBER: _builtins.int
     SIGNALS_DECLARED_FIELD_NUMBER: _builtins.int
+    FINGERPRINT_ALGORITHM_FIELD_NUMBER: _builtins.int
+    LEGACY_FINGERPRINTS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     version: _builtins.str
     fingerprint: _builtins.str
     """Hash of the definition's code; a different fingerprint under the same
-    (name, version) is refused with DEFINITION_CHANGED.
+    (name, version) is refused with DEFINITION_CHANGED while open runs are pinned to
+    the code it replaces.
     """
     signals_declared: _builtins.bool
+    fingerprint_algorithm: _builtins.str
+    """The algorithm that made `fingerprint` ("syntax-tree-v2"; docs/engine.md lists
+    them). Empty (a worker from before the field) stands for "syntax-tree-v2".
+    """
     @_builtins.property
     def signals(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """With signals_declared: the only signal names a run of this code reads. The server
@@ -1215,6 +1223,14 @@ class WorkflowDefinition(_message.Message):
         an external run) with FAILED_PRECONDITION, reason SIGNAL_NOT_DECLARED. Without it
         (a worker from before the field, or a definition with dynamic signals) every name
         is accepted.
+        """
+
+    @_builtins.property
+    def legacy_fingerprints(self) -> _containers.RepeatedCompositeFieldContainer[Global___Fingerprint]:
+        """The same code's fingerprints under earlier algorithms the worker still computes,
+        one per algorithm. A stored fingerprint made by one of them that equals the
+        worker's under it is the same code: the server records the new fingerprint and
+        algorithm in its place (and repins the open runs) instead of refusing.
         """
 
     def __init__(
@@ -1225,14 +1241,44 @@ class WorkflowDefinition(_message.Message):
         fingerprint: _builtins.str = ...,
         signals: _abc.Iterable[_builtins.str] | None = ...,
         signals_declared: _builtins.bool = ...,
+        fingerprint_algorithm: _builtins.str = ...,
+        legacy_fingerprints: _abc.Iterable[Global___Fingerprint] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["fingerprint", b"fingerprint", "name", b"name", "signals", b"signals", "signals_declared", b"signals_declared", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["fingerprint", b"fingerprint", "fingerprint_algorithm", b"fingerprint_algorithm", "legacy_fingerprints", b"legacy_fingerprints", "name", b"name", "signals", b"signals", "signals_declared", b"signals_declared", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___WorkflowDefinition: _TypeAlias = WorkflowDefinition  # noqa: Y015
+
+@_typing.final
+class Fingerprint(_message.Message):
+    """A definition's fingerprint under a named algorithm."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ALGORITHM_FIELD_NUMBER: _builtins.int
+    VALUE_FIELD_NUMBER: _builtins.int
+    algorithm: _builtins.str
+    """"source-text-v1" (SHA-256 of the class's source text, as written by schema versions
+    up to 6) or "syntax-tree-v2".
+    """
+    value: _builtins.str
+    """The SHA-256, lowercase hex."""
+    def __init__(
+        self,
+        *,
+        algorithm: _builtins.str = ...,
+        value: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["algorithm", b"algorithm", "value", b"value"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Fingerprint: _TypeAlias = Fingerprint  # noqa: Y015
 
 @_typing.final
 class RegisterWorkerRequest(_message.Message):

@@ -315,6 +315,11 @@ class Worker:
                     fingerprint=d.fingerprint,
                     signals=sorted(d.declared_signals or ()),
                     signals_declared=d.declared_signals is not None,
+                    fingerprint_algorithm=d.fingerprint_algorithm,
+                    legacy_fingerprints=[
+                        service_pb2.Fingerprint(algorithm=algorithm, value=value)
+                        for algorithm, value in sorted(d.legacy_fingerprints.items())
+                    ],
                 )
                 for d in self._workflows.values()
             ],

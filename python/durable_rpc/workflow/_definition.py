@@ -11,7 +11,7 @@ from typing import Any, Protocol, TypeVar, overload
 
 from durable_rpc._registration import DuplicateRegistrationError, RegistrationKind, source_of
 from durable_rpc.converter import arg_and_result_hints
-from durable_rpc.workflow._fingerprint import fingerprint
+from durable_rpc.workflow._fingerprint import ALGORITHM, fingerprint, legacy_fingerprints
 
 _C = TypeVar("_C", bound=type)
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -79,6 +79,10 @@ class WorkflowDefinition:
     #: The signal names a run of it reads: its handlers' and ``defn(signals=...)``; the
     #: server refuses any other (SIGNAL_NOT_DECLARED). None: ``dynamic_signals=True``.
     declared_signals: frozenset[str] | None = None
+    #: The algorithm that made ``fingerprint``, and the fingerprints of the same code
+    #: under earlier algorithms, by name (``durable_rpc.fingerprint_algorithms``).
+    fingerprint_algorithm: str = ALGORITHM
+    legacy_fingerprints: Mapping[str, str] = field(default_factory=dict)
 
 
 def _build(
@@ -142,6 +146,7 @@ def _build(
         queries=queries,
         updates=updates,
         declared_signals=None if dynamic_signals else frozenset((*signals, *extra_signals)),
+        legacy_fingerprints=legacy_fingerprints(cls),
     )
     setattr(cls, _DEFN_ATTR, definition)
     return cls

@@ -20,6 +20,11 @@ import hashlib
 import inspect
 import textwrap
 
+from durable_rpc.fingerprint_algorithms import SOURCE_TEXT_V1, SYNTAX_TREE_V2
+
+#: The algorithm :func:`fingerprint` implements.
+ALGORITHM = SYNTAX_TREE_V2
+
 _VERSION = b"durable-rpc fingerprint v2\n"
 
 
@@ -38,6 +43,23 @@ def fingerprint(cls: type) -> str:
     else:
         _write(_without_docstrings(tree), digest)
     return digest.hexdigest()
+
+
+def legacy_fingerprints(cls: type) -> dict[str, str]:
+    """``cls``'s fingerprint under each earlier algorithm, by name: what lets a server
+    that stored one of them see that the code itself did not change."""
+    return {SOURCE_TEXT_V1: _source_text_fingerprint(cls)}
+
+
+def _source_text_fingerprint(cls: type) -> str:
+    """The fingerprint of schema versions up to 6: SHA-256 of the class's source text
+    exactly as ``inspect.getsource`` returns it (not dedented: a nested class's
+    indentation counted), or of its qualified name when it has no source."""
+    try:
+        source = inspect.getsource(cls)
+    except (OSError, TypeError):
+        source = f"{cls.__module__}.{cls.__qualname__}"
+    return hashlib.sha256(source.encode()).hexdigest()
 
 
 def _without_docstrings(tree: ast.AST) -> ast.AST:
