@@ -20,6 +20,10 @@ from durable_rpc.v1 import history_pb2, payload_pb2
 
 _PAYLOAD = payload_pb2.Payload.DESCRIPTOR
 
+#: The most bytes of external payloads downloaded for one response (the SDKs'
+#: ``max_external_payload_bytes``), and the largest payload a server accepts to store.
+DEFAULT_MAX_EXTERNAL_PAYLOAD_BYTES = 64 * 2**20
+
 #: A serialized ``Payload.external`` (field 2, length 35..42) starting with its 32-byte
 #: ``sha256`` (field 1). Bytes without it hold no reference, so most messages are judged
 #: by one C-level search instead of a parse and a walk. A chance match costs only a walk.

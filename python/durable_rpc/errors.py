@@ -303,9 +303,16 @@ class PayloadCorruptError(DurableRpcError):
 
 
 class PayloadTooLargeError(ResourceExhaustedError):
-    """A payload over the reader's download cap (``max_external_payload_bytes``)."""
+    """A payload over the reader's download cap, or an upload declaring more bytes than
+    the server stores for one payload (``max_external_payload_bytes``)."""
 
     reason = "PAYLOAD_TOO_LARGE"
+
+
+class PayloadQuotaExceededError(ResourceExhaustedError):
+    """An upload that would take the namespace's stored payloads past its quota."""
+
+    reason = "PAYLOAD_QUOTA_EXCEEDED"
 
 
 class PayloadCodecError(DurableRpcError):
@@ -357,6 +364,7 @@ STATUS_BY_REASON: dict[str, grpc.StatusCode] = {
     PayloadNotFoundError.reason: grpc.StatusCode.NOT_FOUND,
     PayloadCorruptError.reason: grpc.StatusCode.DATA_LOSS,
     PayloadTooLargeError.reason: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    PayloadQuotaExceededError.reason: grpc.StatusCode.RESOURCE_EXHAUSTED,
     QueryFailedError.reason: grpc.StatusCode.FAILED_PRECONDITION,
     QueryTimeoutError.reason: grpc.StatusCode.DEADLINE_EXCEEDED,
     UpdateRejectedError.reason: grpc.StatusCode.FAILED_PRECONDITION,
@@ -405,6 +413,7 @@ ERROR_BY_REASON: dict[str, type[DurableRpcError]] = {
         PayloadNotFoundError,
         PayloadCorruptError,
         PayloadTooLargeError,
+        PayloadQuotaExceededError,
         QueryFailedError,
         QueryTimeoutError,
         UpdateRejectedError,

@@ -19,12 +19,16 @@ import click
 from google.protobuf import duration_pb2, json_format
 from google.protobuf.message import Message
 from rich.console import Console
-from rich.table import Table
+from rich.table import Column, Table
 
 from durable_rpc.auth import new_key
 from durable_rpc.client import Client, default_address
 from durable_rpc.errors import DurableRpcError
-from durable_rpc.server._admin_service import key_message, namespace_message
+from durable_rpc.server._admin_service import (
+    key_message,
+    key_namespace_by_id,
+    namespace_message,
+)
 from durable_rpc.store import open_store
 from durable_rpc.v1 import admin_service_pb2 as pb
 
@@ -83,7 +87,13 @@ def _print(message: Message, as_json: bool, rows: list[list[str]], headers: list
     if as_json:
         click.echo(json.dumps(json_format.MessageToDict(message), indent=2))
         return
-    table = Table(*headers)
+    # The first column names each row (a namespace, a key id: what the next command
+    # takes): never cut, however narrow the terminal; the others give way.
+    first, *rest = headers
+    table = Table(
+        Column(first, no_wrap=True, min_width=max((len(row[0]) for row in rows), default=0)),
+        *rest,
+    )
     for row in rows:
         table.add_row(*row)
     console.print(table)
@@ -103,13 +113,14 @@ def _namespace_rows(namespaces: list[pb.Namespace]) -> list[list[str]]:
             n.name,
             n.description,
             f"{n.retention.ToSeconds() / 3600:g}h",
+            f"{n.payload_stored_bytes} / {n.payload_quota_bytes}",
             _time(n.create_time, n.HasField("create_time")),
         ]
         for n in namespaces
     ]
 
 
-_NAMESPACE_HEADERS = ["namespace", "description", "retention", "created"]
+_NAMESPACE_HEADERS = ["namespace", "description", "retention", "payload bytes / quota", "created"]
 address_option = click.option(
     "--address",
     default=default_address,
@@ -166,13 +177,24 @@ def namespace_list(address: str, as_json: bool) -> None:
 @click.argument("name")
 @click.option("--description", default=None, help="A new description (default: unchanged).")
 @click.option("--retention", default=None, help="How long closed runs are kept (e.g. 30d).")
+@click.option(
+    "--payload-quota-bytes",
+    type=click.IntRange(min=1),
+    default=None,
+    help="The most bytes of stored payloads the namespace may hold (default: unchanged).",
+)
 @address_option
 @json_option
 def namespace_update(
-    name: str, description: str | None, retention: str | None, address: str, as_json: bool
+    name: str,
+    description: str | None,
+    retention: str | None,
+    payload_quota_bytes: int | None,
+    address: str,
+    as_json: bool,
 ) -> None:
-    """Change namespace NAME's description or retention."""
-    request = pb.UpdateNamespaceRequest(namespace=name)
+    """Change namespace NAME's description, retention or payload quota."""
+    request = pb.UpdateNamespaceRequest(namespace=name, payload_quota_bytes=payload_quota_bytes)
     if description is not None:
         request.description = description
     if retention is not None:
@@ -297,18 +319,24 @@ def token_list(namespace_name: str | None, db_url: str | None, address: str, as_
     "--namespace",
     "namespace_name",
     default=None,
-    help="The key's namespace (omit for a key for every namespace).",
+    help="Revoke KEY_ID only if it is a key of this namespace (default: wherever it is).",
 )
 @db_option
 @address_option
 def token_revoke(key_id: str, namespace_name: str | None, db_url: str | None, address: str) -> None:
     """Revoke key KEY_ID: refused from the next call on, on every replica."""
     if db_url is not None:
-        _offline(db_url, lambda store: store.revoke_api_key(key_id, namespace_name))
+
+        async def revoke(store: Any) -> None:
+            scope = namespace_name
+            if scope is None:
+                scope = await key_namespace_by_id(store, key_id, None)
+            await store.revoke_api_key(key_id, scope)
+
+        _offline(db_url, revoke)
     else:
-        request = pb.RevokeApiKeyRequest(
-            key_id=key_id, namespace=namespace_name or "", every_namespace=namespace_name is None
-        )
+        # No namespace: the server finds the key by its id (ids are unique).
+        request = pb.RevokeApiKeyRequest(key_id=key_id, namespace=namespace_name or "")
         _call(address, lambda c: c.call(c.admin_service.RevokeApiKey, request))
     click.echo(f"revoked {key_id}")
 

@@ -11,15 +11,15 @@ import logging
 import grpc
 from google.protobuf import duration_pb2
 
-from durable_rpc.auth import Principal, new_key
-from durable_rpc.errors import InvalidArgumentError
+from durable_rpc.auth import Principal, authorize, new_key
+from durable_rpc.errors import InvalidArgumentError, NotFoundError, PermissionDeniedError
 from durable_rpc.server import _convert, _validate
 from durable_rpc.server._admin_admission import AdminAdmissionMixin
 from durable_rpc.server._admin_budgets import AdminBudgetsMixin
 from durable_rpc.server._admin_definitions import AdminDefinitionsMixin
 from durable_rpc.server._admin_fleet import AdminFleetMixin
 from durable_rpc.server._admin_limits import AdminLimitsMixin, AdminRateLimitsMixin
-from durable_rpc.server._auth import current_principal
+from durable_rpc.server._auth import current_principal, key_access
 from durable_rpc.store import ApiKeyRecord, NamespaceRecord, Store
 from durable_rpc.v1 import admin_service_pb2 as pb
 from durable_rpc.v1 import admin_service_pb2_grpc
@@ -41,6 +41,8 @@ def namespace_message(record: NamespaceRecord) -> pb.Namespace:
         description=record.description,
         retention=retention,
         create_time=_convert.timestamp(record.created_at_ms),
+        payload_quota_bytes=record.payload_quota_bytes,
+        payload_stored_bytes=record.payload_stored_bytes,
     )
 
 
@@ -69,6 +71,22 @@ def _key_namespace(
             raise InvalidArgumentError("namespace must be empty with every_namespace")
         return None
     return _validate.namespace(request.namespace)
+
+
+async def key_namespace_by_id(store: Store, key_id: str, principal: Principal | None) -> str | None:
+    """The namespace of key ``key_id`` (None: every namespace), found by its id alone (ids
+    are unique). A key ``principal`` may not manage is answered as absent: a tenant learns
+    nothing of another's keys. ``principal`` None: no authentication (or offline)."""
+    found = await store.lookup_api_key(key_id)
+    if found is not None and principal is not None:
+        try:
+            authorize(principal, *key_access(found.key.namespace))
+        except PermissionDeniedError:
+            found = None
+    if found is None:
+        reach = "" if principal is None else " that this key may manage"
+        raise NotFoundError(f"no key {key_id!r}{reach}")
+    return found.key.namespace
 
 
 def _visible(principal: Principal | None, name: str) -> bool:
@@ -120,6 +138,7 @@ class AdminService(
             _validate.namespace(request.namespace),
             request.description if request.HasField("description") else None,
             _retention_ms(request),
+            request.payload_quota_bytes if request.HasField("payload_quota_bytes") else None,
         )
         log.info("namespace %r updated by %s", record.name, actor())
         return pb.UpdateNamespaceResponse(namespace=namespace_message(record))
@@ -155,8 +174,11 @@ class AdminService(
     async def RevokeApiKey(
         self, request: pb.RevokeApiKeyRequest, context: grpc.aio.ServicerContext
     ) -> pb.RevokeApiKeyResponse:
-        record = await self._store.revoke_api_key(
-            _validate.name("key_id", request.key_id), _key_namespace(request)
-        )
+        key_id = _validate.name("key_id", request.key_id)
+        if request.every_namespace or request.namespace:
+            namespace = _key_namespace(request)
+        else:  # by its id alone
+            namespace = await key_namespace_by_id(self._store, key_id, current_principal.get())
+        record = await self._store.revoke_api_key(key_id, namespace)
         log.info("API key %s (%r) revoked by %s", record.key_id, record.name, actor())
         return pb.RevokeApiKeyResponse(key=key_message(record))

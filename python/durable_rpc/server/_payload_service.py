@@ -11,9 +11,16 @@ import grpc
 
 from durable_rpc.errors import PayloadTooLargeError
 from durable_rpc.server import _validate
+from durable_rpc.server._auth import current_principal
 from durable_rpc.store import Store
 from durable_rpc.v1 import payload_service_pb2 as pb
 from durable_rpc.v1 import payload_service_pb2_grpc
+
+
+def _uploader() -> str:
+    """The calling key's id ("" with authentication off: every caller is one uploader)."""
+    principal = current_principal.get()
+    return "" if principal is None else principal.key_id
 
 
 class PayloadService(payload_service_pb2_grpc.PayloadServiceServicer):
@@ -29,6 +36,8 @@ class PayloadService(payload_service_pb2_grpc.PayloadServiceServicer):
             request.payload.size,
             request.offset,
             request.data,
+            # An unfinished upload is its key's own: no other key can block or poison it.
+            _uploader(),
         )
         return pb.UploadPayloadResponse(stored_bytes=upload.stored_bytes, complete=upload.complete)
 

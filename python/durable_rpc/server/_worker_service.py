@@ -22,6 +22,7 @@ from durable_rpc.errors import (
 from durable_rpc.payload import PayloadError
 from durable_rpc.server import _convert, _validate
 from durable_rpc.server._auth import current_principal
+from durable_rpc.server._fingerprints import code_fingerprints
 from durable_rpc.server._handoff import Handoffs
 from durable_rpc.server._interceptor import internal_error
 from durable_rpc.server._metrics import ServerMetrics
@@ -29,7 +30,7 @@ from durable_rpc.server._notify import Arrival, Notifier, Wakeup, wait
 from durable_rpc.server._poll_replay import PollReplay
 from durable_rpc.server._queries import QueryRelay
 from durable_rpc.server._session_service import session_message
-from durable_rpc.server._task_history import next_page, workflow_task_message
+from durable_rpc.server._task_history import TaskHistoryPages
 from durable_rpc.server._validate_message import check_request
 from durable_rpc.store import (
     ClaimedActivityTask,
@@ -152,6 +153,7 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
         self._queries = QueryRelay(store, notifier)
         self._metrics = metrics
         self._store = store
+        self._history_pages = TaskHistoryPages(store)
         self._notifier = notifier
         self._poll_timeout_s = poll_timeout_s
         self._workflow_task_lease_ms = workflow_task_lease_ms
@@ -297,6 +299,10 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
                 for (name, version, _), d in zip(definitions, request.workflows, strict=True)
                 if d.signals_declared
             },
+            fingerprints={
+                (name, version): code_fingerprints(d)
+                for (name, version, _), d in zip(definitions, request.workflows, strict=True)
+            },
         )
         return service_pb2.RegisterWorkerResponse(
             heartbeat_interval=duration_pb2.Duration(seconds=WORKER_HEARTBEAT_INTERVAL_S),
@@ -369,11 +375,11 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
         )
         if task is None:
             return service_pb2.PollWorkflowTaskResponse()
-        response = self._workflow_task(ns, task)
+        response = await self._workflow_task(ns, task)
         self._workflow_polls.remember(ns, worker_id, request_id, task.lease, response)
         return response
 
-    def _workflow_task(
+    async def _workflow_task(
         self, namespace: str, task: ClaimedWorkflowTask
     ) -> service_pb2.PollWorkflowTaskResponse:
         """The message of a workflow task handed to a worker (polled, handed over by a
@@ -383,7 +389,9 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
                 namespace, task.task_queue, "workflow", task.queue_delay_ms / 1000
             )
             self._metrics.record_workflow_task_attempt(namespace, task.task_queue, task.attempt)
-        return workflow_task_message(task, self._store.options.history)
+        return await self._history_pages.workflow_task_message(
+            namespace, task, self._store.options.history
+        )
 
     def _activity_task(
         self, namespace: str, task_queue: str, task: ClaimedActivityTask
@@ -435,8 +443,8 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
         request: service_pb2.GetWorkflowTaskHistoryRequest,
         context: grpc.aio.ServicerContext,
     ) -> service_pb2.GetWorkflowTaskHistoryResponse:
-        return await next_page(
-            self._store, _validate.namespace(request.namespace), request.next_page_token
+        return await self._history_pages.next_page(
+            _validate.namespace(request.namespace), request.next_page_token
         )
 
     async def FailWorkflowTask(
@@ -548,7 +556,9 @@ class WorkerService(service_pb2_grpc.WorkerServiceServicer):
         task = completion.workflow_task
         if task is None:
             return service_pb2.CompleteActivityTaskResponse()
-        return service_pb2.CompleteActivityTaskResponse(workflow_task=self._workflow_task(ns, task))
+        return service_pb2.CompleteActivityTaskResponse(
+            workflow_task=await self._workflow_task(ns, task)
+        )
 
     async def FailActivityTask(
         self, request: service_pb2.FailActivityTaskRequest, context: grpc.aio.ServicerContext

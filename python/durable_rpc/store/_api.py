@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TYPE_CHECKING, Literal, Protocol
 
+from durable_rpc._payload_refs import DEFAULT_MAX_EXTERNAL_PAYLOAD_BYTES
 from durable_rpc.run_statuses import STATUSES
 from durable_rpc.store._admission_records import Admission
 from durable_rpc.store._budget_records import Budget
-from durable_rpc.store._definition_records import DefinitionRecord
+from durable_rpc.store._definition_records import CodeFingerprints, DefinitionRecord
 from durable_rpc.store._fleet_records import (
     RateLimit,
     TaskQueueDescription,
@@ -27,7 +28,7 @@ from durable_rpc.store._fleet_records import (
     WorkerCounters,
     WorkerRecord,
 )
-from durable_rpc.store._payload_records import PayloadUpload
+from durable_rpc.store._payload_records import DEFAULT_PAYLOAD_QUOTA_BYTES, PayloadUpload
 from durable_rpc.store._schedule_records import ScheduleDefinition, ScheduleFiring, ScheduleInfo
 from durable_rpc.store._session_records import WorkerSessionRecord
 from durable_rpc.store._stream_records import StreamAppend, StreamDescription, StreamPage
@@ -116,6 +117,8 @@ class StoreOptions:
     due_batch: int = 500
     #: Per-run history limits and the history page size.
     history: HistoryLimits = field(default_factory=HistoryLimits)
+    #: The largest payload an upload may declare (the SDKs' default download cap).
+    max_external_payload_bytes: int = DEFAULT_MAX_EXTERNAL_PAYLOAD_BYTES
 
 
 @dataclass(slots=True)
@@ -257,6 +260,10 @@ class NamespaceRecord:
     description: str
     retention_ms: int
     created_at_ms: int
+    #: The most bytes of payloads the namespace may hold, stored and being uploaded.
+    payload_quota_bytes: int = DEFAULT_PAYLOAD_QUOTA_BYTES
+    #: The bytes of payloads it holds now (stored whole, or reserved by an upload).
+    payload_stored_bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -753,10 +760,16 @@ class Store(abc.ABC):
         build_id: str,
         allow_definition_change: bool,
         declared_signals: Mapping[tuple[str, str], Sequence[str]] | None = None,
+        fingerprints: Mapping[tuple[str, str], CodeFingerprints] | None = None,
     ) -> None:
         """``declared_signals``: by (name, version), the only signal names a run of that
         code reads (the definition keeps them; signals to its runs are checked against
-        them, ``_declared_signals``). A definition not in it accepts every name."""
+        them, ``_declared_signals``). A definition not in it accepts every name.
+        ``fingerprints``: by (name, version), the algorithm of its fingerprint and its
+        fingerprints under earlier algorithms (``_definition_fingerprints``); a
+        definition not in it names no algorithm. A changed fingerprint refused while
+        open runs are pinned raises one DefinitionChangedError naming every such
+        definition."""
 
     @abc.abstractmethod
     async def worker_heartbeat(
@@ -1188,13 +1201,22 @@ class Store(abc.ABC):
     # the payload store (see _ops_payloads): frames over the inline threshold, by SHA-256
     @abc.abstractmethod
     async def upload_payload_chunk(
-        self, namespace: str, sha256: bytes, size: int, offset: int, data: bytes
+        self,
+        namespace: str,
+        sha256: bytes,
+        size: int,
+        offset: int,
+        data: bytes,
+        uploader: str = "",
     ) -> PayloadUpload:
-        """Store ``data`` at ``offset`` of the payload ``(sha256, size)``: the offset at
-        most the bytes stored, only the bytes past them kept. The chunk that completes it
-        has the whole frame verified against ``sha256`` (``PayloadMismatchError`` and the
-        upload discarded when it does not). A payload already stored whole answers
-        complete at once (and its grace period restarts)."""
+        """Store ``data`` at ``offset`` of ``uploader``'s upload of the payload
+        ``(sha256, size)``: the offset at most the bytes stored, only the bytes past them
+        kept. The chunk that completes it has the whole frame verified against ``sha256``
+        (``PayloadMismatchError`` and the upload discarded when it does not). Each
+        uploader's unfinished upload is its own, so none can block another's. A payload
+        already stored whole answers complete at once (and its grace period restarts).
+        ``PayloadTooLargeError`` past ``max_external_payload_bytes``,
+        ``PayloadQuotaExceededError`` past the namespace's payload quota."""
 
     @abc.abstractmethod
     def read_payload(self, namespace: str, sha256: bytes, size: int) -> AsyncIterator[bytes]:
@@ -1207,6 +1229,10 @@ class Store(abc.ABC):
         """Delete up to ``limit`` payloads referenced by no remaining run and last uploaded
         more than ``grace_ms`` ago, in one transaction; the count. Fenced like
         :meth:`delete_expired_runs`."""
+
+    @abc.abstractmethod
+    async def signing_secret(self, name: str) -> bytes:
+        """The server secret ``name`` (made at first use, the same on every replica)."""
 
     # namespaces and API keys (see _ops_admin)
     @abc.abstractmethod
@@ -1222,7 +1248,11 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def update_namespace(
-        self, name: str, description: str | None, retention_ms: int | None
+        self,
+        name: str,
+        description: str | None,
+        retention_ms: int | None,
+        payload_quota_bytes: int | None = None,
     ) -> NamespaceRecord: ...
 
     @abc.abstractmethod

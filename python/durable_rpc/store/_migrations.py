@@ -16,8 +16,10 @@ from dataclasses import dataclass
 from durable_rpc.store._admission import admission_tables, concurrency_key_tables
 from durable_rpc.store._budgets import budget_refill_columns, budget_tables
 from durable_rpc.store._declared_signals import DECLARED_SIGNALS_MIGRATION
+from durable_rpc.store._definition_fingerprints import FINGERPRINT_ALGORITHM_MIGRATION
 from durable_rpc.store._fairness import migration as fairness_migration
-from durable_rpc.store._payloads import payload_tables
+from durable_rpc.store._ops_secrets import secret_tables
+from durable_rpc.store._payloads import payload_tables, upload_scoping_migration
 from durable_rpc.store._queue_limits import task_queue_limits_table
 from durable_rpc.store._rate_limits import rate_limits_table
 from durable_rpc.store._schedule_buffer import schedule_buffer_table
@@ -461,6 +463,12 @@ SQLITE_MIGRATIONS: tuple[Migration, ...] = (
     Migration(24, "budget refill rates", budget_refill_columns("INTEGER")),
     Migration(25, "worker sessions", session_tables("INTEGER", "BLOB")),
     Migration(26, "message streams", stream_tables("INTEGER", "BLOB")),
+    Migration(27, "fingerprint algorithms of definitions", FINGERPRINT_ALGORITHM_MIGRATION),
+    Migration(
+        28,
+        "payload uploads per uploader, payload quotas, server secrets",
+        (*upload_scoping_migration("BLOB", "INTEGER"), *secret_tables("BLOB")),
+    ),
 )
 
 

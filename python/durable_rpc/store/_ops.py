@@ -34,6 +34,7 @@ from durable_rpc.store._ops_redrive import _RedriveOps
 from durable_rpc.store._ops_retention import _RetentionOps
 from durable_rpc.store._ops_runs import _RunOps
 from durable_rpc.store._ops_schedules import _ScheduleOps
+from durable_rpc.store._ops_secrets import _SecretOps
 from durable_rpc.store._ops_sessions import _SessionOps
 from durable_rpc.store._ops_streams import _StreamOps
 from durable_rpc.store._ops_updates import _UpdateOps
@@ -68,6 +69,7 @@ class SqlStore(
     _RateLimitOps,
     _SessionOps,
     _StreamOps,
+    _SecretOps,
 ):
     """The dialect-independent half of a SQL backend."""
 

@@ -16,18 +16,29 @@ from durable_rpc.errors import (
 from durable_rpc.store._api import ApiKeyLookup, ApiKeyRecord, NamespaceRecord
 from durable_rpc.store._migrations import DEFAULT_RETENTION_MS
 from durable_rpc.store._ops_base import _SqlOpsBase
+from durable_rpc.store._ops_payloads import payload_usage
 from durable_rpc.store._shared import require
 from durable_rpc.store._tx import Row, Tx
 
 _ROLES = ("client", "worker", "admin")
+#: The largest payload quota an admin may set (a bound the databases' integers hold).
+MAX_PAYLOAD_QUOTA_BYTES = 2**62
+_DAY_MS = 86_400_000
+#: Longest lifetime a key may be given: its expiry is answered as a Timestamp, which
+#: ends at the year 9999, so a Duration's full range (10,000 years) would not fit.
+MAX_KEY_LIFETIME_MS = 36_500 * _DAY_MS
 
 
-def _namespace(row: Row) -> NamespaceRecord:
+def _namespace(tx: Tx, row: Row) -> NamespaceRecord:
+    name = str(row["name"])
+    quota, stored = payload_usage(tx, name)
     return NamespaceRecord(
-        name=str(row["name"]),
+        name=name,
         description=str(row["description"]),
         retention_ms=int(row["retention_ms"]),
         created_at_ms=int(row["created_at_ms"]),
+        payload_quota_bytes=quota,
+        payload_stored_bytes=stored,
     )
 
 
@@ -48,11 +59,18 @@ def _check_retention(retention_ms: int) -> None:
         raise InvalidArgumentError("retention must be positive")
 
 
+def _check_payload_quota(quota_bytes: int) -> None:
+    if not 0 < quota_bytes <= MAX_PAYLOAD_QUOTA_BYTES:
+        raise InvalidArgumentError(
+            f"payload quota must be positive and at most {MAX_PAYLOAD_QUOTA_BYTES} bytes"
+        )
+
+
 def _read_namespace(tx: Tx, name: str) -> NamespaceRecord:
     row = tx.one("SELECT * FROM namespaces WHERE name = ?", (name,))
     if row is None:
         raise NamespaceNotFoundError(f"namespace {name!r} does not exist")
-    return _namespace(row)
+    return _namespace(tx, row)
 
 
 class _AdminOps(_SqlOpsBase):
@@ -82,23 +100,32 @@ class _AdminOps(_SqlOpsBase):
 
     async def list_namespaces(self) -> list[NamespaceRecord]:
         def op(tx: Tx) -> list[NamespaceRecord]:
-            return [_namespace(r) for r in tx.all("SELECT * FROM namespaces ORDER BY name")]
+            return [_namespace(tx, r) for r in tx.all("SELECT * FROM namespaces ORDER BY name")]
 
         return await self._read(op)
 
     async def update_namespace(
-        self, name: str, description: str | None, retention_ms: int | None
+        self,
+        name: str,
+        description: str | None,
+        retention_ms: int | None,
+        payload_quota_bytes: int | None = None,
     ) -> NamespaceRecord:
         if retention_ms is not None:
             _check_retention(retention_ms)
+        if payload_quota_bytes is not None:
+            _check_payload_quota(payload_quota_bytes)
 
         def op(tx: Tx) -> NamespaceRecord:
             current = _read_namespace(tx, name)
+            # An unset quota stays unset: the namespace follows the default.
             tx.run(
-                "UPDATE namespaces SET description = ?, retention_ms = ? WHERE name = ?",
+                "UPDATE namespaces SET description = ?, retention_ms = ?, "
+                "payload_quota_bytes = COALESCE(?, payload_quota_bytes) WHERE name = ?",
                 (
                     current.description if description is None else description,
                     current.retention_ms if retention_ms is None else retention_ms,
+                    payload_quota_bytes,
                     name,
                 ),
             )
@@ -125,6 +152,11 @@ class _AdminOps(_SqlOpsBase):
             raise InvalidArgumentError("only an admin key can be for every namespace")
         if expires_in_ms is not None and expires_in_ms <= 0:
             raise InvalidArgumentError("expires_in must be positive")
+        if expires_in_ms is not None and expires_in_ms > MAX_KEY_LIFETIME_MS:
+            raise InvalidArgumentError(
+                f"expires_in must be at most {MAX_KEY_LIFETIME_MS // _DAY_MS:,} days "
+                "(unset: the key never expires)"
+            )
 
         def op(tx: Tx) -> ApiKeyRecord:
             if namespace is not None:

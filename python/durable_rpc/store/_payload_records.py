@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+#: A namespace's payload quota unless an admin sets another: the bytes of payloads it
+#: may hold, stored whole and being uploaded.
+DEFAULT_PAYLOAD_QUOTA_BYTES = 10 * 2**30
+
 
 @dataclass(frozen=True, slots=True)
 class PayloadUpload:

@@ -2,11 +2,15 @@
 
 A payload over the SDK's inline threshold is uploaded in chunks (``payload_chunks``, one
 row per uploaded chunk, so neither side ever holds a whole payload in one row or one
-statement) under a ``payload_blobs`` row keyed by (namespace, SHA-256). A history event
-that references it adds a ``payload_refs`` row for its run in the same transaction
-(:func:`record_refs`), after checking the namespace holds the payload whole with that
-size; retention deletes a run's refs with the run, then each payload no ref holds once
-its grace period (from its last upload) has passed.
+statement). An upload in progress is its uploader's own (``payload_uploads``, keyed by
+namespace, SHA-256 and uploader, its chunks under the same uploader), so no caller can
+block another's upload of the same bytes; once verified, it becomes the namespace's
+``payload_blobs`` row (keyed by namespace and SHA-256), whose ``uploader`` names the
+chunks holding its bytes. A history event that references it adds a ``payload_refs``
+row for its run in the same transaction (:func:`record_refs`), after checking the
+namespace holds the payload whole with that size; retention deletes a run's refs with
+the run, then each payload no ref holds, and each unfinished upload, once its grace
+period (from its last upload) has passed.
 """
 
 from __future__ import annotations
@@ -50,6 +54,43 @@ def payload_tables(blob: str, bigint: str) -> tuple[str, ...]:
         "CREATE INDEX payload_refs_by_blob ON payload_refs (namespace, sha256)",
         # Retention's candidates: the payloads last uploaded longest ago.
         "CREATE INDEX payload_blobs_touched ON payload_blobs (namespace, touched_at_ms)",
+    )
+
+
+def upload_scoping_migration(blob: str, bigint: str) -> tuple[str, ...]:
+    """Unfinished uploads per uploader, the payloads' owner of chunks, and the
+    namespaces' payload quotas. Payloads stored whole keep their chunks (uploader "");
+    an upload left unfinished is dropped (its client uploads it again)."""
+    return (
+        f"""CREATE TABLE payload_chunks_by_uploader (
+            namespace TEXT NOT NULL,
+            sha256 {blob} NOT NULL,
+            uploader TEXT NOT NULL,
+            offset_bytes {bigint} NOT NULL,
+            data {blob} NOT NULL,
+            PRIMARY KEY (namespace, sha256, uploader, offset_bytes)
+        )""",
+        "INSERT INTO payload_chunks_by_uploader "
+        "(namespace, sha256, uploader, offset_bytes, data) "
+        "SELECT c.namespace, c.sha256, '', c.offset_bytes, c.data FROM payload_chunks c "
+        "JOIN payload_blobs b ON b.namespace = c.namespace AND b.sha256 = c.sha256 "
+        "WHERE b.complete = 1",
+        "DROP TABLE payload_chunks",
+        "ALTER TABLE payload_chunks_by_uploader RENAME TO payload_chunks",
+        "DELETE FROM payload_blobs WHERE complete = 0",
+        "ALTER TABLE payload_blobs ADD COLUMN uploader TEXT NOT NULL DEFAULT ''",
+        f"""CREATE TABLE payload_uploads (
+            namespace TEXT NOT NULL,
+            sha256 {blob} NOT NULL,
+            uploader TEXT NOT NULL,
+            size_bytes {bigint} NOT NULL,
+            stored_bytes {bigint} NOT NULL,
+            touched_at_ms {bigint} NOT NULL,
+            PRIMARY KEY (namespace, sha256, uploader)
+        )""",
+        # Retention's candidates: the uploads left unfinished longest.
+        "CREATE INDEX payload_uploads_touched ON payload_uploads (namespace, touched_at_ms)",
+        f"ALTER TABLE namespaces ADD COLUMN payload_quota_bytes {bigint}",
     )
 
 

@@ -13,6 +13,7 @@ from durable_rpc.store._admission_pg import pg_migration as admission_pg_migrati
 from durable_rpc.store._budgets import budget_refill_columns
 from durable_rpc.store._budgets_pg import pg_migration as budgets_pg_migration
 from durable_rpc.store._declared_signals import DECLARED_SIGNALS_MIGRATION
+from durable_rpc.store._definition_fingerprints import FINGERPRINT_ALGORITHM_MIGRATION
 from durable_rpc.store._fairness_pg import pg_migration as fairness_pg_migration
 from durable_rpc.store._migrations import (
     V12_RUNS_STAY_UNVERSIONED,
@@ -29,7 +30,8 @@ from durable_rpc.store._migrations import (
     _v13,
     _v_schedules,
 )
-from durable_rpc.store._payloads import payload_tables
+from durable_rpc.store._ops_secrets import secret_tables
+from durable_rpc.store._payloads import payload_tables, upload_scoping_migration
 from durable_rpc.store._pg_hot_sql import BUILD_PIN_FUNCTIONS, HOT_PATH_FUNCTIONS
 from durable_rpc.store._queue_limits import pg_migration as queue_limits_pg_migration
 from durable_rpc.store._rate_limits import pg_migration as rate_limits_pg_migration
@@ -209,4 +211,10 @@ PG_MIGRATIONS: tuple[Migration, ...] = (
     Migration(24, "budget refill rates", budget_refill_columns("BIGINT")),
     Migration(25, "worker sessions", session_tables("BIGINT", "BYTEA")),
     Migration(26, "message streams", stream_tables("BIGINT", "BYTEA")),
+    Migration(27, "fingerprint algorithms of definitions", FINGERPRINT_ALGORITHM_MIGRATION),
+    Migration(
+        28,
+        "payload uploads per uploader, payload quotas, server secrets",
+        (*upload_scoping_migration("BYTEA", "BIGINT"), *secret_tables("BYTEA")),
+    ),
 )

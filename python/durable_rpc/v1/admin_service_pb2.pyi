@@ -111,8 +111,16 @@ class Namespace(_message.Message):
     DESCRIPTION_FIELD_NUMBER: _builtins.int
     RETENTION_FIELD_NUMBER: _builtins.int
     CREATE_TIME_FIELD_NUMBER: _builtins.int
+    PAYLOAD_QUOTA_BYTES_FIELD_NUMBER: _builtins.int
+    PAYLOAD_STORED_BYTES_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     description: _builtins.str
+    payload_quota_bytes: _builtins.int
+    """The most bytes of payloads (PayloadService) the namespace may hold, stored whole and
+    being uploaded; an upload past it is refused with PAYLOAD_QUOTA_EXCEEDED.
+    """
+    payload_stored_bytes: _builtins.int
+    """The bytes of payloads it holds now."""
     @_builtins.property
     def retention(self) -> _duration_pb2.Duration:
         """How long closed runs are kept; older ones are deleted with their history."""
@@ -126,10 +134,12 @@ class Namespace(_message.Message):
         description: _builtins.str = ...,
         retention: _duration_pb2.Duration | None = ...,
         create_time: _timestamp_pb2.Timestamp | None = ...,
+        payload_quota_bytes: _builtins.int = ...,
+        payload_stored_bytes: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "retention", b"retention"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "description", b"description", "name", b"name", "retention", b"retention"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "description", b"description", "name", b"name", "payload_quota_bytes", b"payload_quota_bytes", "payload_stored_bytes", b"payload_stored_bytes", "retention", b"retention"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -266,9 +276,12 @@ class UpdateNamespaceRequest(_message.Message):
     NAMESPACE_FIELD_NUMBER: _builtins.int
     DESCRIPTION_FIELD_NUMBER: _builtins.int
     RETENTION_FIELD_NUMBER: _builtins.int
+    PAYLOAD_QUOTA_BYTES_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     description: _builtins.str
     """Unset fields keep their value."""
+    payload_quota_bytes: _builtins.int
+    """Positive; unset keeps the namespace's quota (10 GiB unless set)."""
     @_builtins.property
     def retention(self) -> _duration_pb2.Duration: ...
     def __init__(
@@ -277,14 +290,20 @@ class UpdateNamespaceRequest(_message.Message):
         namespace: _builtins.str = ...,
         description: _builtins.str | None = ...,
         retention: _duration_pb2.Duration | None = ...,
+        payload_quota_bytes: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_description", b"_description", "description", b"description", "retention", b"retention"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_description", b"_description", "_payload_quota_bytes", b"_payload_quota_bytes", "description", b"description", "payload_quota_bytes", b"payload_quota_bytes", "retention", b"retention"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_description", b"_description", "description", b"description", "namespace", b"namespace", "retention", b"retention"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_description", b"_description", "_payload_quota_bytes", b"_payload_quota_bytes", "description", b"description", "namespace", b"namespace", "payload_quota_bytes", b"payload_quota_bytes", "retention", b"retention"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__description: _TypeAlias = _typing.Literal["description"]  # noqa: Y015
     _WhichOneofArgType__description: _TypeAlias = _typing.Literal["_description", b"_description"]  # noqa: Y015
+    _WhichOneofReturnType__payload_quota_bytes: _TypeAlias = _typing.Literal["payload_quota_bytes"]  # noqa: Y015
+    _WhichOneofArgType__payload_quota_bytes: _TypeAlias = _typing.Literal["_payload_quota_bytes", b"_payload_quota_bytes"]  # noqa: Y015
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__description) -> _WhichOneofReturnType__description | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__payload_quota_bytes) -> _WhichOneofReturnType__payload_quota_bytes | None: ...
 
 Global___UpdateNamespaceRequest: _TypeAlias = UpdateNamespaceRequest  # noqa: Y015
 
@@ -468,7 +487,10 @@ class RevokeApiKeyRequest(_message.Message):
     EVERY_NAMESPACE_FIELD_NUMBER: _builtins.int
     key_id: _builtins.str
     namespace: _builtins.str
-    """The key's namespace; with `every_namespace`, a key for every namespace."""
+    """The key's namespace; with `every_namespace`, a key for every namespace. Neither:
+    the key is found by its id alone, wherever it is (the caller must be allowed to
+    manage it).
+    """
     every_namespace: _builtins.bool
     def __init__(
         self,
