@@ -11,9 +11,10 @@ import pytest
 from tests.scale import cluster as pg
 
 ROOT = Path(__file__).resolve().parent.parent
-# The interop files are shared with the Durable Workflow SDKs and live beside the project
-# (../shared/interop). A checkout on its own uses the copy in tests/fixtures/interop, which
-# tests/codec/test_golden.py checks is byte for byte the shared one whenever both exist.
+# The interop files (golden frames and schemas) are shared with the Durable Workflow SDKs.
+# When a copy of the interop files sits beside the checkout, the tests read it; otherwise
+# they read tests/fixtures/interop, which tests/codec/test_golden.py checks is byte for
+# byte that copy whenever both exist. DURABLE_RPC_INTEROP_DIR names another directory.
 SHARED_INTEROP = ROOT.parent / "shared" / "interop"
 VENDORED_INTEROP = ROOT / "tests" / "fixtures" / "interop"
 INTEROP = Path(

@@ -1,7 +1,6 @@
 """Build-id pinning through a real server: two builds and an unversioned worker on one
-queue (seed 004: "An explicit build_id(...) pins new runs to that deployment build. A
-different build cannot take an existing pinned run. Omit it to retain unversioned
-routing.")."""
+queue: an explicit build_id pins new runs to that deployment build, a different build
+cannot take an existing pinned run, and a worker without one keeps unversioned routing."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """`durable-rpc definition list|remove|restore` against a real server process: the
-deployment runbook's last step (seed 000, step 6) -- remove a definition only when no
+deployment runbook's last step -- remove a definition only when no
 live worker registers it and no open run references it; a removed one is refused at
 registration and at start until restored."""
 

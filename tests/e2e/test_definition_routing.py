@@ -1,4 +1,4 @@
-"""Workers claim only what they registered (issue 12, item 2), through a real server.
+"""Workers claim only what they registered, through a real server.
 
 A v1-only and a v2-only worker share one queue during a rolling deploy: each run goes to
 the worker of its version, with its version's activity (the two activity sets are

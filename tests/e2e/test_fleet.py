@@ -1,4 +1,4 @@
-"""Seeing the fleet through a real server process (issue 16): worker counters carried by
+"""Seeing the fleet through a real server process: worker counters carried by
 the heartbeat, ListWorkers, DescribeTaskQueue, their CLI, and describe's stuck reason
 for each way a run can wait (the store twin: tests/store/test_stuck_reason.py)."""
 

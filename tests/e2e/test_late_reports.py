@@ -1,6 +1,6 @@
 """A finished activity never runs again because its report came late: a real server
 process killed and restarted on the same SQLite file and port while the report waits, and
-a real worker process SIGSTOPped past its leases then continued (issue 12, item 4)."""
+a real worker process SIGSTOPped past its leases then continued."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Wake-ups of long polls reach a poll that can take the task (issue 12, item 1).
+"""Wake-ups of long polls reach a poll that can take the task.
 
 An arrival wakes one waiting poll; a poll whose filter excludes the task passes the
 wake-up on. Two activity pollers with disjoint activity sets wait on one queue of a real

@@ -1,4 +1,4 @@
-"""Redrive across a fixed bug (issue 16), against a real server process and real worker
+"""Redrive across a fixed bug, against a real server process and real worker
 processes: a run fails in activity 3 of 4, a worker with the fixed activity (the same
 workflow code, so the same definition fingerprint) replaces the buggy one, and the
 redriven run completes with activities 1 and 2 not run again."""

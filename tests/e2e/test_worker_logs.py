@@ -1,4 +1,4 @@
-"""What a worker logs (issue 15, "Logs that help"), through a real server process.
+"""What a worker logs, through a real server process.
 
 A failed activity attempt is one WARNING naming its type, message and attempt; a failed
 workflow task is one WARNING per attempt and never asyncio's "Task exception was never

@@ -42,7 +42,7 @@ def _workflow_classes(module_name: str) -> list[type]:
     help="Module holding the workflow classes (repeatable), e.g. my_app.workflows.",
 )
 def replay(files: tuple[str, ...], modules: tuple[str, ...]) -> None:
-    """Replay exported histories (``workflow history --export``) against current code."""
+    """Replay exported histories (from `workflow history --export`) against current code."""
     sys.path.insert(0, "")  # like `python -m`: modules of the current directory import
     workflows = [cls for name in modules for cls in _workflow_classes(name)]
     if not workflows:

@@ -40,7 +40,7 @@ from durable_rpc.v1 import payload_pb2, payload_service_pb2, payload_service_pb2
 #: ``payload_inline_threshold``).
 DEFAULT_INLINE_THRESHOLD = 128 * 1024
 #: At most this many bytes of external payloads are downloaded for one response
-#: (Client.connect's ``max_external_payload_bytes``, the seed SDK's default).
+#: (Client.connect's ``max_external_payload_bytes`` default).
 DEFAULT_MAX_EXTERNAL_PAYLOAD_BYTES = _payload_refs.DEFAULT_MAX_EXTERNAL_PAYLOAD_BYTES
 #: Upload chunk: well under the server's 4 MiB default request limit.
 UPLOAD_CHUNK_BYTES = 1024 * 1024

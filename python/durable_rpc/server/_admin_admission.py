@@ -1,5 +1,5 @@
-"""SetNamespaceAdmission, GetNamespaceAdmission and RemoveNamespaceAdmission (issue 17,
-flow control): a namespace's limit of open runs and start rate, enforced by the store's
+"""SetNamespaceAdmission, GetNamespaceAdmission and RemoveNamespaceAdmission (flow
+control): a namespace's limit of open runs and start rate, enforced by the store's
 starts (``store/_admission.py``); namespace admin calls (``_auth``)."""
 
 from __future__ import annotations

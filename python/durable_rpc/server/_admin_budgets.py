@@ -1,4 +1,4 @@
-"""SetBudget, ListBudgets and RemoveBudget (issue 17, budgets): a namespace's budgets
+"""SetBudget, ListBudgets and RemoveBudget: a namespace's budgets
 for ``workflow.reserve()``, granted by the store in the transactions of decisions,
 releases and run closes (``store/_budgets.py``); namespace admin calls (``_auth``)."""
 

@@ -1,4 +1,4 @@
-"""ListDefinitions, RemoveDefinition and RestoreDefinition (issue 16).
+"""ListDefinitions, RemoveDefinition and RestoreDefinition.
 
 Removal is the deployment runbook's last step: refused (DEFINITION_IN_USE) while a live
 worker registers the definition or an open run references it; a removed definition is

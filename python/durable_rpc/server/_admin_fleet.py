@@ -1,4 +1,4 @@
-"""ListWorkers, DescribeTaskQueue and ListTaskQueues (issue 16): the fleet as the store sees it
+"""ListWorkers, DescribeTaskQueue and ListTaskQueues: the fleet as the store sees it
 (``store/_ops_fleet.py``); namespace admin calls (``_auth``)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""SetTaskQueueLimit and ListTaskQueueLimits (issue 17, flow control): a task queue's
+"""SetTaskQueueLimit and ListTaskQueueLimits (flow control): a task queue's
 limit on concurrent activity attempts, enforced by the store's claims
 (``store/_queue_limits.py``); namespace admin calls (``_auth``)."""
 

@@ -1,4 +1,4 @@
-"""RedriveWorkflow (issue 16): a new run continuing a failed run from its last completed
+"""RedriveWorkflow: a new run continuing a failed run from its last completed
 activity (``store/_ops_redrive.py``, the cut in ``store/_redrive_cut.py``). A client call
 (``_auth``: the namespace's client access, as a start)."""
 

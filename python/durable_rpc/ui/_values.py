@@ -477,7 +477,7 @@ def _marker(a: Any, n: _Names) -> str:
 
 def _cancel_requested(a: Any, n: _Names) -> str:
     line = f"cancel requested: {_short(a.reason)}" if a.reason else "cancel requested"
-    # cleanup_deadline: cooperative cancellation's (issue 18), read where the protos have it.
+    # cleanup_deadline: cooperative cancellation's, read only when the message has it.
     if "cleanup_deadline" in a.DESCRIPTOR.fields_by_name and a.HasField("cleanup_deadline"):
         line += f" (terminated if still open at {time_text(time_ms(a.cleanup_deadline))})"
     return line
@@ -563,8 +563,8 @@ _SUMMARIES: dict[str, Callable[[Any, _Names], str]] = {
     "budget_reserve_failed": lambda a, n: (
         f"{n.of('budget')} refused: {_short(a.reason)}: {_short(a.message)}"
     ),
-    # Message streams (issue 18): summarised by name here before every build has them;
-    # a summary only runs for a kind the protos define.
+    # Message streams: summarised by name; a summary only runs for a kind the protos
+    # define.
     "stream_read_requested": lambda a, n: (
         f"read of stream {_short(a.stream)} from offset {a.offset} requested (seq {a.seq}"
         + (", waiting)" if a.wait else ")")

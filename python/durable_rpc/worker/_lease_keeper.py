@@ -8,7 +8,7 @@ higher fencing token.
 
 A lease that lapsed by this process's clock (the server was unreachable, the process was
 paused) is not given up: the server still takes the holder's heartbeats and report while
-its token is the task's latest (nobody claimed the task since, DESIGN.md), so the attempt
+its token is the task's latest (nobody claimed the task since), so the attempt
 runs on, keeps heartbeating, and only the server's LEASE_LOST stops it. Stopping it
 locally would throw away an effect that may already have happened.
 

@@ -1,7 +1,7 @@
 """How long a worker keeps trying to report a task's outcome the server could not take.
 
 A report (an activity's completion or failure, a workflow task's) stays acceptable after
-its lease expired, as long as nobody else claimed the task (DESIGN.md, the lease
+its lease expired, as long as nobody else claimed the task (the lease
 protocol): dropping it early makes a finished effect run again. So a report that fails
 for a transient reason (UNAVAILABLE, DEADLINE_EXCEEDED, a lost connection: the server or
 its database is down) is retried with capped exponential backoff and jitter until the

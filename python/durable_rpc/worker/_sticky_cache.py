@@ -24,7 +24,7 @@ V = TypeVar("V")
 
 MiB = 1024 * 1024
 #: Today's (and the default's) entry bound: the worker has kept up to 1000 runs since
-#: sticky execution began; the seed's byte and TTL defaults are added to it.
+#: sticky execution began; the default byte and TTL bounds are added to it.
 DEFAULT_MAX_ENTRIES = 1000
 DEFAULT_MAX_HISTORY_BYTES = 16 * MiB
 DEFAULT_TTL = timedelta(seconds=300)
@@ -80,7 +80,7 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-#: On by default, as sticky execution has always been: today's entry bound, the seed's
+#: On by default, as sticky execution has always been: today's entry bound, the default
 #: byte and TTL bounds.
 DEFAULT_STICKY_CACHE = StickyCacheOptions()
 

@@ -1071,7 +1071,7 @@ def _index_workflows(classes: Iterable[type]) -> dict[tuple[str, str], WorkflowD
         definition = definition_of(cls)
         key = (definition.name, definition.version)
         first = out.get(key)
-        if first is not None:  # the same class given twice is refused too (the seed's rule)
+        if first is not None:  # the same class given twice is refused too
             name = f"{key[0]} (version {key[1]})"
             raise DuplicateRegistrationError(
                 "workflow", name, None, source_of(first.cls), source_of(cls)
