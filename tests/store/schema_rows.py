@@ -43,6 +43,11 @@ NOT_PER_RUN = {
     # payload_refs rows are per-run): retention deletes one no ref holds after its grace.
     "payload_blobs",
     "payload_chunks",
+    # An upload in progress, its uploader's: it becomes a payload_blobs row when verified,
+    # and retention deletes an unfinished one after its grace.
+    "payload_uploads",
+    # The server's own signing secrets, shared by every replica on the database.
+    "server_secrets",
 }
 
 
