@@ -17,7 +17,13 @@ return short strings):
   (the client) and, on PostgreSQL, every postgres process (a cluster on this machine;
   with --pg-pid, only that cluster's, whose peak RSS is then reported too).
 
-bench/peers.py runs this beside DBOS Transact's harness on the same store.
+The worker (--worker-settings): ``tuned``, the default here, runs --worker-concurrency
+claim-and-execute cycles (64) with twice as many activity slots; ``defaults`` makes it as
+the README's quickstart does, ``async with Worker(client, task_queue=..., workflows=...,
+activities=...)`` with nothing else set (the SDK's default supervisor).
+
+bench/peers.py runs this beside DBOS Transact's side of the workload (bench/dbos_hello.py)
+on the same store.
 
     python bench/e2e_bench.py [--workflows 500] [--json]
 """
@@ -38,11 +44,13 @@ import tempfile
 import time
 import urllib.request
 import uuid
+from dataclasses import asdict, dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from _checkout import child_env
+from _latency import percentile
 from _proc import cpu_s, peak_rss_mib, postgres_cpu_s, postgres_peak_rss_mib
 from bench_stores import connect, database, server_commands, target
 
@@ -142,29 +150,54 @@ def configure_limits(address: str) -> None:
         )
 
 
-def percentile(values: list[float], pct: float) -> float:
-    """Nearest-rank percentile."""
-    ordered = sorted(values)
-    rank = max(1, int(-(-pct * len(ordered) // 100)))
-    return ordered[rank - 1]
+#: --worker-settings: the worker as users make it, or tuned for this workload.
+WORKER_SETTINGS = ("tuned", "defaults")
+#: Claim-and-execute cycles of the tuned worker unless --worker-concurrency says otherwise.
+TUNED_CLAIM_CYCLES = 64
+
+
+@dataclass(frozen=True)
+class WorkerTuning:
+    """What the tuned worker sets; the SDK's defaults are 8 cycles, 100 activity slots."""
+
+    claim_cycles: int  # WorkflowSupervisorConfig(max_concurrency)
+    activity_slots: int  # Worker(max_concurrent_activities)
+
+
+def worker_tuning(settings: str, claim_cycles: int | None) -> WorkerTuning | None:
+    """The tuning --worker-settings and --worker-concurrency ask for; None: the worker
+    exactly as the README's quickstart makes it (every option at its default)."""
+    if settings not in WORKER_SETTINGS:
+        raise ValueError(f"unknown worker settings {settings!r}: one of {WORKER_SETTINGS}")
+    if settings == "defaults":
+        if claim_cycles is not None:
+            raise ValueError("--worker-concurrency tunes the worker: not with defaults")
+        return None
+    cycles = TUNED_CLAIM_CYCLES if claim_cycles is None else claim_cycles
+    if cycles < 1:
+        raise ValueError("--worker-concurrency must be at least 1")
+    return WorkerTuning(claim_cycles=cycles, activity_slots=cycles * 2)
 
 
 async def run_worker(
-    address: str, task_queue: str, concurrency: int, metrics: bool = False
+    address: str, task_queue: str, tuning: WorkerTuning | None, metrics: bool = False
 ) -> None:
-    """The worker process: `concurrency` claim-and-execute cycles, stopped by SIGTERM.
-    With `metrics`, it records on an SDK MeterProvider (read by an in-memory reader, so
-    the recording costs what it costs under any exporter)."""
+    """The worker process, stopped by SIGTERM: with ``tuning``, a WorkflowSupervisor of
+    its cycles; without, ``async with Worker(...)`` as users write it. With `metrics`, it
+    records on an SDK MeterProvider (read by an in-memory reader, so the recording costs
+    what it costs under any exporter)."""
     client = await connect(address)
     token = CancellationToken()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, token.cancel)
-    meter_provider = None
+    options: dict[str, Any] = {}
+    if tuning is not None:
+        options["max_concurrent_activities"] = tuning.activity_slots
     if metrics:
         from opentelemetry.sdk.metrics import AlwaysOffExemplarFilter, MeterProvider
         from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
         # As docs/operations.md recommends for a worker (the server's own default).
-        meter_provider = MeterProvider(
+        options["meter_provider"] = MeterProvider(
             metric_readers=[InMemoryMetricReader()], exemplar_filter=AlwaysOffExemplarFilter()
         )
     worker = Worker(
@@ -172,13 +205,17 @@ async def run_worker(
         task_queue=task_queue,
         workflows=[BenchHello],
         activities=[say_hello, say_bye],
-        max_concurrent_activities=concurrency * 2,
-        meter_provider=meter_provider,
+        **options,
     )
-    supervisor = WorkflowSupervisor(worker, WorkflowSupervisorConfig(concurrency))
-    run = asyncio.ensure_future(supervisor.run(token))
-    print("worker ready", flush=True)
-    await run
+    if tuning is None:
+        async with worker:
+            print("worker ready", flush=True)
+            await token.wait()
+    else:
+        supervisor = WorkflowSupervisor(worker, WorkflowSupervisorConfig(tuning.claim_cycles))
+        run = asyncio.ensure_future(supervisor.run(token))
+        print("worker ready", flush=True)
+        await run
     await client.close()
 
 
@@ -233,7 +270,16 @@ def main() -> int:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--worker", nargs=2, metavar=("ADDRESS", "QUEUE"), help=argparse.SUPPRESS)
     parser.add_argument(
-        "--worker-concurrency", type=int, default=64, help="claim-and-execute cycles"
+        "--worker-settings",
+        choices=WORKER_SETTINGS,
+        default="tuned",
+        help="tuned: --worker-concurrency cycles, twice as many activity slots; defaults:"
+        " the worker as the README makes it",
+    )
+    parser.add_argument(
+        "--worker-concurrency",
+        type=int,
+        help=f"claim-and-execute cycles of the tuned worker (default {TUNED_CLAIM_CYCLES})",
     )
     parser.add_argument("--store", choices=["sqlite", "postgres"], default="sqlite")
     parser.add_argument("--pg-url", help="PostgreSQL cluster (default: a throwaway one)")
@@ -265,10 +311,12 @@ def main() -> int:
     )
     args = parser.parse_args()
     args.metrics = args.metrics or args.metrics_out is not None
+    try:
+        tuning = worker_tuning(args.worker_settings, args.worker_concurrency)
+    except ValueError as error:
+        parser.error(str(error))
     if args.worker:
-        run_event_loop(
-            run_worker(args.worker[0], args.worker[1], args.worker_concurrency, args.metrics)
-        )
+        run_event_loop(run_worker(args.worker[0], args.worker[1], tuning, args.metrics))
         return 0
 
     with (
@@ -295,8 +343,13 @@ def main() -> int:
                 "--worker",
                 address,
                 queue,
-                "--worker-concurrency",
-                str(args.worker_concurrency),
+                "--worker-settings",
+                args.worker_settings,
+                *(
+                    ["--worker-concurrency", str(args.worker_concurrency)]
+                    if args.worker_concurrency is not None
+                    else []
+                ),
                 *(["--metrics"] if args.metrics else []),
             ],
             stdout=subprocess.PIPE,
@@ -332,6 +385,8 @@ def main() -> int:
                 except subprocess.TimeoutExpired:
                     proc.kill()
     figures["workflows"] = args.workflows
+    figures["worker_settings"] = args.worker_settings
+    figures["worker_tuning"] = None if tuning is None else asdict(tuning)
     figures["auth"] = args.auth
     figures["metrics"] = args.metrics
     figures["limits"] = args.limits
@@ -344,6 +399,12 @@ def main() -> int:
         print(json.dumps({"benchmark": "e2e", **figures}, indent=2))
     else:
         print(f"store: {figures['store']}")
+        print(
+            "worker: defaults (as the README makes it)"
+            if tuning is None
+            else f"worker: tuned ({tuning.claim_cycles} claim cycles,"
+            f" {tuning.activity_slots} activity slots)"
+        )
         print(
             f"latency (sequential, n={args.sequential}): p50 {figures['latency_p50_ms']:.1f} ms,"
             f" p99 {figures['latency_p99_ms']:.1f} ms"

@@ -1,12 +1,18 @@
 """Peers benchmark: our hello benchmark and DBOS Transact's, on the same store, in one run.
 
 Runs ``bench/e2e_bench.py --json`` (server, one worker process, client) and DBOS
-Transact's side of the same workload, the reference harness
-``../shared/bench/peers/dbos/dbos_bench.py`` (DBOS is a library: one app process), as
+Transact's side of the same workload, ``bench/dbos_hello.py`` (DBOS is a library: one app
+process; ``--dbos-harness PATH`` runs another script taking its arguments), as
 subprocesses with the same phases: --warmup runs, --sequential runs one after another for
-p50/p99, --workflows concurrent runs for throughput. The two systems alternate rep by rep
+p50/p99, --workflows concurrent runs for throughput. The systems alternate rep by rep
 (ours, DBOS, ours, DBOS, ...) so the machine's noise hits both alike; each rep is a fresh
 process and a fresh database for each system.
+
+Our worker is made as users make it, as the README's quickstart does (``async with
+Worker(client, task_queue=..., workflows=..., activities=...)``, every option at its
+default). With --tuned, the benchmark's tuned worker (e2e_bench's ``--worker-settings
+tuned``: more claim-and-execute cycles and activity slots) is measured too, in the same
+alternation, and reported beside it under its own label, never in its place.
 
 Stores: ``sqlite``, each system on its own file in a temporary directory (ours:
 synchronous=FULL); ``postgres``, one throwaway cluster for both (scripts/pg_cluster.sh,
@@ -15,12 +21,13 @@ local one still gets its postgres CPU counted: its postmaster is found from a ba
 
 Printed, for each system: throughput per rep, best and median, p50/p99 (median over
 reps), peak RSS and CPU per workflow of every process (ours: server, worker, client,
-postgres; DBOS: app, postgres), and the ratios ours / DBOS's of throughput and p50.
+postgres; DBOS: app, postgres), and the ratios ours / DBOS's of throughput and p50 (for
+each of our workers).
 
 DBOS (``dbos==3.4.0``) lives in its own venv, made on first use (``--dbos-venv``,
 default ~/.cache/durable-rpc-bench/venv-dbos); it is never a dependency of this project.
 
-    python bench/peers.py [--store sqlite|postgres] [--reps 3] [--json]
+    python bench/peers.py [--store sqlite|postgres] [--reps 3] [--tuned] [--json]
 """
 
 from __future__ import annotations
@@ -41,12 +48,11 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 DBOS_VERSION = "3.4.0"
-DEFAULT_HARNESS = ROOT.parent / "shared" / "bench" / "peers" / "dbos" / "dbos_bench.py"
+DEFAULT_HARNESS = ROOT / "bench" / "dbos_hello.py"
 DEFAULT_VENV = Path.home() / ".cache" / "durable-rpc-bench" / "venv-dbos"
-# DBOS's system database URL carries a password (its harness's default does); the
-# throwaway cluster trusts loopback, so the password is set only to be well-formed.
-PG_PASSWORD = "bench"
 RUN_TIMEOUT_S = 1800
+#: Our workers, by e2e_bench's --worker-settings: the summary key of each.
+OURS_KEYS = {"defaults": "durable_rpc", "tuned": "durable_rpc_tuned"}
 
 
 class PeersError(Exception):
@@ -56,9 +62,29 @@ class PeersError(Exception):
 # ---- the figures (pure functions: unit-tested in tests/test_bench_peers.py) ----
 
 
+def worker_variants(tuned: bool) -> tuple[str, ...]:
+    """Our workers to measure (e2e_bench's --worker-settings): always the one users make,
+    the tuned one beside it when asked."""
+    return ("defaults", "tuned") if tuned else ("defaults",)
+
+
+def ours_title(settings: str, tuning: dict[str, int] | None) -> str:
+    """How a worker's figures are labelled in the printed report."""
+    if settings == "defaults":
+        return "durable-rpc, worker with defaults (as the README makes it)"
+    if tuning is None:
+        raise ValueError(f"worker settings {settings!r} without their tuning")
+    return (
+        f"durable-rpc, tuned worker (--tuned: {tuning['claim_cycles']} claim cycles,"
+        f" {tuning['activity_slots']} activity slots)"
+    )
+
+
 def ours_rep(record: dict[str, Any]) -> dict[str, Any]:
     """One rep of ours, from e2e_bench's --json object (run with --reps 1)."""
     return {
+        "worker_settings": record["worker_settings"],
+        "worker_tuning": record["worker_tuning"],
         "throughput_wf_per_s": record["throughput_runs"][0],
         "latency_p50_ms": record["latency_p50_ms"],
         "latency_p99_ms": record["latency_p99_ms"],
@@ -131,25 +157,44 @@ def system_summary(reps: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def compare(
-    ours: list[dict[str, Any]], dbos: list[dict[str, Any]], meta: dict[str, Any]
-) -> dict[str, Any]:
-    """Both systems' figures and the ratios ours / DBOS's (throughput: higher is better for
-    us above 1; p50: lower is better for us below 1)."""
-    mine, theirs = system_summary(ours), system_summary(dbos)
+def ours_summary(settings: str, reps: list[dict[str, Any]]) -> dict[str, Any]:
+    """One of our workers' figures over its reps, labelled with its settings."""
+    if any(rep["worker_settings"] != settings for rep in reps):
+        raise ValueError(f"reps of another worker among the {settings!r} ones")
+    figures = system_summary(reps)
+    tuning = reps[0]["worker_tuning"]
     return {
-        "benchmark": "peers",
-        **meta,
-        "durable_rpc": mine,
-        "dbos": theirs,
-        "ratios": {
+        "worker_settings": settings,
+        "worker_tuning": tuning,
+        "title": ours_title(settings, tuning),
+        **figures,
+    }
+
+
+def compare(
+    ours: dict[str, list[dict[str, Any]]], dbos: list[dict[str, Any]], meta: dict[str, Any]
+) -> dict[str, Any]:
+    """Every system's figures (``ours``: reps by worker settings, "defaults" required) and
+    the ratios ours / DBOS's of each of our workers (throughput: higher is better for us
+    above 1; p50: lower is better for us below 1)."""
+    if "defaults" not in ours:
+        raise ValueError("the worker users make (defaults) is always measured")
+    theirs = system_summary(dbos)
+    summary: dict[str, Any] = {"benchmark": "peers", **meta}
+    ratios = {}
+    for settings, reps in ours.items():
+        mine = ours_summary(settings, reps)
+        summary[OURS_KEYS[settings]] = mine
+        ratios[OURS_KEYS[settings]] = {
             "throughput_median": mine["throughput_wf_per_s_median"]
             / theirs["throughput_wf_per_s_median"],
             "throughput_best": mine["throughput_wf_per_s_best"]
             / theirs["throughput_wf_per_s_best"],
             "latency_p50": mine["latency_p50_ms"] / theirs["latency_p50_ms"],
-        },
-    }
+        }
+    summary["dbos"] = theirs
+    summary["ratios"] = ratios
+    return summary
 
 
 def render(summary: dict[str, Any]) -> str:
@@ -160,12 +205,14 @@ def render(summary: dict[str, Any]) -> str:
             f"{name} {value:.{2 if unit == 'ms' else 0}f} {unit}" for name, value in figures.items()
         )
 
+    ours = [key for key in OURS_KEYS.values() if key in summary]
     lines = [
         f"store: {summary['store']}; {summary['reps']} rep(s), alternating ours/DBOS; "
         f"{summary['warmup']} warm-up, {summary['sequential']} sequential, "
         f"{summary['workflows']} concurrent"
     ]
-    for key, title in (("durable_rpc", "durable-rpc"), ("dbos", f"DBOS {DBOS_VERSION}")):
+    titles = [(key, summary[key]["title"]) for key in ours]
+    for key, title in [*titles, ("dbos", f"DBOS {DBOS_VERSION}")]:
         figures = summary[key]
         runs = ", ".join(f"{rate:.0f}" for rate in figures["throughput_runs"])
         lines += [
@@ -177,11 +224,14 @@ def render(summary: dict[str, Any]) -> str:
             f"  peak RSS: {per_process(figures['peak_rss_mib'], 'MiB')}",
             f"  CPU per workflow: {per_process(figures['cpu_ms_per_workflow'], 'ms')}",
         ]
-    ratios = summary["ratios"]
-    lines.append(
-        f"ours / DBOS: throughput {ratios['throughput_median']:.2f}x (median),"
-        f" {ratios['throughput_best']:.2f}x (best); p50 {ratios['latency_p50']:.2f}x"
-    )
+    for key in ours:
+        ratios = summary["ratios"][key]
+        worker = summary[key]["worker_settings"]
+        lines.append(
+            f"ours ({worker} worker) / DBOS: throughput {ratios['throughput_median']:.2f}x"
+            f" (median), {ratios['throughput_best']:.2f}x (best);"
+            f" p50 {ratios['latency_p50']:.2f}x"
+        )
     return "\n".join(lines)
 
 
@@ -235,13 +285,8 @@ def ensure_dbos_venv(venv: Path, python: str) -> Path:
     return interpreter
 
 
-def with_database(url: str, name: str, password: str | None = None) -> str:
-    parts = urllib.parse.urlsplit(url)
-    netloc = parts.netloc
-    if password is not None and "@" in netloc and ":" not in netloc.split("@")[0]:
-        user, host = netloc.split("@", 1)
-        netloc = f"{user}:{password}@{host}"
-    return urllib.parse.urlunsplit(parts._replace(netloc=netloc, path=f"/{name}"))
+def with_database(url: str, name: str) -> str:
+    return urllib.parse.urlunsplit(urllib.parse.urlsplit(url)._replace(path=f"/{name}"))
 
 
 def postmaster_pid(url: str) -> int | None:
@@ -270,13 +315,9 @@ def postgres(pg_url: str | None) -> Iterator[tuple[str, str, int | None]]:
     from bench_stores import _cluster
 
     with _cluster(pg_url) as base:
-        if pg_url is None:
-            with psycopg.connect(base, autocommit=True) as conn:
-                conn.execute(f"ALTER USER postgres PASSWORD '{PG_PASSWORD}'")
-            base = with_database(base, urllib.parse.urlsplit(base).path[1:], PG_PASSWORD)
         name = f"dbos_bench_{uuid.uuid4().hex[:12]}"
         try:
-            # DBOS's harness resets (drops and recreates) its database itself.
+            # DBOS's side resets (drops and recreates) its database itself.
             yield base, with_database(base, name), postmaster_pid(base)
         finally:
             with psycopg.connect(base, autocommit=True) as conn:
@@ -295,7 +336,15 @@ def main() -> int:
         "--pg-url", help="an existing PostgreSQL cluster (default: a throwaway one)"
     )
     parser.add_argument(
-        "--dbos-harness", type=Path, default=DEFAULT_HARNESS, help="DBOS's dbos_bench.py"
+        "--tuned",
+        action="store_true",
+        help="also measure e2e_bench's tuned worker, reported beside the default one",
+    )
+    parser.add_argument(
+        "--dbos-harness",
+        type=Path,
+        default=DEFAULT_HARNESS,
+        help="DBOS's side of the workload (default: bench/dbos_hello.py)",
     )
     parser.add_argument("--dbos-venv", type=Path, default=DEFAULT_VENV)
     parser.add_argument("--dbos-python", default="python3.11", help="makes --dbos-venv")
@@ -308,8 +357,8 @@ def main() -> int:
         parser.error("--warmup must not be negative")
     if not args.dbos_harness.is_file():
         parser.error(
-            f"DBOS harness not found at {args.dbos_harness} (pass --dbos-harness PATH to"
-            " .../bench/peers/dbos/dbos_bench.py)"
+            f"DBOS harness not found at {args.dbos_harness} (pass --dbos-harness PATH to a"
+            " script taking bench/dbos_hello.py's arguments)"
         )
     try:
         summary = measure(args)
@@ -320,10 +369,10 @@ def main() -> int:
     return 0
 
 
-def measure(args: argparse.Namespace) -> dict[str, Any]:
-    dbos_python = ensure_dbos_venv(args.dbos_venv, args.dbos_python)
-    phases = ["--warmup", str(args.warmup)]
-    ours_command = [
+def ours_command(args: argparse.Namespace, settings: str) -> list[str]:
+    """e2e_bench's command line for one rep with the worker ``settings`` (the one flag that
+    makes the difference between our variants)."""
+    return [
         sys.executable,
         str(ROOT / "bench" / "e2e_bench.py"),
         "--json",
@@ -335,8 +384,17 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         str(args.workflows),
         "--sequential",
         str(args.sequential),
-        *phases,
+        "--warmup",
+        str(args.warmup),
+        "--worker-settings",
+        settings,
     ]
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    dbos_python = ensure_dbos_venv(args.dbos_venv, args.dbos_python)
+    variants = worker_variants(args.tuned)
+    pg_options: list[str] = []
     dbos_command = [
         str(dbos_python),
         str(args.dbos_harness.resolve()),
@@ -350,9 +408,10 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         str(args.workflows),
         "--latency",
         str(args.sequential),
-        *phases,
+        "--warmup",
+        str(args.warmup),
     ]
-    ours: list[dict[str, Any]] = []
+    ours: dict[str, list[dict[str, Any]]] = {settings: [] for settings in variants}
     dbos: list[dict[str, Any]] = []
     with (
         tempfile.TemporaryDirectory(prefix="durable-peers-") as tmp,
@@ -360,9 +419,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     ):
         if args.store == "postgres":
             base, dbos_url, pg_pid = stack.enter_context(postgres(args.pg_url))
-            ours_command += ["--pg-url", base]
+            pg_options += ["--pg-url", base]
             if pg_pid is not None:
-                ours_command += ["--pg-pid", str(pg_pid)]
+                pg_options += ["--pg-pid", str(pg_pid)]
             dbos_command += ["--pg-url", dbos_url]
             if pg_pid is not None:
                 dbos_command += ["--pg-pid", str(pg_pid)]
@@ -370,8 +429,16 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         results = Path(tmp) / "dbos-results.jsonl"
         dbos_command += ["--sqlite-file", str(Path(tmp) / "dbos.sqlite"), "--results", str(results)]
         for rep in range(args.reps):
-            print(f"rep {rep + 1}/{args.reps}: durable-rpc", file=sys.stderr, flush=True)
-            ours.append(ours_rep(last_json_object(run(ours_command, "bench/e2e_bench.py"))))
+            for settings in variants:
+                print(
+                    f"rep {rep + 1}/{args.reps}: durable-rpc ({settings} worker)",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                command = [*ours_command(args, settings), *pg_options]
+                ours[settings].append(
+                    ours_rep(last_json_object(run(command, "bench/e2e_bench.py")))
+                )
             print(f"rep {rep + 1}/{args.reps}: DBOS", file=sys.stderr, flush=True)
             run(dbos_command, str(args.dbos_harness), env=dbos_env())
             dbos.append(dbos_rep(json.loads(results.read_text().splitlines()[-1])))
@@ -386,6 +453,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "warmup": args.warmup,
         "sequential": args.sequential,
         "workflows": args.workflows,
+        "worker_settings": list(variants),
         "dbos_version": DBOS_VERSION,
         "dbos_mode": args.dbos_mode,
     }

@@ -1,11 +1,13 @@
 """bench/peers.py's own logic: the figures it derives from both systems' results, its
-argument errors, and the per-cluster postgres CPU it asks e2e_bench for.
+argument errors, the worker settings it asks e2e_bench for, and the per-cluster postgres
+CPU it asks e2e_bench for.
 
 The benchmark itself is not run here: it needs DBOS's venv (an install), and speed is
 checked by running it, never by timed assertions."""
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 from typing import Any
@@ -18,11 +20,21 @@ from tests.scale import cluster as pg
 
 sys.path.insert(0, str(ROOT / "bench"))
 
+import _latency
 import _proc
+import e2e_bench
 import peers
 
+TUNING = {"claim_cycles": 64, "activity_slots": 128}
 
-def e2e_record(rate: float, p50: float, server_rss: float, server_cpu: float) -> dict[str, Any]:
+
+def e2e_record(
+    rate: float,
+    p50: float,
+    server_rss: float,
+    server_cpu: float,
+    settings: str = "defaults",
+) -> dict[str, Any]:
     """The --json object of `e2e_bench.py --reps 1`, as it prints it."""
     return {
         "benchmark": "e2e",
@@ -35,11 +47,13 @@ def e2e_record(rate: float, p50: float, server_rss: float, server_cpu: float) ->
         "server_peak_rss_mib": server_rss,
         "worker_peak_rss_mib": 50.0,
         "workflows": 500,
+        "worker_settings": settings,
+        "worker_tuning": TUNING if settings == "tuned" else None,
     }
 
 
 def dbos_record(rate: float, p50: float, app_cpu_s: float) -> dict[str, Any]:
-    """A results line of dbos_bench.py --reps 1 --db postgres --pg-pid ..."""
+    """A results line of dbos_hello.py --reps 1 --db postgres --pg-pid ..."""
     return {
         "system": "dbos",
         "latency_ms": {"n": 50, "p50": p50, "p99": p50 * 3},
@@ -63,9 +77,11 @@ def test_both_systems_figures_and_the_ratios() -> None:
         peers.dbos_rep(dbos_record(250.0, 5.0, 2.85)),
         peers.dbos_rep(dbos_record(150.0, 5.0, 5.7)),
     ]
-    summary = peers.compare(ours, dbos, META)
+    summary = peers.compare({"defaults": ours}, dbos, META)
 
     mine, theirs = summary["durable_rpc"], summary["dbos"]
+    assert (mine["worker_settings"], mine["worker_tuning"]) == ("defaults", None)
+    assert "durable_rpc_tuned" not in summary
     assert mine["throughput_runs"] == [300.0, 500.0]
     assert (mine["throughput_wf_per_s_best"], mine["throughput_wf_per_s_median"]) == (500.0, 400.0)
     assert (mine["latency_p50_ms"], mine["latency_p99_ms"]) == (5.0, 10.0)
@@ -75,14 +91,104 @@ def test_both_systems_figures_and_the_ratios() -> None:
     assert theirs["cpu_ms_per_workflow"] == {"app": 7.5, "postgres": 2.0}
     assert theirs["peak_rss_mib"] == {"app": 120.0, "postgres": 30.0}
     assert summary["ratios"] == {
-        "throughput_median": 2.0,
-        "throughput_best": 2.0,
-        "latency_p50": 1.0,
+        "durable_rpc": {"throughput_median": 2.0, "throughput_best": 2.0, "latency_p50": 1.0}
     }
     text = peers.render(summary)
+    assert "durable-rpc, worker with defaults (as the README makes it):" in text
+    assert "tuned" not in text
     assert "throughput per rep: 300, 500 wf/s; best 500, median 400 wf/s" in text
     assert "CPU per workflow: app 7.50 ms, postgres 2.00 ms" in text
-    assert "ours / DBOS: throughput 2.00x (median), 2.00x (best); p50 1.00x" in text
+    assert (
+        "ours (defaults worker) / DBOS: throughput 2.00x (median), 2.00x (best); p50 1.00x" in text
+    )
+
+
+def test_the_tuned_worker_is_reported_beside_the_default_one() -> None:
+    ours = {
+        "defaults": [peers.ours_rep(e2e_record(200.0, 8.0, 80.0, 3.0))],
+        "tuned": [peers.ours_rep(e2e_record(400.0, 6.0, 90.0, 5.0, settings="tuned"))],
+    }
+    summary = peers.compare(ours, [peers.dbos_rep(dbos_record(200.0, 4.0, 2.85))], META)
+
+    assert summary["durable_rpc"]["throughput_runs"] == [200.0]
+    tuned = summary["durable_rpc_tuned"]
+    assert (tuned["worker_settings"], tuned["worker_tuning"]) == ("tuned", TUNING)
+    assert tuned["throughput_runs"] == [400.0]
+    assert summary["ratios"]["durable_rpc"]["throughput_median"] == 1.0
+    assert summary["ratios"]["durable_rpc_tuned"]["throughput_median"] == 2.0
+    text = peers.render(summary)
+    default_at = text.index("durable-rpc, worker with defaults (as the README makes it):")
+    tuned_at = text.index(
+        "durable-rpc, tuned worker (--tuned: 64 claim cycles, 128 activity slots):"
+    )
+    assert default_at < tuned_at < text.index("DBOS 3.4.0:")
+    assert "ours (defaults worker) / DBOS: throughput 1.00x (median)" in text
+    assert "ours (tuned worker) / DBOS: throughput 2.00x (median)" in text
+
+
+def test_the_default_worker_is_always_measured() -> None:
+    assert peers.worker_variants(tuned=False) == ("defaults",)
+    assert peers.worker_variants(tuned=True) == ("defaults", "tuned")
+    tuned_only = {"tuned": [peers.ours_rep(e2e_record(400.0, 6.0, 90.0, 5.0, "tuned"))]}
+    dbos = [peers.dbos_rep(dbos_record(200.0, 4.0, 2.85))]
+    with pytest.raises(ValueError, match="always measured"):
+        peers.compare(tuned_only, dbos, META)
+    # A rep of the tuned worker is never counted as one of the default worker.
+    mixed = {"defaults": tuned_only["tuned"]}
+    with pytest.raises(ValueError, match="another worker"):
+        peers.compare(mixed, dbos, META)
+
+
+def test_one_flag_chooses_the_worker_e2e_bench_makes() -> None:
+    """The README's worker (no option set) or the tuned one, and nothing else differs
+    between the two commands peers.py runs."""
+    assert e2e_bench.worker_tuning("defaults", None) is None
+    assert e2e_bench.worker_tuning("tuned", None) == e2e_bench.WorkerTuning(64, 128)
+    assert e2e_bench.worker_tuning("tuned", 8) == e2e_bench.WorkerTuning(8, 16)
+    with pytest.raises(ValueError, match="not with defaults"):
+        e2e_bench.worker_tuning("defaults", 8)
+    with pytest.raises(ValueError, match="unknown worker settings"):
+        e2e_bench.worker_tuning("fast", None)
+
+    args = argparse.Namespace(store="sqlite", workflows=5, sequential=3, warmup=1)
+    default, tuned = peers.ours_command(args, "defaults"), peers.ours_command(args, "tuned")
+    assert default[-2:] == ["--worker-settings", "defaults"]
+    assert tuned[-2:] == ["--worker-settings", "tuned"]
+    assert default[:-1] == tuned[:-1]
+    assert "--worker-concurrency" not in default
+
+
+def test_e2e_bench_refuses_tuning_the_default_worker() -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "e2e_bench.py"),
+            "--worker-settings",
+            "defaults",
+            "--worker-concurrency",
+            "8",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "--worker-concurrency tunes the worker: not with defaults" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_dbos_side_is_in_the_repository() -> None:
+    assert peers.DEFAULT_HARNESS == ROOT / "bench" / "dbos_hello.py"
+    assert peers.DEFAULT_HARNESS.is_file()
+
+
+def test_both_sides_take_the_nearest_rank_percentile() -> None:
+    latencies = [float(ms) for ms in range(100, 0, -1)]
+    assert _latency.percentile(latencies, 50) == 50.0
+    assert _latency.percentile(latencies, 99) == 99.0
+    assert _latency.percentile([7.0], 99) == 7.0
+    with pytest.raises(ValueError, match="no values"):
+        _latency.percentile([], 50)
 
 
 def test_no_reps_is_refused() -> None:
