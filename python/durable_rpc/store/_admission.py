@@ -28,10 +28,10 @@ from __future__ import annotations
 
 import math
 
-from durable_rpc.errors import AdmissionLimitError, ConcurrencyKeyLimitError
 from durable_rpc.store._admission_records import Admission
+from durable_rpc.store._dialects import Dialect
+from durable_rpc.store._shared import ensure_workflow_task
 from durable_rpc.store._tx import Row, Tx
-from durable_rpc.v1 import history_pb2
 
 #: The run INSERT's extra RETURNING column (table ``runs``): whether the namespace has an
 #: admission policy (one primary-key probe inside the same statement).
@@ -49,7 +49,7 @@ KEY_STRATEGIES = ("queue", "cancel_newest", "cancel_oldest")
 MAX_CONCURRENCY_KEY = 255
 
 
-def admission_tables(bigint: str, real: str) -> tuple[str, ...]:
+def admission_tables(d: Dialect) -> tuple[str, ...]:
     """The policy table, the runs' admission mark and the index of waiting runs (partial:
     a run that never waits writes no index entry)."""
     return (
@@ -57,12 +57,12 @@ def admission_tables(bigint: str, real: str) -> tuple[str, ...]:
             namespace TEXT PRIMARY KEY,
             max_open_runs INTEGER CHECK (max_open_runs IS NULL OR max_open_runs > 0),
             starts_per_period INTEGER CHECK (starts_per_period IS NULL OR starts_per_period > 0),
-            period_ms {bigint} CHECK (period_ms IS NULL OR period_ms > 0),
+            period_ms {d.bigint} CHECK (period_ms IS NULL OR period_ms > 0),
             over_limit TEXT NOT NULL CHECK (over_limit IN ('queue', 'refuse')),
-            tokens {real} NOT NULL,
-            tokens_at_ms {bigint} NOT NULL,
-            next_admit_ms {bigint},
-            updated_at_ms {bigint} NOT NULL
+            tokens {d.double} NOT NULL,
+            tokens_at_ms {d.bigint} NOT NULL,
+            next_admit_ms {d.bigint},
+            updated_at_ms {d.bigint} NOT NULL
         )""",
         "ALTER TABLE runs ADD COLUMN admission TEXT",
         "CREATE INDEX runs_waiting_admission ON runs (namespace, id) WHERE admission IS NOT NULL",
@@ -117,21 +117,21 @@ def counts(tx: Tx, namespace: str) -> tuple[int, int]:
     return int(row["open"]) - waiting, waiting
 
 
-def _tokens(policy: Row, now: int) -> float:
+def bucket_tokens(policy: Row, now: int) -> float:
     """The bucket's tokens at ``now`` (infinite without a rate)."""
     if policy["starts_per_period"] is None:
         return math.inf
     rate = float(policy["starts_per_period"])
     elapsed = max(0, now - int(policy["tokens_at_ms"]))
     tokens = min(rate, float(policy["tokens"]) + elapsed * rate / int(policy["period_ms"]))
-    # A token due at the millisecond ``_save`` computed (a ceiling) can come out a hair
+    # A token due at the millisecond ``save_bucket`` computed (a ceiling) can come out a hair
     # under a whole one in floating point (0.333.. + 0.666.. = 0.999..): the due pass woken
     # then would admit nothing and wake again 1 ms later. Snap such values to the whole.
     whole = round(tokens)
     return float(whole) if abs(tokens - whole) < 1e-9 else tokens
 
 
-def _save(tx: Tx, policy: Row, tokens: float, now: int, waiting: int) -> None:
+def save_bucket(tx: Tx, policy: Row, tokens: float, now: int, waiting: int) -> None:
     """Writes the bucket back and when the due pass must admit next: only when runs wait
     for a token (room is freed by a close, which admits itself)."""
     next_admit: int | None = None
@@ -168,111 +168,15 @@ def _key_admitted(tx: Tx, namespace: str, key: str) -> int:
     )
 
 
-def _key_open(tx: Tx, namespace: str, key: str) -> int:
-    """Open runs of a concurrency key, admitted or waiting."""
-    return int(
-        tx.value(
-            "SELECT count(*) FROM runs WHERE namespace = ? AND concurrency_key = ? "
-            "AND status = 'running'",
-            (namespace, key),
-        )
-    )
-
-
-def cancel_waiting_run(tx: Tx, namespace: str, run_id: str, reason: str) -> None:
-    """Closes a run not yet admitted as cancelled, at once: none of its code ever ran, so
-    nothing needs to learn of it; it held no room, so it frees none."""
-    from durable_rpc.store._logic import failure_bytes
-    from durable_rpc.store._shared import append_event, close_run
-
-    now = tx.now_ms()
-    append_event(tx, namespace, run_id, now, "workflow_cancelled", history_pb2.WorkflowCancelled())
-    failure = failure_bytes(reason or "cancelled before admission", "CancelledError")
-    close_run(tx, namespace, run_id, "cancelled", now, failure=failure)
-
-
-def _cancel_oldest(tx: Tx, namespace: str, key: str, new_run_id: str) -> None:
-    """CANCEL_OLDEST: the key's oldest open run not already being cancelled makes room for
-    ``new_run_id``: closed at once if not yet admitted, else asked to cancel (its code
-    cleans up; its close admits the new run)."""
-    from durable_rpc.store._shared import request_cancel_run
-
-    oldest = tx.one(
-        "SELECT * FROM runs WHERE namespace = ? AND concurrency_key = ? AND status = 'running' "
-        "AND run_id <> ? AND (admission IS NOT NULL OR cancel_requested = 0) "
-        f"ORDER BY id LIMIT 1{tx.row_lock_suffix}",
-        (namespace, key, new_run_id),
-    )
-    if oldest is None:  # every older run of the key is being cancelled already
-        return
-    reason = f"cancelled by concurrency key {key!r} (CANCEL_OLDEST): run {new_run_id} started"
-    if oldest["admission"] is not None:
-        cancel_waiting_run(tx, namespace, oldest["run_id"], reason)
-    else:
-        tx.remember_run(oldest)
-        request_cancel_run(tx, namespace, oldest, reason, tx.now_ms())
-
-
-def admit_new_run(tx: Tx, namespace: str, run_id: str, key: str | None = None) -> bool:
-    """A new run of a namespace with a policy (just inserted, counted as open): admits it
-    (False) or defers it (True); refuses it by raising ``AdmissionLimitError`` or, for its
-    concurrency key under CANCEL_NEWEST, ``ConcurrencyKeyLimitError``."""
-    policy = locked_policy(tx, namespace)
-    if policy is None:  # removed since the insert's probe (READ COMMITTED)
-        return False
-    per_key = policy["max_per_key"] if key is not None else None
-    if key is not None and per_key is not None and _key_open(tx, namespace, key) - 1 >= per_key:
-        if policy["key_strategy"] == "cancel_newest":
-            raise ConcurrencyKeyLimitError(
-                f"start refused: concurrency key {key!r} of namespace {namespace!r} has its "
-                f"limit of {per_key} open runs (strategy CANCEL_NEWEST)"
-            )
-        if policy["key_strategy"] == "cancel_oldest":
-            _cancel_oldest(tx, namespace, key, run_id)
-            policy = locked_policy(tx, namespace)  # a close admits: the bucket may differ
-            assert policy is not None
-    now = tx.now_ms()
-    tokens = _tokens(policy, now)
-    admitted, waiting = counts(tx, namespace)
-    limit = policy["max_open_runs"]
-    room = limit is None or admitted - 1 < limit  # the new run is among the admitted
-    key_room = key is None or per_key is None or _key_open(tx, namespace, key) - 1 < per_key
-    if waiting == 0 and room and tokens >= 1 and key_room:
-        _save(tx, policy, tokens - 1, now, 0)
-        return False
-    if policy["over_limit"] == "refuse" and not (room and tokens >= 1):
-        raise AdmissionLimitError(
-            f"start refused by namespace {namespace!r} admission: {refusal(policy, admitted - 1)}"
-        )
-    tx.run(
-        "UPDATE runs SET admission = 'deferred' WHERE namespace = ? AND run_id = ?",
-        (namespace, run_id),
-    )
-    _save(tx, policy, tokens, now, waiting + 1)
-    if policy["max_per_key"] is None:
-        return True  # whatever waits before it waits for room or a token too
-    # Earlier waiting runs may wait for their own key only: the run may go past them.
-    admit_waiting(tx, namespace)
-    return (
-        tx.value(
-            "SELECT admission FROM runs WHERE namespace = ? AND run_id = ?", (namespace, run_id)
-        )
-        is not None
-    )
-
-
 def admit_waiting(tx: Tx, namespace: str) -> int:
     """Admits the namespace's waiting runs, in start order, as far as room and tokens
     allow (a run whose concurrency key has its limit stays, later runs of other keys
     may go); returns how many. Each gets its first workflow task now."""
-    # Imported here: _shared imports this module (close_run admits).
-    from durable_rpc.store._shared import ensure_workflow_task
-
     policy = locked_policy(tx, namespace)
     if policy is None:
         return 0
     now = tx.now_ms()
-    tokens = _tokens(policy, now)
+    tokens = bucket_tokens(policy, now)
     admitted, waiting = counts(tx, namespace)
     limit = policy["max_open_runs"]
     per_key = policy["max_per_key"]
@@ -306,7 +210,7 @@ def admit_waiting(tx: Tx, namespace: str) -> int:
         ensure_workflow_task(tx, namespace, row["run_id"], row["task_queue"], now)
         admitted_now += 1
     left = waiting - admitted_now
-    _save(tx, policy, tokens - admitted_now, now, left)
+    save_bucket(tx, policy, tokens - admitted_now, now, left)
     if left and admitted_now == ADMIT_BATCH:
         tx.notes.due.add(now)  # a full batch: the due pass takes the next at once
     return admitted_now
@@ -314,8 +218,6 @@ def admit_waiting(tx: Tx, namespace: str) -> int:
 
 def admit_all(tx: Tx, namespace: str) -> None:
     """The policy was removed: every waiting run is admitted (marks cleared, tasks made)."""
-    from durable_rpc.store._shared import ensure_workflow_task
-
     now = tx.now_ms()
     rows = tx.all(
         "UPDATE runs SET admission = NULL WHERE namespace = ? AND admission IS NOT NULL "

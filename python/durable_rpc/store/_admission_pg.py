@@ -9,7 +9,6 @@ when it closes the run.
 
 from __future__ import annotations
 
-from durable_rpc.store._admission import admission_tables
 from durable_rpc.store._pg_hot_sql import _START_WORKFLOW_V12, _patched
 from durable_rpc.store._queue_limits import _record_decision_v15
 
@@ -57,10 +56,6 @@ def _start_workflow_v17() -> str:
     )
 
 
-def pg_migration() -> tuple[str, ...]:
-    """The admission migration on PostgreSQL: the tables and both patched functions."""
-    return (
-        *admission_tables("BIGINT", "DOUBLE PRECISION"),
-        _record_decision_v17(),
-        _start_workflow_v17(),
-    )
+def pg_functions() -> tuple[str, ...]:
+    """The admission migration's PostgreSQL-only part: both patched functions."""
+    return (_record_decision_v17(), _start_workflow_v17())

@@ -29,6 +29,8 @@ from google.protobuf.message import Message
 
 from durable_rpc.errors import InvalidArgumentError
 from durable_rpc.store._budget_records import Budget
+from durable_rpc.store._dialects import Dialect
+from durable_rpc.store._shared import append_event, decision_input, ensure_workflow_task
 from durable_rpc.store._tx import Row, Tx
 from durable_rpc.v1 import history_pb2
 
@@ -42,14 +44,14 @@ MAX_CAPACITY = 10**15
 MAX_REFILL_PERIOD_MS = 31 * 24 * 3600 * 1000
 
 
-def budget_refill_columns(bigint: str) -> tuple[str, ...]:
+def budget_refill_columns(d: Dialect) -> tuple[str, ...]:
     """The refill migration: a budget's rate and its spent units (``settled``)."""
     return (
-        f"ALTER TABLE budgets ADD COLUMN refill_units {bigint} NOT NULL DEFAULT 0",
-        f"ALTER TABLE budgets ADD COLUMN refill_period_ms {bigint} NOT NULL DEFAULT 0",
-        f"ALTER TABLE budgets ADD COLUMN debt {bigint} NOT NULL DEFAULT 0",
-        f"ALTER TABLE budgets ADD COLUMN debt_at_ms {bigint} NOT NULL DEFAULT 0",
-        f"ALTER TABLE budgets ADD COLUMN next_grant_ms {bigint}",
+        f"ALTER TABLE budgets ADD COLUMN refill_units {d.bigint} NOT NULL DEFAULT 0",
+        f"ALTER TABLE budgets ADD COLUMN refill_period_ms {d.bigint} NOT NULL DEFAULT 0",
+        f"ALTER TABLE budgets ADD COLUMN debt {d.bigint} NOT NULL DEFAULT 0",
+        f"ALTER TABLE budgets ADD COLUMN debt_at_ms {d.bigint} NOT NULL DEFAULT 0",
+        f"ALTER TABLE budgets ADD COLUMN next_grant_ms {d.bigint}",
         "CREATE INDEX budgets_next_grant ON budgets (next_grant_ms) "
         "WHERE next_grant_ms IS NOT NULL",
     )
@@ -80,26 +82,26 @@ def settled(row: Row, now: int) -> tuple[int, int]:
     return debt - back, at + -(-back * period // units)
 
 
-def budget_tables(bigint: str, identity: str) -> tuple[str, ...]:
+def budget_tables(d: Dialect) -> tuple[str, ...]:
     """The budgets migration's tables (same shape on both backends)."""
     return (
         f"""CREATE TABLE budgets (
             namespace TEXT NOT NULL,
             name TEXT NOT NULL,
-            capacity {bigint} NOT NULL CHECK (capacity > 0),
-            updated_at_ms {bigint} NOT NULL,
+            capacity {d.bigint} NOT NULL CHECK (capacity > 0),
+            updated_at_ms {d.bigint} NOT NULL,
             PRIMARY KEY (namespace, name)
         )""",
         f"""CREATE TABLE budget_reservations (
-            id {identity},
+            id {d.identity},
             namespace TEXT NOT NULL,
             run_id TEXT NOT NULL,
-            seq {bigint} NOT NULL,
+            seq {d.bigint} NOT NULL,
             budget TEXT NOT NULL,
-            amount {bigint} NOT NULL CHECK (amount > 0),
+            amount {d.bigint} NOT NULL CHECK (amount > 0),
             state TEXT NOT NULL,
-            requested_at_ms {bigint} NOT NULL,
-            granted_at_ms {bigint},
+            requested_at_ms {d.bigint} NOT NULL,
+            granted_at_ms {d.bigint},
             UNIQUE (namespace, run_id, seq)
         )""",
         "CREATE INDEX budget_reservations_by_budget "
@@ -153,8 +155,6 @@ def describe_budget(tx: Tx, row: Row) -> Budget:
 
 def _input_event(tx: Tx, namespace: str, run_id: str, now: int, kind: str, event: Message) -> None:
     """Appends an input event to another run and wakes it (a workflow task)."""
-    from durable_rpc.store._shared import append_event, ensure_workflow_task
-
     run = tx.one(
         f"SELECT task_queue, status FROM runs WHERE namespace = ? AND run_id = ?"
         f"{tx.row_lock_suffix}",
@@ -171,8 +171,6 @@ def grant_waiting(tx: Tx, namespace: str, name: str, now: int, deciding_run: str
     the first that does not (FIFO). The caller locked the budget row. A grant to
     ``deciding_run`` (the run whose decision is being recorded) is one of the decision's
     input events, appended after its command events."""
-    from durable_rpc.store._shared import decision_input
-
     budget = tx.one("SELECT * FROM budgets WHERE namespace = ? AND name = ?", (namespace, name))
     if budget is None:
         return
@@ -282,8 +280,6 @@ def reserve(
     """A ReserveBudget command of the decision being recorded (its command event is the
     caller's): granted at once, waiting, or refused; a grant or a refusal is an input
     event of the decision."""
-    from durable_rpc.store._shared import decision_input
-
     row = budget_row(tx, namespace, budget)
     if row is None or amount > int(row["capacity"]):
         reason, message = (

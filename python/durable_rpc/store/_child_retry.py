@@ -2,7 +2,8 @@
 (StartChildWorkflow.retry_policy, copied to its WorkflowStarted with the attempt) is
 followed, in its closing transaction, by a new run of the same child workflow id whose
 first workflow task waits until the policy's backoff passed on the database clock. The
-parent hears only the final outcome (``_shared.close_run``)."""
+parent hears only the final outcome (``_run_close.close_run``, handed this module's
+``retry_child_run`` by the FailWorkflow decision that closes the run)."""
 
 from __future__ import annotations
 

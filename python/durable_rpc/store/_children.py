@@ -1,5 +1,5 @@
 """Child workflows: starting a child inside the parent's task completion and asking
-it to cancel. What happens when a child or a parent closes is in ``_shared.close_run``
+it to cancel. What happens when a child or a parent closes is in ``_run_close.close_run``
 (the parent learns in the child's closing transaction; the parent-close policy is
 applied in the parent's)."""
 

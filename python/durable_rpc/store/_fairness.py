@@ -26,6 +26,7 @@ it keeps its priority and pass.
 from __future__ import annotations
 
 from durable_rpc.errors import InvalidFairnessKeyError, InvalidPriorityError
+from durable_rpc.store._dialects import Dialect
 from durable_rpc.store._tx import Tx
 
 DEFAULT_PRIORITY = 3
@@ -66,7 +67,7 @@ READY_ORDER = " ORDER BY priority, fairness_pass, task_id LIMIT 1"
 DUE_ORDER = " ORDER BY due_ms, task_id LIMIT 1"
 
 
-def migration(bigint: str) -> tuple[str, ...]:
+def fairness_schema(d: Dialect) -> tuple[str, ...]:
     """The columns, the claim-order index and the pass table (same on both backends).
     Existing rows get the default priority and pass 0: FIFO, as before."""
     return (
@@ -74,7 +75,7 @@ def migration(bigint: str) -> tuple[str, ...]:
         "ALTER TABLE runs ADD COLUMN fairness_key TEXT",
         f"ALTER TABLE tasks ADD COLUMN priority INTEGER NOT NULL DEFAULT {DEFAULT_PRIORITY}",
         "ALTER TABLE tasks ADD COLUMN fairness_key TEXT",
-        f"ALTER TABLE tasks ADD COLUMN fairness_pass {bigint} NOT NULL DEFAULT 0",
+        f"ALTER TABLE tasks ADD COLUMN fairness_pass {d.bigint} NOT NULL DEFAULT 0",
         "CREATE INDEX tasks_ready ON tasks "
         "(namespace, kind, task_queue, priority, fairness_pass, task_id) WHERE state = 'queued'",
         # One row per (queue, kind, priority, key) that was used, and the key '' row:
@@ -85,7 +86,7 @@ def migration(bigint: str) -> tuple[str, ...]:
             kind TEXT NOT NULL,
             priority INTEGER NOT NULL,
             fairness_key TEXT NOT NULL,
-            pass {bigint} NOT NULL,
+            pass {d.bigint} NOT NULL,
             PRIMARY KEY (namespace, task_queue, kind, priority, fairness_key)
         )""",
     )

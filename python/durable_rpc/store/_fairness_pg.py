@@ -3,7 +3,7 @@ that what it cannot order (``_fairness``) goes to the general path."""
 
 from __future__ import annotations
 
-from durable_rpc.store._fairness import DEFAULT_PRIORITY, migration
+from durable_rpc.store._fairness import DEFAULT_PRIORITY
 from durable_rpc.store._pg_hot_sql import _patched
 from durable_rpc.store._rate_limits import (
     _record_decision_with_rate_limits as _latest_record_decision,
@@ -38,7 +38,7 @@ def _record_decision_fair() -> str:
     )
 
 
-def pg_migration() -> tuple[str, ...]:
-    """The migration on PostgreSQL: the schema and the patched hot path. (The hot start,
+def pg_functions() -> tuple[str, ...]:
+    """The migration's PostgreSQL-only part: the patched hot path. (The hot start,
     ``drpc_start_workflow``, is not sent a start with a priority or key: ``_postgres``.)"""
-    return (*migration("BIGINT"), _record_decision_fair())
+    return (_record_decision_fair(),)

@@ -13,6 +13,7 @@ from google.protobuf.message import DecodeError, Message
 from durable_rpc.errors import InvalidArgumentError, InvalidPayloadError, InvalidPriorityError
 from durable_rpc.store._fairness import MAX_PRIORITY, MIN_PRIORITY
 from durable_rpc.store._session_options import validate_session_options
+from durable_rpc.store._stream_limits import check_batch, check_page, check_stream
 from durable_rpc.v1 import history_pb2, options_pb2, payload_pb2, workflow_task_pb2
 
 #: Events delivered to workflow code (a new one after a task's view needs a new task).
@@ -364,8 +365,6 @@ def _check_group_marker(marker: workflow_task_pb2.RecordMarker, seq: int) -> Non
 
 
 def _check_stream_command(command: workflow_task_pb2.Command, seq: int) -> None:
-    from durable_rpc.store._streams import check_batch, check_page, check_stream
-
     where = f"command seq {seq}"
     if command.HasField("read_stream"):
         read = command.read_stream

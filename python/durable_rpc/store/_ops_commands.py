@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from durable_rpc.errors import InvalidArgumentError
 from durable_rpc.store import _budgets
+from durable_rpc.store._child_retry import retry_child_run
 from durable_rpc.store._children import request_child_cancel, signal_external, start_child
 from durable_rpc.store._fairness import DEFAULT_PRIORITY, outranked_column, prioritize
 from durable_rpc.store._logic import activity_timeouts, duration_ms, earliest, failure_bytes
@@ -14,10 +15,11 @@ from durable_rpc.store._memo import upsert_memo
 from durable_rpc.store._ops_base import _SqlOpsBase
 from durable_rpc.store._ops_updates import settle_update
 from durable_rpc.store._rate_limits import rate_limited_column
+from durable_rpc.store._run_close import close_run
 from durable_rpc.store._runs import continue_as_new
 from durable_rpc.store._search import parse_search_attributes, write_search_attributes
 from durable_rpc.store._sessions import fail_for_closed, schedule_into
-from durable_rpc.store._shared import append_event, close_run
+from durable_rpc.store._shared import append_event
 from durable_rpc.store._streams import append_items, record_read
 from durable_rpc.store._tx import Row, Tx
 from durable_rpc.v1 import history_pb2, options_pb2, payload_pb2, workflow_task_pb2
@@ -185,7 +187,16 @@ class _CommandOps(_SqlOpsBase):
                 "workflow_failed",
                 history_pb2.WorkflowFailed(failure=failure),
             )
-            close_run(tx, namespace, run_id, "failed", now, failure=failure.SerializeToString())
+            # A failed child run may go on with its next attempt (its retry policy).
+            close_run(
+                tx,
+                namespace,
+                run_id,
+                "failed",
+                now,
+                failure=failure.SerializeToString(),
+                retry_child=retry_child_run,
+            )
             return True
         if kind == "cancel_workflow":
             append_event(

@@ -13,14 +13,13 @@ from durable_rpc.store._logic import (
     parse_options,
 )
 from durable_rpc.store._ops_activities import _ActivityOps
+from durable_rpc.store._run_close import close_run, terminate_after_cleanup
 from durable_rpc.store._sessions import expire_due, next_expiry_ms
 from durable_rpc.store._shared import (
     CLEANUP_TIMEOUT_KIND,
     append_event,
     blob,
-    close_run,
     ensure_workflow_task,
-    terminate_after_cleanup,
 )
 from durable_rpc.store._tx import Tx
 from durable_rpc.v1 import history_pb2, payload_pb2

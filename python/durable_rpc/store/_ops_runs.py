@@ -14,7 +14,7 @@ from durable_rpc.errors import (
     WorkflowAlreadyStartedError,
     WorkflowNotRunningError,
 )
-from durable_rpc.store._admission import cancel_waiting_run
+from durable_rpc.store._admission_start import cancel_waiting_run
 from durable_rpc.store._api import (
     DirectClaim,
     HistoryPage,
@@ -33,6 +33,7 @@ from durable_rpc.store._liveness import definition_served
 from durable_rpc.store._logic import failure_bytes, parse_payload
 from durable_rpc.store._ops_leases import _LeaseOps, _WorkflowClaim, definition_unavailable_reason
 from durable_rpc.store._ops_redrive import redriven_by
+from durable_rpc.store._run_close import close_run
 from durable_rpc.store._run_filter import run_filter
 from durable_rpc.store._runs import (
     check_start,
@@ -49,7 +50,6 @@ from durable_rpc.store._shared import (
     LIST_LIMIT_MAX,
     append_event,
     blob,
-    close_run,
     find_run,
     request_cancel_run,
     require,

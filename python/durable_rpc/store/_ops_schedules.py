@@ -18,6 +18,7 @@ import uuid
 from durable_rpc.errors import InvalidArgumentError, NotFoundError
 from durable_rpc.store._logic import failure_bytes
 from durable_rpc.store._ops_base import _SqlOpsBase
+from durable_rpc.store._run_close import close_run
 from durable_rpc.store._runs import check_start, create_run, open_run_of, record_start_request
 from durable_rpc.store._schedule_buffer import (
     BUFFERING,
@@ -46,7 +47,6 @@ from durable_rpc.store._schedule_spec import (
 from durable_rpc.store._shared import (
     LIST_LIMIT_MAX,
     append_event,
-    close_run,
     request_cancel_run,
     require,
     require_namespace,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import secrets
 
+from durable_rpc.store._dialects import Dialect
 from durable_rpc.store._ops_base import _SqlOpsBase
 from durable_rpc.store._shared import require
 from durable_rpc.store._tx import Tx
@@ -13,9 +14,9 @@ from durable_rpc.store._tx import Tx
 _SECRET_BYTES = 32
 
 
-def secret_tables(blob: str) -> tuple[str, ...]:
+def secret_tables(d: Dialect) -> tuple[str, ...]:
     """The server secrets' table (same shape on both backends)."""
-    return (f"CREATE TABLE server_secrets (name TEXT PRIMARY KEY, secret {blob} NOT NULL)",)
+    return (f"CREATE TABLE server_secrets (name TEXT PRIMARY KEY, secret {d.blob} NOT NULL)",)
 
 
 class _SecretOps(_SqlOpsBase):

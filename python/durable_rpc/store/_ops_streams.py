@@ -8,16 +8,9 @@ from durable_rpc.errors import WorkflowNotRunningError
 from durable_rpc.store._history_limits import refuse_input
 from durable_rpc.store._ops_base import _SqlOpsBase
 from durable_rpc.store._shared import find_run
+from durable_rpc.store._stream_limits import check_batch, check_dedup_id, check_page, check_stream
 from durable_rpc.store._stream_records import StreamAppend, StreamDescription, StreamPage
-from durable_rpc.store._streams import (
-    PAGE_BYTES,
-    append_items,
-    check_batch,
-    check_dedup_id,
-    check_page,
-    check_stream,
-    read_page,
-)
+from durable_rpc.store._streams import PAGE_BYTES, append_items, read_page
 from durable_rpc.store._tx import Tx
 from durable_rpc.v1 import payload_pb2
 

@@ -15,38 +15,35 @@ period (from its last upload) has passed.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from durable_rpc import _payload_refs
 from durable_rpc.errors import PayloadNotFoundError
+from durable_rpc.store._dialects import Dialect
+from durable_rpc.store._statements import RawStatements
 
-if TYPE_CHECKING:
-    from durable_rpc.store._tx import Tx
 
-
-def payload_tables(blob: str, bigint: str) -> tuple[str, ...]:
+def payload_tables(d: Dialect) -> tuple[str, ...]:
     """The payload store's tables (same shape on both backends)."""
     return (
         f"""CREATE TABLE payload_blobs (
             namespace TEXT NOT NULL,
-            sha256 {blob} NOT NULL,
-            size_bytes {bigint} NOT NULL,
-            stored_bytes {bigint} NOT NULL,
-            complete {bigint} NOT NULL,
-            touched_at_ms {bigint} NOT NULL,
+            sha256 {d.blob} NOT NULL,
+            size_bytes {d.bigint} NOT NULL,
+            stored_bytes {d.bigint} NOT NULL,
+            complete {d.bigint} NOT NULL,
+            touched_at_ms {d.bigint} NOT NULL,
             PRIMARY KEY (namespace, sha256)
         )""",
         f"""CREATE TABLE payload_chunks (
             namespace TEXT NOT NULL,
-            sha256 {blob} NOT NULL,
-            offset_bytes {bigint} NOT NULL,
-            data {blob} NOT NULL,
+            sha256 {d.blob} NOT NULL,
+            offset_bytes {d.bigint} NOT NULL,
+            data {d.blob} NOT NULL,
             PRIMARY KEY (namespace, sha256, offset_bytes)
         )""",
         f"""CREATE TABLE payload_refs (
             namespace TEXT NOT NULL,
             run_id TEXT NOT NULL,
-            sha256 {blob} NOT NULL,
+            sha256 {d.blob} NOT NULL,
             PRIMARY KEY (namespace, run_id, sha256),
             FOREIGN KEY (namespace, sha256) REFERENCES payload_blobs (namespace, sha256)
         )""",
@@ -57,17 +54,17 @@ def payload_tables(blob: str, bigint: str) -> tuple[str, ...]:
     )
 
 
-def upload_scoping_migration(blob: str, bigint: str) -> tuple[str, ...]:
+def upload_scoping_migration(d: Dialect) -> tuple[str, ...]:
     """Unfinished uploads per uploader, the payloads' owner of chunks, and the
     namespaces' payload quotas. Payloads stored whole keep their chunks (uploader "");
     an upload left unfinished is dropped (its client uploads it again)."""
     return (
         f"""CREATE TABLE payload_chunks_by_uploader (
             namespace TEXT NOT NULL,
-            sha256 {blob} NOT NULL,
+            sha256 {d.blob} NOT NULL,
             uploader TEXT NOT NULL,
-            offset_bytes {bigint} NOT NULL,
-            data {blob} NOT NULL,
+            offset_bytes {d.bigint} NOT NULL,
+            data {d.blob} NOT NULL,
             PRIMARY KEY (namespace, sha256, uploader, offset_bytes)
         )""",
         "INSERT INTO payload_chunks_by_uploader "
@@ -81,20 +78,20 @@ def upload_scoping_migration(blob: str, bigint: str) -> tuple[str, ...]:
         "ALTER TABLE payload_blobs ADD COLUMN uploader TEXT NOT NULL DEFAULT ''",
         f"""CREATE TABLE payload_uploads (
             namespace TEXT NOT NULL,
-            sha256 {blob} NOT NULL,
+            sha256 {d.blob} NOT NULL,
             uploader TEXT NOT NULL,
-            size_bytes {bigint} NOT NULL,
-            stored_bytes {bigint} NOT NULL,
-            touched_at_ms {bigint} NOT NULL,
+            size_bytes {d.bigint} NOT NULL,
+            stored_bytes {d.bigint} NOT NULL,
+            touched_at_ms {d.bigint} NOT NULL,
             PRIMARY KEY (namespace, sha256, uploader)
         )""",
         # Retention's candidates: the uploads left unfinished longest.
         "CREATE INDEX payload_uploads_touched ON payload_uploads (namespace, touched_at_ms)",
-        f"ALTER TABLE namespaces ADD COLUMN payload_quota_bytes {bigint}",
+        f"ALTER TABLE namespaces ADD COLUMN payload_quota_bytes {d.bigint}",
     )
 
 
-def record_refs(tx: Tx, namespace: str, run_id: str, events: list[bytes]) -> None:
+def record_refs(tx: RawStatements, namespace: str, run_id: str, events: list[bytes]) -> None:
     """Adds the run's refs to the payloads ``events`` reference, after checking each is
     stored whole with the size the reference names (``PayloadNotFoundError`` otherwise:
     the whole transaction is refused, no history points at a missing payload).

@@ -61,16 +61,16 @@ from durable_rpc.store._api import (
     StoreOptions,
     WorkflowTaskCompletion,
 )
+from durable_rpc.store._dialects import POSTGRES
 from durable_rpc.store._fairness import DEFAULT_PRIORITY
 from durable_rpc.store._key_cache import KeyCache
 from durable_rpc.store._logic import parse_payload, validate_commands
-from durable_rpc.store._migrations import check_ordered
+from durable_rpc.store._migrations import PG_MIGRATIONS, check_ordered
 from durable_rpc.store._ops import SqlStore
 from durable_rpc.store._pg_hot import CALL as DECISION_CALL
 from durable_rpc.store._pg_hot import START_CALL, Decision, DecisionCall, StartCall
 from durable_rpc.store._pg_hot_sql import FALLBACK_SQLSTATE
 from durable_rpc.store._pg_listen import Listener, encode, notify_statements
-from durable_rpc.store._pg_migrations import MIGRATION_LOCK_KEY, PG_MIGRATIONS, PG_NOW_MS
 from durable_rpc.store._pg_pool import PgPool
 from durable_rpc.store._runs import check_start
 from durable_rpc.store._tx import Notes, Row, Tx
@@ -90,6 +90,10 @@ DEFAULT_ACQUIRE_TIMEOUT_S = 5.0
 MAX_CONFLICT_RETRIES = 8
 #: Retries of an operation whose connection was lost before it committed.
 MAX_CONNECTION_RETRIES = 2
+#: Key of the advisory lock held while migrating (any constant unique to this schema).
+MIGRATION_LOCK_KEY = 0x64757261626C65  # "durable"
+#: The database clock in integer milliseconds since the epoch.
+PG_NOW_MS = POSTGRES.now_ms
 
 _BEGIN_WRITE = f"BEGIN; SELECT {PG_NOW_MS} AS now_ms"
 _BEGIN_READ = f"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SELECT {PG_NOW_MS} AS now_ms"

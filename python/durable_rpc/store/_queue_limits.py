@@ -13,6 +13,7 @@ failed); a completion or failure on a limited queue wakes its pollers (``slot_fr
 
 from __future__ import annotations
 
+from durable_rpc.store._dialects import Dialect
 from durable_rpc.store._pg_hot_sql import _RECORD_DECISION_V12, _patched
 from durable_rpc.store._tx import Row, Tx
 
@@ -31,14 +32,14 @@ QUEUE_LIMITED_RETURNING = (
 )
 
 
-def task_queue_limits_table(bigint: str) -> tuple[str, ...]:
+def task_queue_limits_table(d: Dialect) -> tuple[str, ...]:
     """The limits table (same shape on both backends)."""
     return (
         f"""CREATE TABLE task_queue_limits (
             namespace TEXT NOT NULL,
             task_queue TEXT NOT NULL,
             max_concurrent_activities INTEGER NOT NULL CHECK (max_concurrent_activities > 0),
-            updated_at_ms {bigint} NOT NULL,
+            updated_at_ms {d.bigint} NOT NULL,
             PRIMARY KEY (namespace, task_queue)
         )""",
     )
@@ -102,6 +103,6 @@ def _record_decision_v15() -> str:
     )
 
 
-def pg_migration() -> tuple[str, ...]:
-    """The limits migration on PostgreSQL: the table and the patched hot path."""
-    return (*task_queue_limits_table("BIGINT"), _record_decision_v15())
+def queue_limits_pg_functions() -> tuple[str, ...]:
+    """The limits migration's PostgreSQL-only part: the patched hot path."""
+    return (_record_decision_v15(),)

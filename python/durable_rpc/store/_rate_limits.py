@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 
 from durable_rpc.store._budgets_pg import _record_decision_v18
+from durable_rpc.store._dialects import Dialect
 from durable_rpc.store._pg_hot_sql import _patched
 from durable_rpc.store._tx import Tx
 
@@ -58,20 +59,20 @@ def rate_open(alias: str, now: str) -> str:
     )
 
 
-def rate_limits_table(bigint: str) -> tuple[str, ...]:
+def rate_limits_table(d: Dialect) -> tuple[str, ...]:
     """The limits table and the tasks' key column (same shape on both backends)."""
     return (
         f"""CREATE TABLE rate_limits (
             namespace TEXT NOT NULL,
             scope TEXT NOT NULL CHECK (scope IN ('key', 'activity_type')),
             name TEXT NOT NULL,
-            permits {bigint} NOT NULL CHECK (permits > 0),
-            period_ms {bigint} NOT NULL CHECK (period_ms > 0),
-            burst {bigint} NOT NULL CHECK (burst > 0),
-            interval_us {bigint} NOT NULL CHECK (interval_us > 0),
-            tat_us {bigint} NOT NULL,
-            next_token_ms {bigint} NOT NULL,
-            updated_at_ms {bigint} NOT NULL,
+            permits {d.bigint} NOT NULL CHECK (permits > 0),
+            period_ms {d.bigint} NOT NULL CHECK (period_ms > 0),
+            burst {d.bigint} NOT NULL CHECK (burst > 0),
+            interval_us {d.bigint} NOT NULL CHECK (interval_us > 0),
+            tat_us {d.bigint} NOT NULL,
+            next_token_ms {d.bigint} NOT NULL,
+            updated_at_ms {d.bigint} NOT NULL,
             PRIMARY KEY (namespace, scope, name)
         )""",
         # The named downstream an activity task takes its token from (NULL: its type's).
@@ -152,6 +153,6 @@ def _record_decision_with_rate_limits() -> str:
     )
 
 
-def pg_migration() -> tuple[str, ...]:
-    """The rate-limits migration on PostgreSQL: the table, the column, the hot path."""
-    return (*rate_limits_table("BIGINT"), _record_decision_with_rate_limits())
+def rate_limits_pg_functions() -> tuple[str, ...]:
+    """The rate-limits migration's PostgreSQL-only part: the patched hot path."""
+    return (_record_decision_with_rate_limits(),)

@@ -9,6 +9,7 @@ replicas' passes only the one whose DELETE matched starts it.
 
 from __future__ import annotations
 
+from durable_rpc.store._dialects import Dialect
 from durable_rpc.store._tx import Tx
 
 #: The overlap policies that make a due time wait in the buffer instead of skipping it.
@@ -18,13 +19,13 @@ BUFFERING = ("BUFFER_ONE", "BUFFER_ALL", "CANCEL_OTHER")
 BUFFER_MAX = 1000
 
 
-def schedule_buffer_table(bigint: str) -> tuple[str, ...]:
+def schedule_buffer_table(d: Dialect) -> tuple[str, ...]:
     """The migration: the buffer table, and BUFFER_ONE's one-column buffer moved into it."""
     return (
         f"""CREATE TABLE schedule_buffer (
             namespace TEXT NOT NULL,
             schedule_id TEXT NOT NULL,
-            due_ms {bigint} NOT NULL,
+            due_ms {d.bigint} NOT NULL,
             PRIMARY KEY (namespace, schedule_id, due_ms)
         )""",
         "INSERT INTO schedule_buffer (namespace, schedule_id, due_ms) "

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from durable_rpc.store._dialects import Dialect
 from durable_rpc.store._session_records import WorkerSessionRecord
 from durable_rpc.store._shared import append_event, blob, ensure_workflow_task
 from durable_rpc.store._tx import Row, Tx
@@ -33,7 +34,7 @@ WORKER_SHUTDOWN = "worker_shutdown"
 RUN_SESSION_PREFIX = "run:"
 
 
-def session_tables(bigint: str, blob_type: str) -> tuple[str, ...]:
+def session_tables(d: Dialect) -> tuple[str, ...]:
     """Migration 25 (same shape on both backends)."""
     return (
         f"""CREATE TABLE worker_sessions (
@@ -43,18 +44,18 @@ def session_tables(bigint: str, blob_type: str) -> tuple[str, ...]:
             -- the run); NULL: a named session, shared by any run that names it.
             run_id TEXT,
             task_queue TEXT NOT NULL,
-            options {blob_type} NOT NULL,
+            options {d.blob} NOT NULL,
             requires TEXT NOT NULL,
-            lease_ms {bigint} NOT NULL CHECK (lease_ms > 0),
-            ttl_ms {bigint} NOT NULL CHECK (ttl_ms >= lease_ms),
-            max_activities {bigint} NOT NULL CHECK (max_activities >= 0),
+            lease_ms {d.bigint} NOT NULL CHECK (lease_ms > 0),
+            ttl_ms {d.bigint} NOT NULL CHECK (ttl_ms >= lease_ms),
+            max_activities {d.bigint} NOT NULL CHECK (max_activities >= 0),
             state TEXT NOT NULL CHECK (state IN ('pending', 'active', 'closed')),
             holder TEXT,
-            generation {bigint} NOT NULL DEFAULT 0,
-            lease_expires_ms {bigint},
-            ttl_deadline_ms {bigint},
-            reacquisitions {bigint} NOT NULL DEFAULT 0,
-            created_at_ms {bigint} NOT NULL,
+            generation {d.bigint} NOT NULL DEFAULT 0,
+            lease_expires_ms {d.bigint},
+            ttl_deadline_ms {d.bigint},
+            reacquisitions {d.bigint} NOT NULL DEFAULT 0,
+            created_at_ms {d.bigint} NOT NULL,
             close_reason TEXT,
             PRIMARY KEY (namespace, session_id)
         )""",

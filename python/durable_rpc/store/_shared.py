@@ -13,13 +13,11 @@ from durable_rpc.errors import (
     NotFoundError,
     WorkflowNotRunningError,
 )
-from durable_rpc.store._admission import ADMISSION_PROBE, admit_waiting
-from durable_rpc.store._api import LeaseRef, RunInfo, RunOutcome
-from durable_rpc.store._budgets import release_run
+from durable_rpc.store._api import LeaseRef, RunInfo
 from durable_rpc.store._fairness import assign_pass
 from durable_rpc.store._logic import INPUT_EVENT_KINDS, lease_lost_message, make_event
 from durable_rpc.store._tx import Row, Tx
-from durable_rpc.v1 import history_pb2, payload_pb2
+from durable_rpc.v1 import history_pb2
 
 ACTIVE = "('queued', 'leased', 'waiting')"
 INPUT_KINDS_SQL = "(" + ", ".join(f"'{kind}'" for kind in INPUT_EVENT_KINDS) + ")"
@@ -192,157 +190,12 @@ def ensure_workflow_task(tx: Tx, namespace: str, run_id: str, task_queue: str, n
         tx.notes.tasks.add((namespace, task_queue, "workflow"))
 
 
-def close_run(
-    tx: Tx,
-    namespace: str,
-    run_id: str,
-    status: str,
-    now: int,
-    result: bytes | None = None,
-    failure: bytes | None = None,
-) -> None:
-    """Closes the run and cancels its queued, leased and waiting tasks.
-
-    A child run tells its parent (a ChildWorkflow* input event and a workflow task, unless
-    it continued-as-new: the new run is still the same child); a parent applies the
-    parent-close policy of each open child."""
-    # Whether the run has open children comes back with the update (the run row is
-    # locked by it, so no child of this run can start meanwhile).
-    closed = tx.one(
-        "UPDATE runs SET status = ?, close_time_ms = ?, result = ?, failure = ?, "
-        "deadline_ms = NULL, pending_updates = 0, admission = NULL "
-        "WHERE namespace = ? AND run_id = ? "
-        "RETURNING parent_run_id, parent_seq, pending_updates, "
-        "EXISTS (SELECT 1 FROM runs AS child "
-        "WHERE child.namespace = runs.namespace AND child.parent_run_id = runs.run_id "
-        f"AND child.status = 'running') AS open_children, {ADMISSION_PROBE}, "
-        # Whether it holds or waits for a budget: one index probe in the same statement,
-        # so a run that never reserved costs no statement more (store/_budgets).
-        "EXISTS (SELECT 1 FROM budget_reservations AS b "
-        "WHERE b.namespace = runs.namespace AND b.run_id = runs.run_id) AS reserved",
-        (status, now, result, failure, namespace, run_id),
-    )
-    if closed is not None and closed["reserved"]:
-        release_run(tx, namespace, run_id, now)
-    tx.run(
-        "UPDATE tasks SET state = 'cancelled', due_ms = NULL, queue_deadline_ms = NULL, "
-        f"cancel_requested = 1 WHERE namespace = ? AND run_id = ? AND state IN {ACTIVE}",
-        (namespace, run_id),
-    )
-    if closed is not None and closed["pending_updates"]:
-        # Requests no task of this run can deliver any more (their callers see it closed).
-        tx.run(
-            "DELETE FROM update_requests WHERE namespace = ? AND run_id = ? AND state = 'pending'",
-            (namespace, run_id),
-        )
-    tx.notes.closed.append((namespace, run_id))
-    if status != "continued_as_new":  # its outcome names the next run: read it instead
-        tx.notes.outcomes[(namespace, run_id)] = RunOutcome(run_id, status, result, failure)
-    if (
-        closed is not None
-        and closed["parent_run_id"]
-        and status != "continued_as_new"
-        and not (status == "failed" and _retried(tx, namespace, run_id, failure, now))
-    ):
-        _notify_parent(
-            tx,
-            namespace,
-            closed["parent_run_id"],
-            closed["parent_seq"],
-            run_id,
-            status,
-            now,
-            result,
-            failure,
-        )
-    if closed is None or closed["open_children"]:
-        _apply_parent_close_policy(tx, namespace, run_id, now)
-    if closed is not None and closed["admission_on"] and status != "continued_as_new":
-        # The room this run held goes to the next waiting run, in this transaction (a
-        # continue-as-new's successor keeps it).
-        admit_waiting(tx, namespace)
-
-
 #: ParentClosePolicy values (StartChildWorkflow.parent_close_policy).
 PARENT_CLOSE_POLICIES = frozenset({"TERMINATE", "REQUEST_CANCEL", "ABANDON"})
-
-_CHILD_CLOSE_EVENTS: dict[str, tuple[str, type[Message]]] = {
-    "failed": ("child_workflow_failed", history_pb2.ChildWorkflowFailed),
-    "cancelled": ("child_workflow_cancelled", history_pb2.ChildWorkflowCancelled),
-    "terminated": ("child_workflow_terminated", history_pb2.ChildWorkflowTerminated),
-    "timed_out": ("child_workflow_timed_out", history_pb2.ChildWorkflowTimedOut),
-}
-
-
-def _retried(tx: Tx, namespace: str, run_id: str, failure: bytes | None, now: int) -> bool:
-    """Whether failed child run ``run_id`` is retried (then the parent hears nothing)."""
-    # Imported here: _child_retry starts runs (_runs), which close runs through this module.
-    from durable_rpc.store._child_retry import retry_child_run
-
-    return retry_child_run(tx, namespace, run_id, failure, now)
-
-
-def _notify_parent(
-    tx: Tx,
-    namespace: str,
-    parent_run_id: str,
-    seq: int,
-    run_id: str,
-    status: str,
-    now: int,
-    result: bytes | None,
-    failure: bytes | None,
-) -> None:
-    parent = tx.one(
-        "SELECT task_queue, status FROM runs WHERE namespace = ? AND run_id = ?"
-        f"{tx.row_lock_suffix}",
-        (namespace, parent_run_id),
-    )
-    if parent is None or parent["status"] != "running":
-        return
-    event: Message
-    if status == "completed":
-        kind = "child_workflow_completed"
-        event = history_pb2.ChildWorkflowCompleted(seq=seq, run_id=run_id)
-        if result:
-            event.result.MergeFromString(result)
-    else:
-        kind, message_type = _CHILD_CLOSE_EVENTS.get(status, _CHILD_CLOSE_EVENTS["failed"])
-        event = message_type(seq=seq, run_id=run_id)
-        if failure:
-            event.failure.MergeFromString(failure)  # type: ignore[attr-defined]
-    append_event(tx, namespace, parent_run_id, now, kind, event)
-    ensure_workflow_task(tx, namespace, parent_run_id, parent["task_queue"], now)
-
-
-def _apply_parent_close_policy(tx: Tx, namespace: str, run_id: str, now: int) -> None:
-    children = tx.all(
-        "SELECT * FROM runs WHERE namespace = ? AND parent_run_id = ? AND status = 'running' "
-        "AND parent_close_policy != 'ABANDON' ORDER BY id",
-        (namespace, run_id),
-    )
-    for child in children:
-        if child["parent_close_policy"] == "REQUEST_CANCEL":
-            request_cancel_run(tx, namespace, child, "parent closed", now)
-            continue
-        append_event(
-            tx,
-            namespace,
-            child["run_id"],
-            now,
-            "workflow_terminated",
-            history_pb2.WorkflowTerminated(reason="parent closed"),
-        )
-        failure = payload_pb2.Failure(
-            message="parent closed", type="WorkflowTerminatedError"
-        ).SerializeToString()
-        close_run(tx, namespace, child["run_id"], "terminated", now, failure=failure)
-
 
 #: runs.timeout_kind of a run whose earliest deadline is its cleanup deadline: the due
 #: pass terminates it (reason CLEANUP_DEADLINE_EXCEEDED) instead of timing it out.
 CLEANUP_TIMEOUT_KIND = "cleanup"
-CLEANUP_DEADLINE_EXCEEDED = "CLEANUP_DEADLINE_EXCEEDED"
 
 
 def request_cancel_run(
@@ -385,28 +238,6 @@ def request_cancel_run(
         tx.notes.due.add(deadline)
     append_event(tx, namespace, run["run_id"], now, "cancel_requested", event)
     ensure_workflow_task(tx, namespace, run["run_id"], run["task_queue"], now)
-
-
-def terminate_after_cleanup(tx: Tx, namespace: str, run_id: str, now: int) -> None:
-    """The run's cleanup deadline passed while it was still open (the due pass, in its
-    transaction, the run's deadline already cleared by a fenced update): terminated."""
-    # The event's reason is the stable code alone; the failure (describe, result())
-    # starts with it and names it as its cause's type, for code that matches on types.
-    append_event(
-        tx,
-        namespace,
-        run_id,
-        now,
-        "workflow_terminated",
-        history_pb2.WorkflowTerminated(reason=CLEANUP_DEADLINE_EXCEEDED),
-    )
-    message = f"{CLEANUP_DEADLINE_EXCEEDED}: the run was still open at its cleanup deadline"
-    failure = payload_pb2.Failure(
-        message=message,
-        type="WorkflowTerminatedError",
-        cause=payload_pb2.Failure(message=message, type=CLEANUP_DEADLINE_EXCEEDED),
-    )
-    close_run(tx, namespace, run_id, "terminated", now, failure=failure.SerializeToString())
 
 
 def open_run(tx: Tx, namespace: str, run_id: str) -> Row:

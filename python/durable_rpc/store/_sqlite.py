@@ -28,8 +28,9 @@ from typing import Any, TypeVar
 from durable_rpc.errors import DurableRpcError, InternalError, StoreUnavailableError
 from durable_rpc.store._api import ApiKeyLookup, StoreOptions
 from durable_rpc.store._clock import SkipReport, idleness
+from durable_rpc.store._dialects import SQLITE
 from durable_rpc.store._key_cache import KeyCache
-from durable_rpc.store._migrations import SQLITE_MIGRATIONS, SQLITE_NOW_MS, check_ordered
+from durable_rpc.store._migrations import SQLITE_MIGRATIONS, check_ordered
 from durable_rpc.store._ops import SqlStore
 from durable_rpc.store._tx import Notes, Row, Tx
 from durable_rpc.store._tx_metrics import TxOutcome
@@ -82,7 +83,7 @@ class _SQLiteTx(Tx):
         if self._now_ms is None:
             # The offset (0 except under durable_rpc.testing's time skipping) is added in
             # SQL: the database clock stays the only source of time.
-            row = self.one(f"SELECT {SQLITE_NOW_MS} + ? AS now_ms", (self._clock_offset_ms,))
+            row = self.one(f"SELECT {SQLITE.now_ms} + ? AS now_ms", (self._clock_offset_ms,))
             assert row is not None
             self._now_ms = int(row["now_ms"])
         return self._now_ms
@@ -301,7 +302,7 @@ class SQLiteStore(SqlStore):
                     conn.execute(statement)
                 conn.execute(
                     f"INSERT INTO schema_version (version, name, applied_at_ms) "
-                    f"VALUES (?, ?, {SQLITE_NOW_MS})",
+                    f"VALUES (?, ?, {SQLITE.now_ms})",
                     (migration.version, migration.name),
                 )
             conn.execute("COMMIT")
@@ -548,7 +549,7 @@ class SQLiteStore(SqlStore):
             # Not tx.now_ms(): that is the group-commit batch's instant, read before any
             # jump an earlier operation of this batch made (the automatic skipper and a
             # test's sleep race), and adding the gap from it again would jump twice.
-            row = tx.one(f"SELECT {SQLITE_NOW_MS} + ? AS now_ms", (self._clock_offset_ms,))
+            row = tx.one(f"SELECT {SQLITE.now_ms} + ? AS now_ms", (self._clock_offset_ms,))
             assert row is not None
             now = int(row["now_ms"])
             state = idleness(tx, now)

@@ -20,27 +20,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from durable_rpc.errors import InvalidArgumentError, StreamBatchTooLargeError
+from durable_rpc.store._dialects import Dialect
 from durable_rpc.store._payloads import record_refs
+from durable_rpc.store._shared import append_event, decision_input, ensure_workflow_task
 from durable_rpc.store._tx import Row, Tx
 from durable_rpc.v1 import history_pb2, payload_pb2, streams_pb2, workflow_task_pb2
 
-#: At most this many items per append (client or workflow), as the seed's
-#: MESSAGE_STREAM_MAX_BATCH.
-MAX_BATCH = 100
-#: At most this many items per page.
-MAX_PAGE = 100
 #: A client's page stops before this many payload bytes (it holds at least one item).
 PAGE_BYTES = 4 * 1024 * 1024
 #: A workflow's page (recorded in its history) stops before this many payload bytes.
 WORKFLOW_PAGE_BYTES = 1024 * 1024
-#: Stream names and dedup ids are at most this long.
-MAX_NAME = 200
-#: The first character of the dedup ids of workflow appends.
-WORKFLOW_DEDUP_PREFIX = "@"
 
 
-def stream_tables(bigint: str, blob: str) -> tuple[str, ...]:
+def stream_tables(d: Dialect) -> tuple[str, ...]:
     """The message streams migration (same shape on both backends). ``item_offset``:
     OFFSET is a reserved word in SQL."""
     return (
@@ -48,10 +40,10 @@ def stream_tables(bigint: str, blob: str) -> tuple[str, ...]:
             namespace TEXT NOT NULL,
             run_id TEXT NOT NULL,
             stream TEXT NOT NULL,
-            item_offset {bigint} NOT NULL,
+            item_offset {d.bigint} NOT NULL,
             dedup_id TEXT NOT NULL,
-            payload {blob} NOT NULL,
-            appended_at_ms {bigint} NOT NULL,
+            payload {d.blob} NOT NULL,
+            appended_at_ms {d.bigint} NOT NULL,
             PRIMARY KEY (namespace, run_id, stream, item_offset),
             UNIQUE (namespace, run_id, stream, dedup_id)
         )""",
@@ -59,51 +51,14 @@ def stream_tables(bigint: str, blob: str) -> tuple[str, ...]:
         f"""CREATE TABLE stream_reads (
             namespace TEXT NOT NULL,
             run_id TEXT NOT NULL,
-            seq {bigint} NOT NULL,
+            seq {d.bigint} NOT NULL,
             stream TEXT NOT NULL,
-            from_offset {bigint} NOT NULL,
-            max_items {bigint} NOT NULL,
-            requested_at_ms {bigint} NOT NULL,
+            from_offset {d.bigint} NOT NULL,
+            max_items {d.bigint} NOT NULL,
+            requested_at_ms {d.bigint} NOT NULL,
             PRIMARY KEY (namespace, run_id, seq)
         )""",
     )
-
-
-def check_stream(stream: str) -> None:
-    if not stream or len(stream) > MAX_NAME:
-        raise InvalidArgumentError(
-            f"a stream name must be 1 to {MAX_NAME} characters, got {len(stream)}"
-        )
-
-
-def check_batch(count: int, where: str) -> None:
-    if count == 0:
-        raise InvalidArgumentError(f"{where}: an append needs at least one item")
-    if count > MAX_BATCH:
-        raise StreamBatchTooLargeError(f"{where}: {count} items in one append, at most {MAX_BATCH}")
-
-
-def check_dedup_id(dedup_id: str, index: int) -> None:
-    if not dedup_id or len(dedup_id) > MAX_NAME:
-        raise InvalidArgumentError(
-            f"item {index}: a dedup id must be 1 to {MAX_NAME} characters, got {len(dedup_id)}"
-        )
-    if dedup_id.startswith(WORKFLOW_DEDUP_PREFIX):
-        raise InvalidArgumentError(
-            f"item {index}: dedup id {dedup_id!r} starts with {WORKFLOW_DEDUP_PREFIX!r}, "
-            "which marks the items workflow code appended"
-        )
-
-
-def check_page(offset: int, limit: int) -> int:
-    """The page size asked for (0: the largest)."""
-    if offset < 0:
-        raise InvalidArgumentError(f"a stream offset must be >= 0, got {offset}")
-    if not 0 <= limit <= MAX_PAGE:
-        raise InvalidArgumentError(
-            f"a page holds 1 to {MAX_PAGE} items (0: {MAX_PAGE}), got {limit}"
-        )
-    return limit or MAX_PAGE
 
 
 def stream_length(tx: Tx, namespace: str, run_id: str, stream: str) -> int:
@@ -206,8 +161,6 @@ def record_read(
     """A ReadStream command of the decision being recorded (its command event is the
     caller's): the page is an input event of the decision when there are items or the
     read does not wait; else the read waits for the append that brings one."""
-    from durable_rpc.store._shared import decision_input
-
     run_id: str = run["run_id"]
     stream, offset = read.stream, read.offset
     items, next_offset = read_page(
@@ -231,8 +184,6 @@ def answer_waiting_reads(
 ) -> None:
     """Records the page of every read of ``run`` waiting on ``stream`` that now has an
     item, and wakes the run (in its own decision, the pages follow its command events)."""
-    from durable_rpc.store._shared import append_event, decision_input, ensure_workflow_task
-
     run_id: str = run["run_id"]
     waiting = tx.all(
         "SELECT seq, from_offset, max_items FROM stream_reads "
