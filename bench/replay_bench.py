@@ -1,6 +1,6 @@
 """Replay benchmark: the cost of a workflow task on a long history.
 
-The history is the shape issue 14 names: one run receiving signals (``Signals`` below,
+The history is a long-lived run's usual shape: one run receiving signals (``Signals`` below,
 one handler incrementing a counter, the main coroutine waiting for the target), the
 signals arriving in bursts of ``--burst`` while workflow tasks run, so ~``--events``
 events in about ``events / burst`` recorded workflow tasks. Figures:

@@ -1,6 +1,6 @@
 """A holder's report after its lease expired: accepted while its token is the task's latest
 and no outcome ended the attempt; LEASE_LOST after a takeover or a recorded expiry outcome
-(DESIGN.md, the lease protocol, point 2)."""
+(the lease protocol in store/README.md)."""
 
 from __future__ import annotations
 

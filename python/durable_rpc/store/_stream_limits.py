@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from durable_rpc.errors import InvalidArgumentError, StreamBatchTooLargeError
 
-#: At most this many items per append (client or workflow), as the seed's
-#: MESSAGE_STREAM_MAX_BATCH.
+#: At most this many items per append (client or workflow).
 MAX_BATCH = 100
 #: At most this many items per page.
 MAX_PAGE = 100
