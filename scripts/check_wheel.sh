@@ -99,6 +99,11 @@ templates = create_app("127.0.0.1:7233").state.ui.templates
 for name in ("base.html", "runs.html", "run.html", "signin.html"):
     templates.get_template(name)
 print("web UI templates: ok")
+# PostgreSQL's migrations read the hot path's function texts (store/pg_functions/*.sql).
+from durable_rpc.store._migrations import PG_MIGRATIONS
+
+assert any("drpc_record_decision" in s for m in PG_MIGRATIONS for s in m.statements)
+print("PostgreSQL function texts: ok")
 PY
   version="$("$tmp/venv/bin/durable-rpc" --version)"
   [ "$version" = "durable-rpc, version $("$tmp/venv/bin/python" -c 'import importlib.metadata as m; print(m.version("durable-rpc"))')" ] \

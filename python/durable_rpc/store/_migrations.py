@@ -6,8 +6,9 @@ Each migration is declared once, its statements written in terms of a ``Dialect`
 (``_dialects``: the types and expressions SQLite and PostgreSQL say differently), so one
 version number names one logical schema on both backends. A migration's
 ``postgres_only`` statements are PostgreSQL's server-side functions of its hot path
-(``_pg_hot_sql``), applied after the shared ones; SQLite runs every operation in-process
-and needs none (its migration 10 is empty).
+(``_pg_hot_sql``; each version of a function one whole file, ``pg_functions/``), applied
+after the shared ones; SQLite runs every operation in-process and needs none (its
+migration 10 is empty).
 
 Invariants the queries and indexes rely on:
 - ``tasks.due_ms`` is non-NULL exactly while the task is queued, leased or waiting
@@ -22,7 +23,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from durable_rpc.store import _admission_pg, _budgets_pg, _fairness_pg
 from durable_rpc.store._admission import admission_tables, concurrency_key_tables
 from durable_rpc.store._budgets import budget_refill_columns, budget_tables
 from durable_rpc.store._declared_signals import DECLARED_SIGNALS_MIGRATION
@@ -31,9 +31,9 @@ from durable_rpc.store._dialects import POSTGRES, SQLITE, Dialect
 from durable_rpc.store._fairness import fairness_schema
 from durable_rpc.store._ops_secrets import secret_tables
 from durable_rpc.store._payloads import payload_tables, upload_scoping_migration
-from durable_rpc.store._pg_hot_sql import BUILD_PIN_FUNCTIONS, HOT_PATH_FUNCTIONS
-from durable_rpc.store._queue_limits import queue_limits_pg_functions, task_queue_limits_table
-from durable_rpc.store._rate_limits import rate_limits_pg_functions, rate_limits_table
+from durable_rpc.store._pg_hot_sql import pg_functions
+from durable_rpc.store._queue_limits import task_queue_limits_table
+from durable_rpc.store._rate_limits import rate_limits_table
 from durable_rpc.store._schedule_buffer import schedule_buffer_table
 from durable_rpc.store._sessions import session_tables
 from durable_rpc.store._streams import stream_tables
@@ -58,8 +58,14 @@ class Migration:
     name: str
     #: The statements of every dialect, written in terms of the dialect.
     schema: Statements = _nothing
-    #: PostgreSQL's hot-path functions of this version, applied after ``schema``.
-    postgres_only: tuple[str, ...] = ()
+    #: PostgreSQL's hot-path functions this version creates or replaces, by name: each
+    #: the whole text of ``pg_functions/<name>.v<version>.sql``, applied after ``schema``.
+    postgres_functions: tuple[str, ...] = ()
+
+    @property
+    def postgres_only(self) -> tuple[str, ...]:
+        """The statements PostgreSQL applies after ``schema``."""
+        return pg_functions(self.version, *self.postgres_functions)
 
     def in_dialect(self, dialect: Dialect) -> DialectMigration:
         statements = self.schema(dialect)
@@ -485,13 +491,25 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(7, "history size of a run", _v7),
     Migration(8, "what claims filter on", _v8),
     Migration(9, "namespace settings and API keys", _v9),
-    Migration(10, "hot-path functions", postgres_only=HOT_PATH_FUNCTIONS),
+    Migration(
+        10,
+        "hot-path functions",
+        postgres_functions=(
+            "drpc_pb_varint",
+            "drpc_pb_int",
+            "drpc_pb_len",
+            "drpc_pb_timestamp",
+            "drpc_pb_event",
+            "drpc_record_decision",
+            "drpc_start_workflow",
+        ),
+    ),
     Migration(11, "fleet counters, definition removal, build pins, redrive, retention", _v11),
     Migration(
         12,
         "build pins of existing runs and in the hot path",
         _everywhere(V12_RUNS_STAY_UNVERSIONED),
-        postgres_only=BUILD_PIN_FUNCTIONS,
+        postgres_functions=("drpc_record_decision", "drpc_start_workflow"),
     ),
     Migration(13, "build pins of queries", _v13),
     Migration(14, "schedules", _v14),
@@ -499,21 +517,24 @@ MIGRATIONS: tuple[Migration, ...] = (
         15,
         "task-queue activity limits",
         task_queue_limits_table,
-        postgres_only=queue_limits_pg_functions(),
+        postgres_functions=("drpc_record_decision",),
     ),
     Migration(16, "schedule buffers (BUFFER_ALL, CANCEL_OTHER)", schedule_buffer_table),
     Migration(
-        17, "namespace admission", admission_tables, postgres_only=_admission_pg.pg_functions()
+        17,
+        "namespace admission",
+        admission_tables,
+        postgres_functions=("drpc_record_decision", "drpc_start_workflow"),
     ),
-    Migration(18, "budgets", budget_tables, postgres_only=_budgets_pg.pg_functions()),
+    Migration(18, "budgets", budget_tables, postgres_functions=("drpc_record_decision",)),
     Migration(19, "concurrency keys", _everywhere(*concurrency_key_tables())),
-    Migration(20, "rate limits", rate_limits_table, postgres_only=rate_limits_pg_functions()),
+    Migration(20, "rate limits", rate_limits_table, postgres_functions=("drpc_record_decision",)),
     Migration(21, "large payloads by SHA-256", payload_tables),
     Migration(
         22,
         "priority and fairness of claims",
         fairness_schema,
-        postgres_only=_fairness_pg.pg_functions(),
+        postgres_functions=("drpc_record_decision",),
     ),
     Migration(23, "declared signals of definitions", _everywhere(*DECLARED_SIGNALS_MIGRATION)),
     Migration(24, "budget refill rates", budget_refill_columns),

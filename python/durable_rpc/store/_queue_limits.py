@@ -9,12 +9,13 @@ FOR UPDATE, so two replicas claiming at once serialize on it and the second coun
 first's lease; SQLite has one writer) and count the queue's leased activity attempts in
 the same transaction. A claim over the limit leaves the task queued (deferred, never
 failed); a completion or failure on a limited queue wakes its pollers (``slot_freed``).
+PostgreSQL's hot-path decision leaves a limited queue's cases to this general path
+(``pg_functions/drpc_record_decision.v15.sql``).
 """
 
 from __future__ import annotations
 
 from durable_rpc.store._dialects import Dialect
-from durable_rpc.store._pg_hot_sql import _RECORD_DECISION_V12, _patched
 from durable_rpc.store._tx import Row, Tx
 
 #: The candidate SELECT's extra column (alias ``t`` = the candidate task): the queue's
@@ -77,32 +78,3 @@ def slot_freed(tx: Tx, task: Row) -> None:
     ``QUEUE_LIMITED_RETURNING``."""
     if task["queue_limited"]:
         tx.notes.tasks.add((task["namespace"], task["task_queue"], "activity"))
-
-
-def _record_decision_v15() -> str:
-    """PostgreSQL's hot-path decision function with limited queues left to the general
-    path: an activity completion on a limited queue (it must wake the queue's deferred
-    polls) and a decision with eager activities on one (the eager claim must take only
-    free slots): both are the general path's (``_queue_limits`` in Python), by the
-    function's fallback (DRFB1). One indexed probe of the run's namespace in
-    ``task_queue_limits``, inside the function: none when no limit exists."""
-    check = """    RAISE EXCEPTION 'the run is pinned to another build' USING ERRCODE = 'DRFB1';
-  END IF;
-"""
-    return _patched(
-        _RECORD_DECISION_V12,
-        (
-            check,
-            check
-            + """  IF (p_kind = 'activity' OR true = ANY (p_eager)) AND EXISTS (
-      SELECT 1 FROM task_queue_limits l WHERE l.namespace = p_ns) THEN
-    RAISE EXCEPTION 'a task queue of the namespace is limited' USING ERRCODE = 'DRFB1';
-  END IF;
-""",
-        ),
-    )
-
-
-def queue_limits_pg_functions() -> tuple[str, ...]:
-    """The limits migration's PostgreSQL-only part: the patched hot path."""
-    return (_record_decision_v15(),)

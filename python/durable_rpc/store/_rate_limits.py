@@ -19,15 +19,15 @@ A namespace without a rate limit pays an uncorrelated probe of the empty prefix 
 ``rate_limits`` folded into the candidate SELECT it runs anyway (``RATE_OPEN``), no
 statement more; an empty claim asks once more, for the poll's next look
 (``next_token_ms``).
+PostgreSQL's hot-path decision leaves eager claims in a namespace with rate limits to
+this general path (``pg_functions/drpc_record_decision.v20.sql``).
 """
 
 from __future__ import annotations
 
 import math
 
-from durable_rpc.store._budgets_pg import _record_decision_v18
 from durable_rpc.store._dialects import Dialect
-from durable_rpc.store._pg_hot_sql import _patched
 from durable_rpc.store._tx import Tx
 
 #: The bucket a task takes its token from (alias = the task row): its key's when it was
@@ -128,31 +128,3 @@ def next_token_after(tx: Tx, namespace: str, now: int) -> int | None:
         (namespace, now),
     )
     return None if value is None else int(value)
-
-
-def _record_decision_with_rate_limits() -> str:
-    """PostgreSQL's hot-path decision function with eager claims of a namespace that has
-    rate limits left to the general path (it takes the tokens; ``take_token``), by the
-    function's fallback (DRFB1). Built on the latest definition (migration 19's); one
-    indexed probe of ``rate_limits`` only when the decision asks for eager activities.
-    Activities scheduled with a rate_limit_key never reach the function (the caller,
-    ``_pg_hot.DecisionCall.build``, sends them the general path's way: it records the
-    key on the task row)."""
-    anchor = "  IF (p_kind = 'activity' OR true = ANY (p_eager)) AND EXISTS (\n"
-    return _patched(
-        _record_decision_v18(),
-        (
-            anchor,
-            """  IF true = ANY (p_eager) AND EXISTS (
-      SELECT 1 FROM rate_limits rl WHERE rl.namespace = p_ns) THEN
-    RAISE EXCEPTION 'the namespace has rate limits' USING ERRCODE = 'DRFB1';
-  END IF;
-"""
-            + anchor,
-        ),
-    )
-
-
-def rate_limits_pg_functions() -> tuple[str, ...]:
-    """The rate-limits migration's PostgreSQL-only part: the patched hot path."""
-    return (_record_decision_with_rate_limits(),)
