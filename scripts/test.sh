@@ -54,4 +54,5 @@ fi
 step "pytest"
 # Each test's own timeout (pyproject: 300 s, thread method) ends a stuck test; this cap
 # ends the whole run if anything outside a test (a fixture's teardown, collection) hangs.
-timeout --kill-after=60 3000 python -m pytest -q -p no:cacheprovider "$@"
+# The slowest tests are listed at the end, so the suite's time stays visible.
+timeout --kill-after=60 3000 python -m pytest -q -p no:cacheprovider --durations=25 "$@"
