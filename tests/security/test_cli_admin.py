@@ -182,3 +182,30 @@ async def test_token_list_never_cuts_a_key_id_in_a_narrow_terminal(
     assert max(len(line) for line in table.splitlines()) <= 60, table
     for secret in [root, *made]:
         assert _key_id(secret) in table, table
+
+
+def test_a_namespaces_payload_quota_is_set_and_shown_from_the_cli(
+    auth_server: AuthServer,
+) -> None:
+    env = {"DURABLE_RPC_API_KEY": auth_server.root_key}  # type: ignore[attr-defined]
+
+    def cli(*args: str) -> str:
+        return checked(run_cli(*args, address=auth_server.address, env=env))
+
+    cli("namespace", "create", "uploads")
+    cli("namespace", "update", "uploads", "--payload-quota-bytes", "300000")
+    described = json.loads(cli("namespace", "describe", "uploads", "--json"))["namespace"]
+    quota_key = next(k for k in described if k.lower().replace("_", "") == "payloadquotabytes")
+    assert int(described[quota_key]) == 300_000
+    assert "0 / 300000" in cli("namespace", "describe", "uploads")
+    refused = run_cli(
+        "namespace",
+        "update",
+        "uploads",
+        "--payload-quota-bytes",
+        "0",
+        address=auth_server.address,
+        env=env,
+    )
+    assert refused.returncode != 0
+    assert "--payload-quota-bytes" in refused.stderr
