@@ -14,7 +14,7 @@ from durable_rpc.errors import (
 )
 from durable_rpc.search_attributes import memo_to_proto, to_proto
 from durable_rpc.store import StartOptions, Store
-from durable_rpc.store._api import RedriveResult
+from durable_rpc.store._records import RedriveResult
 from durable_rpc.v1 import history_pb2, payload_pb2, workflow_task_pb2
 from tests.store.helpers import (
     NS,

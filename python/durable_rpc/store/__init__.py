@@ -14,42 +14,13 @@
 from __future__ import annotations
 
 from durable_rpc.errors import InvalidArgumentError
-from durable_rpc.store._admission_records import Admission
-from durable_rpc.store._api import (
-    RUN_STATUSES,
-    ActivityCompletion,
-    ActivityPoll,
+from durable_rpc.store._admin_records import (
     ApiKeyLookup,
     ApiKeyRecord,
-    ClaimedActivityTask,
-    ClaimedWorkflowTask,
-    DirectClaim,
-    DueReport,
-    EagerActivities,
-    EagerWorkflowTask,
-    HeartbeatResult,
-    HistoryLimits,
-    HistoryPage,
-    InlineWorkflowTask,
-    LeaseRef,
     MetricCounts,
     NamespaceRecord,
-    PendingActivity,
-    PendingUpdateRequest,
-    RunDescription,
-    RunInfo,
-    RunOutcome,
-    SignalWithStartResult,
-    StartOptions,
-    StartResult,
-    Store,
-    StoreListener,
-    StoreOptions,
-    StoreStats,
-    TaskKind,
-    UpdateWithStartResult,
-    WorkflowTaskCompletion,
 )
+from durable_rpc.store._admission_records import Admission
 from durable_rpc.store._budget_records import Budget
 from durable_rpc.store._definition_records import CodeFingerprints, DefinitionRecord
 from durable_rpc.store._fleet_records import (
@@ -61,6 +32,35 @@ from durable_rpc.store._fleet_records import (
     TaskQueueSummary,
     WorkerCounters,
     WorkerRecord,
+)
+from durable_rpc.store._ops import Store
+from durable_rpc.store._options import HistoryLimits, StoreOptions, StoreStats
+from durable_rpc.store._records import (
+    RUN_STATUSES,
+    ActivityCompletion,
+    ActivityPoll,
+    ClaimedActivityTask,
+    ClaimedWorkflowTask,
+    DirectClaim,
+    DueReport,
+    EagerActivities,
+    EagerWorkflowTask,
+    HeartbeatResult,
+    HistoryPage,
+    InlineWorkflowTask,
+    LeaseRef,
+    PendingActivity,
+    PendingUpdateRequest,
+    RunDescription,
+    RunInfo,
+    RunOutcome,
+    SignalWithStartResult,
+    StartOptions,
+    StartResult,
+    StoreListener,
+    TaskKind,
+    UpdateWithStartResult,
+    WorkflowTaskCompletion,
 )
 from durable_rpc.store._sqlite import SQLiteStore
 from durable_rpc.store._stream_records import StreamAppend, StreamDescription, StreamPage

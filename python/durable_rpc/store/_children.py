@@ -6,9 +6,9 @@ applied in the parent's)."""
 from __future__ import annotations
 
 from durable_rpc.errors import DefinitionRemovedError, InvalidArgumentError, SignalNotDeclaredError
-from durable_rpc.store._api import StartOptions
 from durable_rpc.store._declared_signals import DECLARED_SIGNALS, undeclared
 from durable_rpc.store._logic import validate_retry_policy
+from durable_rpc.store._records import StartOptions
 from durable_rpc.store._removed import definition_removed, removed_message
 from durable_rpc.store._runs import check_start_options, create_run, deliver_signal, open_run_of
 from durable_rpc.store._shared import (

@@ -10,7 +10,7 @@ back.
 from __future__ import annotations
 
 from durable_rpc.errors import HistoryLimitExceededError
-from durable_rpc.store._api import HistoryLimits
+from durable_rpc.store._options import HistoryLimits
 from durable_rpc.store._tx import Tx
 
 

@@ -15,7 +15,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 
-from durable_rpc.store._api import ApiKeyLookup, ApiKeyRecord
+from durable_rpc.store._admin_records import ApiKeyLookup, ApiKeyRecord
 
 #: Past this many cached keys the cache starts over (keys are few; ids are not secret).
 MAX_CACHED_KEYS = 10_000

@@ -9,7 +9,7 @@ has no row at all.
 
 from __future__ import annotations
 
-from durable_rpc.store._api import StoreOptions
+from durable_rpc.store._options import StoreOptions
 from durable_rpc.store._tx import Row, Tx
 
 #: The condition on ``workers w``; its parameter is :func:`live_since`.

@@ -9,15 +9,6 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from durable_rpc.errors import InvalidArgumentError, LeaseLostError
-from durable_rpc.store._api import (
-    ActivityCompletion,
-    ActivityPoll,
-    ClaimedActivityTask,
-    EagerWorkflowTask,
-    HeartbeatResult,
-    InlineWorkflowTask,
-    LeaseRef,
-)
 from durable_rpc.store._build_pins import may_decide
 from durable_rpc.store._fairness import DUE_ORDER, READY, READY_ORDER
 from durable_rpc.store._history_limits import DecisionPastHistoryLimit
@@ -45,6 +36,16 @@ from durable_rpc.store._rate_limits import (
     rate_limited_column,
     rate_open,
     take_token,
+)
+from durable_rpc.store._records import (
+    ActivityCompletion,
+    ActivityPoll,
+    ClaimedActivityTask,
+    ClaimedWorkflowTask,
+    EagerWorkflowTask,
+    HeartbeatResult,
+    InlineWorkflowTask,
+    LeaseRef,
 )
 from durable_rpc.store._sessions import (
     claimable_sessions,
@@ -104,6 +105,8 @@ class _ActivityOps(_WorkflowTaskOps):
         worker_id: str,
         activity_types: Sequence[str],
     ) -> ActivityPoll:
+        """``claim_activity_task`` for a long poll: with no task, also when a task held
+        back by a rate limit may be claimable (``ActivityPoll.retry_in_ms``)."""
         require(worker_id, "worker_id")
         types = list(dict.fromkeys(activity_types))
         type_filter = ""
@@ -251,6 +254,18 @@ class _ActivityOps(_WorkflowTaskOps):
 
         return await self._write(op)
 
+    async def complete_activity_task(
+        self,
+        namespace: str,
+        lease: LeaseRef,
+        result: bytes,
+        eager: EagerWorkflowTask | None = None,
+    ) -> ClaimedWorkflowTask | None:
+        """Records the leased attempt's result; the run's next workflow task when
+        ``eager`` had it claimed in the same transaction."""
+        completion = await self.complete_activity_task_inline(namespace, lease, result, eager)
+        return completion.workflow_task
+
     async def complete_activity_task_inline(
         self,
         namespace: str,
@@ -259,6 +274,7 @@ class _ActivityOps(_WorkflowTaskOps):
         eager: EagerWorkflowTask | None = None,
         inline: InlineWorkflowTask | None = None,
     ) -> ActivityCompletion:
+        """``complete_activity_task``, recording ``inline`` with it when it still holds."""
         payload = parse_payload(result, "result")
         inline_commands = list(inline.commands) if inline is not None else []
         inline_plan = None
@@ -366,6 +382,8 @@ class _ActivityOps(_WorkflowTaskOps):
     async def fail_activity_task(
         self, namespace: str, lease: LeaseRef, failure: bytes
     ) -> int | None:
+        """Fail the leased attempt: the delay in ms before its retry, None when it is not
+        retried (failed for good, cancelled, or this lease's outcome already recorded)."""
         parsed = parse_failure(failure)
 
         def op(tx: Tx) -> int | None:

@@ -13,7 +13,7 @@ from durable_rpc.errors import (
     NamespaceNotFoundError,
     NotFoundError,
 )
-from durable_rpc.store._api import ApiKeyLookup, ApiKeyRecord, NamespaceRecord
+from durable_rpc.store._admin_records import ApiKeyLookup, ApiKeyRecord, NamespaceRecord
 from durable_rpc.store._migrations import DEFAULT_RETENTION_MS
 from durable_rpc.store._ops_base import _SqlOpsBase
 from durable_rpc.store._ops_payloads import payload_usage

@@ -81,6 +81,15 @@ class _AdmissionOps(_SqlOpsBase):
         max_per_key: int | None = None,
         key_strategy: str = "queue",
     ) -> Admission:
+        """Sets the namespace's admission policy: at most ``max_open_runs`` admitted open
+        runs, at most ``starts_per_period`` starts admitted per ``period_ms`` (a token
+        bucket), over the limit ``queue`` (the run waits, not yet admitted) or
+        ``refuse`` (AdmissionLimitError). ``max_per_key``: admitted open runs of one
+        concurrency key (StartOptions.concurrency_key) at once; over it ``key_strategy``
+        ``queue`` (wait), ``cancel_newest`` (ConcurrencyKeyLimitError) or
+        ``cancel_oldest`` (the key's oldest open run is cancelled; the new one waits for
+        its close). Room it frees admits waiting runs at once. InvalidArgumentError for
+        a policy out of bounds or with no limit."""
         check_admission(
             max_open_runs, starts_per_period, period_ms, over_limit, max_per_key, key_strategy
         )
@@ -120,6 +129,8 @@ class _AdmissionOps(_SqlOpsBase):
         return await self._write(op)
 
     async def remove_namespace_admission(self, namespace: str) -> None:
+        """Removes the policy (idempotent); every waiting run is admitted."""
+
         def op(tx: Tx) -> None:
             require_namespace(tx, namespace)
             if locked_policy(tx, namespace) is None:
@@ -130,6 +141,8 @@ class _AdmissionOps(_SqlOpsBase):
         await self._write(op)
 
     async def get_namespace_admission(self, namespace: str) -> Admission | None:
+        """The policy with its admitted open runs and waiting runs (None: no policy)."""
+
         def op(tx: Tx) -> Admission | None:
             require_namespace(tx, namespace)
             if tx.one("SELECT 1 FROM namespace_admission WHERE namespace = ?", (namespace,)):

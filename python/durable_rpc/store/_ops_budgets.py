@@ -27,6 +27,11 @@ class _BudgetOps(_SqlOpsBase):
         refill_units: int = 0,
         refill_period_ms: int = 0,
     ) -> Budget:
+        """Creates or changes a budget; a raised capacity grants the waiting reservations
+        that now fit, a lowered one refuses those larger than it. One transaction. With a
+        refill (``refill_units`` per ``refill_period_ms``), released units come back at
+        that rate instead of at once. InvalidArgumentError for a capacity outside
+        1..10^15 or a refill that is not 1..10^15 units per 1 ms..31 days (or 0, 0)."""
         require(name, "name")
         check_capacity(capacity)
         check_refill(refill_units, refill_period_ms)
@@ -58,6 +63,8 @@ class _BudgetOps(_SqlOpsBase):
         return await self._write(op)
 
     async def list_budgets(self, namespace: str) -> list[Budget]:
+        """The namespace's budgets by name, with units held and reservations waiting."""
+
         def op(tx: Tx) -> list[Budget]:
             require_namespace(tx, namespace)
             rows = tx.all("SELECT * FROM budgets WHERE namespace = ? ORDER BY name", (namespace,))
@@ -66,6 +73,8 @@ class _BudgetOps(_SqlOpsBase):
         return await self._read(op)
 
     async def remove_budget(self, namespace: str, name: str) -> None:
+        """NotFoundError if there is no such budget; BudgetInUseError while a
+        reservation holds or waits for it."""
         require(name, "name")
 
         def op(tx: Tx) -> None:

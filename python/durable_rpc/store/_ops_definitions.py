@@ -14,9 +14,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from durable_rpc.errors import DefinitionInUseError, NotFoundError
-from durable_rpc.store._api import StoreOptions
 from durable_rpc.store._definition_records import DefinitionRecord
 from durable_rpc.store._ops_base import _SqlOpsBase
+from durable_rpc.store._options import StoreOptions
 from durable_rpc.store._shared import ACTIVE, require, require_namespace, version_or_default
 from durable_rpc.store._tx import Row, Tx
 
@@ -120,6 +120,7 @@ class _DefinitionOps(_SqlOpsBase):
     """ListDefinitions, RemoveDefinition, RestoreDefinition."""
 
     async def list_definitions(self, namespace: str) -> list[DefinitionRecord]:
+        """By name, then version, with their live workers and open runs."""
         options = self._options
 
         def op(tx: Tx) -> list[DefinitionRecord]:
@@ -151,6 +152,8 @@ class _DefinitionOps(_SqlOpsBase):
         return await self._read(op)
 
     async def remove_definition(self, namespace: str, name: str, version: str) -> DefinitionRecord:
+        """DefinitionInUseError while a live worker registers it or an open run references
+        it; NotFoundError if never registered. Idempotent; one transaction."""
         require(name, "name")
         version = version_or_default(version)
         options = self._options
@@ -175,6 +178,7 @@ class _DefinitionOps(_SqlOpsBase):
         return await self._write(op)
 
     async def restore_definition(self, namespace: str, name: str, version: str) -> DefinitionRecord:
+        """Undoes remove_definition (idempotent); NotFoundError if never registered."""
         require(name, "name")
         version = version_or_default(version)
         options = self._options

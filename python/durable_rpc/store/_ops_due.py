@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from durable_rpc.store._admission import admit_waiting, due_namespaces, next_admit_ms
-from durable_rpc.store._api import DueReport, TaskKind
 from durable_rpc.store._budgets import grant_due, next_grant_ms
 from durable_rpc.store._logic import (
     ACTIVITY_TIMEOUT_ERROR,
@@ -13,6 +12,7 @@ from durable_rpc.store._logic import (
     parse_options,
 )
 from durable_rpc.store._ops_activities import _ActivityOps
+from durable_rpc.store._records import DueReport, TaskKind
 from durable_rpc.store._run_close import close_run, terminate_after_cleanup
 from durable_rpc.store._sessions import expire_due, next_expiry_ms
 from durable_rpc.store._shared import (

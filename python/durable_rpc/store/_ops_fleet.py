@@ -34,6 +34,8 @@ class _FleetOps(_SqlOpsBase):
     async def list_workers(
         self, namespace: str, task_queue: str | None, include_dead: bool
     ) -> list[WorkerRecord]:
+        """By task queue, then worker id; live ones only unless ``include_dead``."""
+
         def op(tx: Tx) -> list[WorkerRecord]:
             require_namespace(tx, namespace)
             return _workers(tx, namespace, task_queue, live_since(tx, self._options), include_dead)
@@ -41,6 +43,7 @@ class _FleetOps(_SqlOpsBase):
         return await self._read(op)
 
     async def describe_task_queue(self, namespace: str, task_queue: str) -> TaskQueueDescription:
+        """Backlog by kind, live workers (pollers) and what they serve."""
         require(task_queue, "task_queue")
 
         def op(tx: Tx) -> TaskQueueDescription:
@@ -70,6 +73,9 @@ class _FleetOps(_SqlOpsBase):
     async def list_task_queues(
         self, namespace: str, limit: int = 1000
     ) -> tuple[list[TaskQueueSummary], bool]:
+        """Every queue with an open task or a registered worker, by name, the first
+        ``limit``; and whether there were more."""
+
         def op(tx: Tx) -> tuple[list[TaskQueueSummary], bool]:
             require_namespace(tx, namespace)
             now = tx.now_ms()

@@ -10,18 +10,18 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from durable_rpc.store._api import (
+from durable_rpc.store._history_pages import read_page
+from durable_rpc.store._logic import activity_timeouts, earliest, parse_options
+from durable_rpc.store._ops_base import _SqlOpsBase
+from durable_rpc.store._ops_updates import pending_update_requests
+from durable_rpc.store._rate_limits import rate_open
+from durable_rpc.store._records import (
     ClaimedActivityTask,
     ClaimedWorkflowTask,
     LeaseRef,
     PendingUpdateRequest,
     TaskKind,
 )
-from durable_rpc.store._history_pages import read_page
-from durable_rpc.store._logic import activity_timeouts, earliest, parse_options
-from durable_rpc.store._ops_base import _SqlOpsBase
-from durable_rpc.store._ops_updates import pending_update_requests
-from durable_rpc.store._rate_limits import rate_open
 from durable_rpc.store._shared import ACTIVE, blob
 from durable_rpc.store._tx import Row, Tx
 
@@ -101,6 +101,9 @@ class _LeaseOps(_SqlOpsBase):
     """Leases a picked task to a worker."""
 
     async def has_claimable_task(self, namespace: str, task_queue: str, kind: TaskKind) -> bool:
+        """Whether a ``kind`` task of the queue is claimable now by someone (any activity
+        type, any definition), as last committed. A woken poll asks it before passing its
+        wake-up on: when nothing is left, the wake-up has nobody to reach."""
         if kind == "query":
             return True  # queries are few and short-lived: every woken poll may try
         # The claims' own conditions (claim_workflow_task, claim_activity_task) without
@@ -128,6 +131,10 @@ class _LeaseOps(_SqlOpsBase):
         return await self._read_latest(op)
 
     async def lease_holds(self, namespace: str, lease: LeaseRef) -> bool:
+        """Whether ``lease`` is still its task's (leased to that worker under that token,
+        not expired by the database clock), as last committed; changes nothing. A
+        retried poll asks it before it hands the task its lost attempt claimed again."""
+
         def op(tx: Tx) -> bool:
             row = tx.one(
                 "SELECT 1 AS held FROM tasks WHERE namespace = ? AND task_id = ? "

@@ -25,6 +25,9 @@ class _LimitOps(_SqlOpsBase):
     async def set_task_queue_limit(
         self, namespace: str, task_queue: str, max_concurrent_activities: int | None
     ) -> TaskQueueLimit | None:
+        """Sets (None: removes) the queue's limit on activity attempts leased at once,
+        enforced by every activity claim (polls and eager claims). Returns the limit now
+        in force. InvalidArgumentError for a limit below 1."""
         require(task_queue, "task_queue")
         if max_concurrent_activities is not None and not (
             1 <= max_concurrent_activities <= MAX_CONCURRENT_ACTIVITIES
@@ -58,6 +61,8 @@ class _LimitOps(_SqlOpsBase):
         return await self._write(op)
 
     async def list_task_queue_limits(self, namespace: str) -> list[TaskQueueLimit]:
+        """The namespace's limits, by task queue."""
+
         def op(tx: Tx) -> list[TaskQueueLimit]:
             require_namespace(tx, namespace)
             rows = tx.all(

@@ -4,13 +4,15 @@ server's refresh (a few seconds apart), never per scrape or per call."""
 
 from __future__ import annotations
 
-from durable_rpc.store._api import MetricCounts
+from durable_rpc.store._admin_records import MetricCounts
 from durable_rpc.store._ops_base import _SqlOpsBase
 from durable_rpc.store._tx import Tx
 
 
 class _MetricOps(_SqlOpsBase):
     async def metric_counts(self) -> MetricCounts:
+        """Waiting tasks by kind and definition-unavailable runs by queue: indexed counts
+        for the server's gauges, read every few seconds while metrics are exported."""
         live_since_offset = self._options.worker_liveness_ms
 
         def op(tx: Tx) -> MetricCounts:

@@ -50,6 +50,14 @@ class _PayloadOps(_SqlOpsBase):
         data: bytes,
         uploader: str = "",
     ) -> PayloadUpload:
+        """Store ``data`` at ``offset`` of ``uploader``'s upload of the payload
+        ``(sha256, size)``: the offset at most the bytes stored, only the bytes past them
+        kept. The chunk that completes it has the whole frame verified against ``sha256``
+        (``PayloadMismatchError`` and the upload discarded when it does not). Each
+        uploader's unfinished upload is its own, so none can block another's. A payload
+        already stored whole answers complete at once (and its grace period restarts).
+        ``PayloadTooLargeError`` past ``max_external_payload_bytes``,
+        ``PayloadQuotaExceededError`` past the namespace's payload quota."""
         require(namespace, "namespace")
         _check_ref(sha256, size)
         cap = self._options.max_external_payload_bytes
@@ -210,6 +218,9 @@ class _PayloadOps(_SqlOpsBase):
                 return
 
     async def read_payload(self, namespace: str, sha256: bytes, size: int) -> AsyncIterator[bytes]:
+        """The stored frame of ``(sha256, size)`` in chunks, a few rows per read, verified
+        while read: ``PayloadNotFoundError`` when the namespace does not hold it whole,
+        ``PayloadCorruptError`` (before the last chunk) when it does not verify."""
         require(namespace, "namespace")
         _check_ref(sha256, size)
 
@@ -245,6 +256,9 @@ class _PayloadOps(_SqlOpsBase):
             yield held
 
     async def delete_unreferenced_payloads(self, owner: str, grace_ms: int, limit: int) -> int:
+        """Delete up to ``limit`` payloads referenced by no remaining run and last uploaded
+        more than ``grace_ms`` ago, in one transaction; the count. Fenced like
+        :meth:`delete_expired_runs`."""
         if limit <= 0 or grace_ms < 0:
             raise InvalidArgumentError("limit must be positive and grace_ms not negative")
 

@@ -38,6 +38,7 @@ class _QueryOps(_SqlOpsBase):
         *,
         run_id: str | None = None,
     ) -> None:
+        """Queues a query of ``run_id`` (whose build pin it carries: None, no pin)."""
         require(task_queue, "task_queue")
         require(query_id, "query_id")
         workflow_type, version = definition[0], version_or_default(definition[1])

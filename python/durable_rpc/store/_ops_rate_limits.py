@@ -64,6 +64,11 @@ class _RateLimitOps(_SqlOpsBase):
         period_ms: int,
         burst: int | None = None,
     ) -> RateLimit:
+        """Sets the namespace's rate limit of ``scope`` (``key``: attempts scheduled with
+        rate_limit_key ``name``; ``activity_type``: attempts of type ``name`` scheduled
+        without a key): at most ``permits`` claims per ``period_ms``, ``burst`` (default
+        ``permits``) at once; it starts from a full bucket. InvalidRateLimitError out of
+        range."""
         _check_scope(scope)
         require(name, "name")
         capacity = check_rate(permits, period_ms, burst)
@@ -91,6 +96,7 @@ class _RateLimitOps(_SqlOpsBase):
         return await self._write(op)
 
     async def remove_rate_limit(self, namespace: str, scope: str, name: str) -> None:
+        """Removes it; NotFoundError when there is none."""
         _check_scope(scope)
         require(name, "name")
 
@@ -106,6 +112,8 @@ class _RateLimitOps(_SqlOpsBase):
         await self._write(op)
 
     async def list_rate_limits(self, namespace: str) -> list[RateLimit]:
+        """The namespace's rate limits, by scope then name."""
+
         def op(tx: Tx) -> list[RateLimit]:
             require_namespace(tx, namespace)
             return rate_limits_of(tx, namespace)

@@ -10,8 +10,8 @@ from durable_rpc.errors import (
     WorkflowAlreadyStartedError,
     WorkflowNotFailedError,
 )
-from durable_rpc.store._api import RedriveResult
 from durable_rpc.store._ops_commands import _CommandOps, queue_timer
+from durable_rpc.store._records import RedriveResult
 from durable_rpc.store._redrive_cut import RedriveCut, cut
 from durable_rpc.store._runs import (
     CheckedStart,
@@ -70,6 +70,11 @@ class _RedriveOps(_CommandOps):
     async def redrive_workflow(
         self, namespace: str, workflow_id: str, run_id: str | None, request_id: str
     ) -> RedriveResult:
+        """Starts a new run of a failed run (``run_id``, or the latest run of
+        ``workflow_id``) that keeps its history up to its last completed activity
+        (``_redrive_cut``); one transaction. WorkflowNotFailedError when the run did not
+        fail; WorkflowAlreadyStartedError when a run of the id is open or the run was
+        redriven already; a repeated ``request_id`` returns the run it created."""
         require(workflow_id, "workflow_id")
         require(request_id, "request_id")
 

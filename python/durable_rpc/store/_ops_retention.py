@@ -19,7 +19,7 @@ What is deleted with a run: its row in ``runs`` and its rows in every per-run ta
 from __future__ import annotations
 
 from durable_rpc.errors import InvalidArgumentError, LeaseLostError
-from durable_rpc.store._api import RetentionBatch
+from durable_rpc.store._admin_records import RetentionBatch
 from durable_rpc.store._ops_base import _SqlOpsBase
 from durable_rpc.store._shared import require
 from durable_rpc.store._tx import Row, Tx
@@ -58,6 +58,8 @@ WORKER_TABLES = (
 
 class _RetentionOps(_SqlOpsBase):
     async def take_maintenance_lease(self, job: str, owner: str, ttl_ms: int) -> bool:
+        """Take, renew or take over (once expired, by the database clock) the lease of a
+        cluster-wide background job for ``ttl_ms``; False while another owner holds it."""
         require(job, "job")
         require(owner, "owner")
         if ttl_ms <= 0:
@@ -80,12 +82,19 @@ class _RetentionOps(_SqlOpsBase):
         return await self._write(op)
 
     async def release_maintenance_lease(self, job: str, owner: str) -> None:
+        """Give the lease up (if ``owner`` holds it), so another replica need not wait."""
+
         def op(tx: Tx) -> None:
             tx.run("DELETE FROM maintenance_leases WHERE job = ? AND owner = ?", (job, owner))
 
         await self._write(op)
 
     async def delete_expired_runs(self, owner: str, limit: int, max_events: int) -> RetentionBatch:
+        """Delete up to ``limit`` closed runs whose close time is older than their
+        namespace's retention, with every row of them, in one transaction holding at most
+        ``max_events`` of their history events (a longer history goes over several,
+        newest events first, the run with the last). Fenced by the 'retention'
+        maintenance lease: LEASE_LOST unless ``owner`` holds it unexpired."""
         if limit <= 0 or max_events <= 0:
             raise InvalidArgumentError("limit and max_events must be positive")
 
@@ -118,6 +127,9 @@ class _RetentionOps(_SqlOpsBase):
         return await self._write(op)
 
     async def delete_gone_workers(self, owner: str, limit: int) -> int:
+        """Delete up to ``limit`` workers whose last heartbeat is older than their
+        namespace's retention, with their registered definitions and activities, in one
+        transaction; the count. Fenced like :meth:`delete_expired_runs`."""
         if limit <= 0:
             raise InvalidArgumentError("limit must be positive")
 

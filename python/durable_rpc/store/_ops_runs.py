@@ -15,7 +15,14 @@ from durable_rpc.errors import (
     WorkflowNotRunningError,
 )
 from durable_rpc.store._admission_start import cancel_waiting_run
-from durable_rpc.store._api import (
+from durable_rpc.store._declared_signals import DECLARED_SIGNALS, refuse_undeclared
+from durable_rpc.store._history_limits import refuse_input, warning
+from durable_rpc.store._history_pages import read_page
+from durable_rpc.store._liveness import definition_served
+from durable_rpc.store._logic import failure_bytes, parse_payload
+from durable_rpc.store._ops_leases import _LeaseOps, _WorkflowClaim, definition_unavailable_reason
+from durable_rpc.store._ops_redrive import redriven_by
+from durable_rpc.store._records import (
     DirectClaim,
     HistoryPage,
     PendingActivity,
@@ -26,13 +33,6 @@ from durable_rpc.store._api import (
     StartOptions,
     StartResult,
 )
-from durable_rpc.store._declared_signals import DECLARED_SIGNALS, refuse_undeclared
-from durable_rpc.store._history_limits import refuse_input, warning
-from durable_rpc.store._history_pages import read_page
-from durable_rpc.store._liveness import definition_served
-from durable_rpc.store._logic import failure_bytes, parse_payload
-from durable_rpc.store._ops_leases import _LeaseOps, _WorkflowClaim, definition_unavailable_reason
-from durable_rpc.store._ops_redrive import redriven_by
 from durable_rpc.store._run_close import close_run
 from durable_rpc.store._run_filter import run_filter
 from durable_rpc.store._runs import (
@@ -190,6 +190,8 @@ class _RunOps(_LeaseOps):
         trace_context: Mapping[str, str] | None = None,
         options: StartOptions | None = None,
     ) -> SignalWithStartResult:
+        """Signal the open run of ``workflow_id``, or start one and signal it, in one
+        transaction. ``request_id`` deduplicates both the start and the signal."""
         version, start_payload, checked = check_start(
             workflow_id, workflow_type, workflow_version, task_queue, input, options
         )
@@ -265,6 +267,11 @@ class _RunOps(_LeaseOps):
         reason: str,
         cleanup_timeout_ms: int | None = None,
     ) -> bool:
+        """Asks the open run to cancel; False when it had been asked already (nothing
+        recorded again, the first request's cleanup deadline kept). With
+        ``cleanup_timeout_ms`` the run is terminated (reason CLEANUP_DEADLINE_EXCEEDED)
+        by the due pass when still open that long after the request (database clock)."""
+
         def op(tx: Tx) -> bool:
             run = find_run(tx, namespace, workflow_id, run_id)
             if run["status"] != "running":
@@ -368,6 +375,9 @@ class _RunOps(_LeaseOps):
         limit: int,
         through_event_id: int | None = None,
     ) -> HistoryPage:
+        """Events after ``after_event_id`` (through ``through_event_id`` if given): at most
+        ``limit`` and ``StoreOptions.history.page_bytes`` bytes (a larger single event
+        alone), so a page always fits a message; ``has_more`` when more remain."""
         if after_event_id < 0:
             raise InvalidArgumentError("after_event_id must not be negative")
         if limit <= 0:
@@ -418,6 +428,7 @@ class _RunOps(_LeaseOps):
         cursor: str | None,
         query: str | None = None,
     ) -> tuple[list[RunInfo], str | None]:
+        """Newest first. ``query`` is the list query language (``_search``)."""
         if limit <= 0:
             raise InvalidArgumentError("limit must be positive")
         limit = min(limit, LIST_LIMIT_MAX)
@@ -462,6 +473,8 @@ class _RunOps(_LeaseOps):
         started_before_ms: int | None,
         query: str | None = None,
     ) -> dict[str, int]:
+        """The runs ``list_runs`` with the same filter would list, counted by status (a
+        status no run has is absent); one grouped statement, no paging."""
         where, params = run_filter(
             namespace, status, workflow_type, started_after_ms, started_before_ms, query
         )

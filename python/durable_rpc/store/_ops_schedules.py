@@ -419,8 +419,8 @@ class _ScheduleOps(_SqlOpsBase):
 
     async def fire_schedules(self) -> ScheduleFiring:
         """Starts every waiting (buffered) due time whose run closed, then fires every due
-        schedule slot: in this order, so a due time coming in the same pass as the close
-        waits behind the buffered ones."""
+        schedule slot, once cluster-wide: in this order, so a due time coming in the same
+        pass as the close waits behind the buffered ones."""
 
         def op(tx: Tx) -> ScheduleFiring:
             now = tx.now_ms()

@@ -21,6 +21,7 @@ def secret_tables(d: Dialect) -> tuple[str, ...]:
 
 class _SecretOps(_SqlOpsBase):
     async def signing_secret(self, name: str) -> bytes:
+        """The server secret ``name`` (made at first use, the same on every replica)."""
         require(name, "name")
         made = secrets.token_bytes(_SECRET_BYTES)
 

@@ -53,6 +53,9 @@ class _SessionOps(_SqlOpsBase):
     async def register_worker_sessions(
         self, namespace: str, worker_id: str, capabilities: Mapping[str, str], max_sessions: int
     ) -> None:
+        """Records that the registered worker takes sessions, with these capabilities and
+        at most ``max_sessions`` live ones held at once (replacing what it registered).
+        NotFoundError for a worker that is not registered; InvalidSessionOptionsError."""
         require(worker_id, "worker_id")
         caps = dict(capabilities)
         validate_capabilities(caps, max_sessions)
@@ -77,6 +80,10 @@ class _SessionOps(_SqlOpsBase):
     async def create_worker_session(
         self, namespace: str, worker_id: str, task_queue: str, options: bytes
     ) -> WorkerSessionRecord:
+        """Creates the session ``options.session_id`` held by ``worker_id`` (or returns it
+        when that worker holds it live; takes it over when its holder was lost).
+        SessionHeldError, SessionClosedError, SessionRequirementsUnmetError,
+        SessionSlotsExhaustedError, InvalidSessionOptionsError."""
         require(worker_id, "worker_id")
         require(task_queue, "task_queue")
         parsed = options_pb2.SessionOptions.FromString(options)
@@ -117,6 +124,9 @@ class _SessionOps(_SqlOpsBase):
     async def renew_worker_session(
         self, namespace: str, worker_id: str, session_id: str, generation: int
     ) -> WorkerSessionRecord:
+        """Extends the holder's lease by the session's lease length (never past its TTL),
+        fenced by holder and generation: SessionLostError otherwise, SessionClosedError
+        once closed, SessionNotFoundError."""
         require(worker_id, "worker_id")
         require(session_id, "session_id")
 
@@ -142,6 +152,8 @@ class _SessionOps(_SqlOpsBase):
     async def close_worker_session(
         self, namespace: str, worker_id: str, session_id: str, generation: int, reason: str
     ) -> WorkerSessionRecord:
+        """Closes it (fenced like renew; closing a closed one returns it) and fails its
+        queued activities with SessionClosed, in one transaction."""
         require(worker_id, "worker_id")
         require(session_id, "session_id")
         reason = reason or "closed"
@@ -160,6 +172,8 @@ class _SessionOps(_SqlOpsBase):
         return await self._write(op)
 
     async def describe_worker_session(self, namespace: str, session_id: str) -> WorkerSessionRecord:
+        """The session as of now (``lost``: its holder's lease lapsed).
+        SessionNotFoundError."""
         require(session_id, "session_id")
 
         def op(tx: Tx) -> WorkerSessionRecord:
@@ -177,6 +191,8 @@ class _SessionOps(_SqlOpsBase):
     async def list_worker_sessions(
         self, namespace: str, task_queue: str, limit: int, after: str = ""
     ) -> list[WorkerSessionRecord]:
+        """The open (not closed) sessions of ``task_queue`` as of now, by session id,
+        at most ``limit`` of them with an id after ``after``."""
         require(task_queue, "task_queue")
 
         def op(tx: Tx) -> list[WorkerSessionRecord]:

@@ -24,6 +24,10 @@ class _StreamOps(_SqlOpsBase):
         stream: str,
         items: Sequence[tuple[str, payload_pb2.Payload]],
     ) -> StreamAppend:
+        """Appends (dedup id, payload) items to a stream of the open run in one
+        transaction; an item whose dedup id is in the stream already keeps its offset.
+        WorkflowNotRunningError when the run is closed; StreamBatchTooLargeError past
+        100 items; InvalidArgumentError for a bad name or dedup id."""
         check_stream(stream)
         check_batch(len(items), f"stream {stream!r}")
         for index, (dedup_id, _) in enumerate(items):
@@ -55,6 +59,8 @@ class _StreamOps(_SqlOpsBase):
         offset: int,
         limit: int,
     ) -> StreamPage:
+        """One bounded page from ``offset`` (``limit`` 0: 100 items); a stream nothing
+        was appended to gives an empty page."""
         check_stream(stream)
         size = check_page(offset, limit)
 
@@ -70,6 +76,7 @@ class _StreamOps(_SqlOpsBase):
     async def describe_stream(
         self, namespace: str, workflow_id: str, run_id: str | None, stream: str
     ) -> StreamDescription:
+        """The stream's length and whether its run is open."""
         check_stream(stream)
 
         def op(tx: Tx) -> StreamDescription:

@@ -17,15 +17,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from durable_rpc.errors import AdmissionLimitError, ResourceExhaustedError
-from durable_rpc.store._api import (
-    HistoryLimits,
-    PendingUpdateRequest,
-    StartOptions,
-    UpdateWithStartResult,
-)
 from durable_rpc.store._history_limits import refuse_input
 from durable_rpc.store._logic import parse_payload
 from durable_rpc.store._ops_base import _SqlOpsBase
+from durable_rpc.store._options import HistoryLimits
+from durable_rpc.store._records import PendingUpdateRequest, StartOptions, UpdateWithStartResult
 from durable_rpc.store._runs import check_start, create_run, earlier_start, open_run_of
 from durable_rpc.store._shared import (
     ensure_workflow_task,
@@ -147,6 +143,8 @@ class _UpdateOps(_SqlOpsBase):
     async def request_update(
         self, namespace: str, run_id: str, update_id: str, update_name: str, input: bytes
     ) -> bool:
+        """Holds the request for the run's next workflow tasks (idempotent by id) and
+        makes sure one is queued. False when the run is not running."""
         require(update_id, "update_id")
         require(update_name, "update_name")
         parse_payload(input, "update input")
@@ -181,6 +179,8 @@ class _UpdateOps(_SqlOpsBase):
         trace_context: Mapping[str, str] | None = None,
         options: StartOptions | None = None,
     ) -> UpdateWithStartResult:
+        """``request_update`` on the open run of ``workflow_id``, or on a run this call
+        starts (one transaction; ``update_id`` is also the start's request id)."""
         version, start_payload, checked = check_start(
             workflow_id, workflow_type, workflow_version, task_queue, input, options
         )
@@ -236,6 +236,8 @@ class _UpdateOps(_SqlOpsBase):
             raise
 
     async def update_rejection(self, namespace: str, run_id: str, update_id: str) -> bytes | None:
+        """The serialized Failure of a rejected request (kept a day), else None."""
+
         def op(tx: Tx) -> bytes | None:
             row = tx.one(
                 "SELECT failure FROM update_requests WHERE namespace = ? AND run_id = ? "
@@ -247,6 +249,8 @@ class _UpdateOps(_SqlOpsBase):
         return await self._read_latest(op)
 
     async def forget_update(self, namespace: str, run_id: str, update_id: str) -> None:
+        """Drops a pending request (its caller gave up on a run that closed)."""
+
         def op(tx: Tx) -> None:
             forgotten = tx.run(
                 "DELETE FROM update_requests WHERE namespace = ? AND run_id = ? "

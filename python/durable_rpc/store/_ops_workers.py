@@ -46,6 +46,14 @@ class _WorkerOps(_SqlOpsBase):
         declared_signals: Mapping[tuple[str, str], Sequence[str]] | None = None,
         fingerprints: Mapping[tuple[str, str], CodeFingerprints] | None = None,
     ) -> None:
+        """``declared_signals``: by (name, version), the only signal names a run of that
+        code reads (the definition keeps them; signals to its runs are checked against
+        them, ``_declared_signals``). A definition not in it accepts every name.
+        ``fingerprints``: by (name, version), the algorithm of its fingerprint and its
+        fingerprints under earlier algorithms (``_definition_fingerprints``); a
+        definition not in it names no algorithm. A changed fingerprint refused while
+        open runs are pinned raises one DefinitionChangedError naming every such
+        definition."""
         require(worker_id, "worker_id")
         require(task_queue, "task_queue")
         defs = [(name, version_or_default(version), fp) for name, version, fp in definitions]
@@ -183,6 +191,8 @@ class _WorkerOps(_SqlOpsBase):
     async def worker_heartbeat(
         self, namespace: str, worker_id: str, counters: WorkerCounters | None = None
     ) -> None:
+        """Marks the worker live; ``counters`` (what it counted so far) replace its last
+        report (None keeps it)."""
         if counters is not None:
             _check_counters(counters)
 

@@ -6,13 +6,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from durable_rpc.errors import InvalidArgumentError
-from durable_rpc.store._api import (
-    ClaimedActivityTask,
-    ClaimedWorkflowTask,
-    EagerActivities,
-    LeaseRef,
-    WorkflowTaskCompletion,
-)
 from durable_rpc.store._build_pins import pin_undecided_run
 from durable_rpc.store._fairness import READY, READY_ORDER, outranked_column
 from durable_rpc.store._history_limits import DecisionPastHistoryLimit, check_decision
@@ -28,6 +21,13 @@ from durable_rpc.store._ops_leases import _LeaseOps, _WorkflowClaim
 from durable_rpc.store._ops_updates import settle_update
 from durable_rpc.store._queue_limits import QUEUE_LIMIT_COLUMN, free_slots
 from durable_rpc.store._rate_limits import bucket_of, rate_limited_column, take_token
+from durable_rpc.store._records import (
+    ClaimedActivityTask,
+    ClaimedWorkflowTask,
+    EagerActivities,
+    LeaseRef,
+    WorkflowTaskCompletion,
+)
 from durable_rpc.store._shared import (
     INPUT_KINDS_SQL,
     append_decision_inputs,
@@ -119,6 +119,22 @@ class _WorkflowTaskOps(_LeaseOps, _CommandOps):
         claim = await self._write(op)
         return None if claim is None else await self._with_history(namespace, worker_id, claim)
 
+    async def complete_workflow_task(
+        self,
+        namespace: str,
+        lease: LeaseRef,
+        last_seen_event_id: int,
+        commands: Sequence[workflow_task_pb2.Command],
+        build_id: str = "",
+        eager: EagerActivities | None = None,
+    ) -> list[ClaimedActivityTask]:
+        """Records the leased workflow task's decision (``commands``, made after event
+        ``last_seen_event_id``); the activities claimed eagerly with it."""
+        completion = await self.complete_workflow_task_tracked(
+            namespace, lease, last_seen_event_id, commands, build_id, eager
+        )
+        return completion.eager_activities
+
     async def complete_workflow_task_tracked(
         self,
         namespace: str,
@@ -129,6 +145,9 @@ class _WorkflowTaskOps(_LeaseOps, _CommandOps):
         eager: EagerActivities | None = None,
         rejected_updates: Sequence[tuple[str, bytes]] = (),
     ) -> WorkflowTaskCompletion:
+        """``complete_workflow_task``, also answering the events it appended.
+        ``rejected_updates``: (update id, serialized Failure) of the pending update
+        requests the workflow's validators rejected."""
         commands = list(commands)
         plan = validate_commands(commands)
         rejections = list(rejected_updates)
@@ -356,6 +375,10 @@ class _WorkflowTaskOps(_LeaseOps, _CommandOps):
         ]
 
     async def release_workflow_task(self, namespace: str, lease: LeaseRef) -> bool:
+        """Give a claimed workflow task back unchanged (queued again, claimable at once),
+        e.g. when the worker it was claimed for left before it could be handed over.
+        Fenced like every write after a claim; False when the lease no longer holds."""
+
         def op(tx: Tx) -> bool:
             require_namespace(tx, namespace)
             now = tx.now_ms()
@@ -379,6 +402,8 @@ class _WorkflowTaskOps(_LeaseOps, _CommandOps):
     async def fail_workflow_task(
         self, namespace: str, lease: LeaseRef, failure: bytes
     ) -> int | None:
+        """Fail the leased workflow task; it is retried after a backoff: that backoff in
+        ms (None when this lease's outcome was already recorded)."""
         parse_failure(failure)
         options = self._options
 

@@ -17,17 +17,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from durable_rpc.store._api import (
+from durable_rpc.store._logic import activity_timeouts
+from durable_rpc.store._ops_leases import lease_check_at
+from durable_rpc.store._options import HistoryLimits
+from durable_rpc.store._records import (
     ClaimedActivityTask,
     ClaimedWorkflowTask,
     EagerActivities,
-    HistoryLimits,
     LeaseRef,
     RunOutcome,
     WorkflowTaskCompletion,
 )
-from durable_rpc.store._logic import activity_timeouts
-from durable_rpc.store._ops_leases import lease_check_at
 from durable_rpc.store._tx import Notes
 from durable_rpc.v1 import history_pb2, payload_pb2, workflow_task_pb2
 

@@ -26,7 +26,7 @@ import psycopg
 from psycopg import sql
 
 from durable_rpc._tasks import STOP_TIMEOUT_S, stop_task
-from durable_rpc.store._api import StoreListener
+from durable_rpc.store._records import StoreListener
 from durable_rpc.store._tx import Notes
 
 _log = logging.getLogger("durable_rpc.store.postgres")

@@ -1,6 +1,6 @@
 """The PostgreSQL backend: any number of server replicas share one database.
 
-Every operation of :class:`SqlStore` runs as its own READ COMMITTED transaction on a
+Every operation of :class:`Store` runs as its own READ COMMITTED transaction on a
 pooled connection, on a worker thread (the shared operations are synchronous functions of
 a :class:`Tx`; threads let several of them wait on the database at once). What makes
 that safe with concurrent replicas:
@@ -48,9 +48,21 @@ from durable_rpc.errors import (
     StoreUnavailableError,
     WorkflowAlreadyStartedError,
 )
-from durable_rpc.store._api import (
+from durable_rpc.store._admin_records import ApiKeyLookup
+from durable_rpc.store._dialects import POSTGRES
+from durable_rpc.store._fairness import DEFAULT_PRIORITY
+from durable_rpc.store._key_cache import KeyCache
+from durable_rpc.store._logic import parse_payload, validate_commands
+from durable_rpc.store._migrations import PG_MIGRATIONS, check_ordered
+from durable_rpc.store._ops import Store
+from durable_rpc.store._options import StoreOptions
+from durable_rpc.store._pg_hot import CALL as DECISION_CALL
+from durable_rpc.store._pg_hot import START_CALL, Decision, DecisionCall, StartCall
+from durable_rpc.store._pg_hot_sql import FALLBACK_SQLSTATE
+from durable_rpc.store._pg_listen import Listener, encode, notify_statements
+from durable_rpc.store._pg_pool import PgPool
+from durable_rpc.store._records import (
     ActivityCompletion,
-    ApiKeyLookup,
     DirectClaim,
     EagerActivities,
     EagerWorkflowTask,
@@ -58,20 +70,8 @@ from durable_rpc.store._api import (
     LeaseRef,
     StartOptions,
     StartResult,
-    StoreOptions,
     WorkflowTaskCompletion,
 )
-from durable_rpc.store._dialects import POSTGRES
-from durable_rpc.store._fairness import DEFAULT_PRIORITY
-from durable_rpc.store._key_cache import KeyCache
-from durable_rpc.store._logic import parse_payload, validate_commands
-from durable_rpc.store._migrations import PG_MIGRATIONS, check_ordered
-from durable_rpc.store._ops import SqlStore
-from durable_rpc.store._pg_hot import CALL as DECISION_CALL
-from durable_rpc.store._pg_hot import START_CALL, Decision, DecisionCall, StartCall
-from durable_rpc.store._pg_hot_sql import FALLBACK_SQLSTATE
-from durable_rpc.store._pg_listen import Listener, encode, notify_statements
-from durable_rpc.store._pg_pool import PgPool
 from durable_rpc.store._runs import check_start
 from durable_rpc.store._tx import Notes, Row, Tx
 from durable_rpc.v1 import workflow_task_pb2
@@ -218,7 +218,7 @@ def redact(url: str) -> str:
     return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
 
 
-class PostgresStore(SqlStore):
+class PostgresStore(Store):
     """A store on a PostgreSQL database, shareable by any number of server replicas.
 
     URL: ``postgresql://user:password@host:port/dbname?pool_size=10&acquire_timeout=5``

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from google.protobuf.message import Message
 
 from durable_rpc.store._admission import ADMISSION_PROBE, admit_waiting
-from durable_rpc.store._api import RunOutcome
 from durable_rpc.store._budgets import release_run
+from durable_rpc.store._records import RunOutcome
 from durable_rpc.store._shared import (
     ACTIVE,
     append_event,

@@ -4,7 +4,7 @@ counts exactly the runs the list with the same arguments would page through."""
 from __future__ import annotations
 
 from durable_rpc.errors import InvalidArgumentError
-from durable_rpc.store._api import RUN_STATUSES
+from durable_rpc.store._records import RUN_STATUSES
 from durable_rpc.store._search import compile_query
 
 

@@ -12,10 +12,10 @@ from google.protobuf import duration_pb2
 from durable_rpc.errors import DefinitionRemovedError, InternalError, InvalidArgumentError
 from durable_rpc.store._admission import ADMISSION_PROBE, MAX_CONCURRENCY_KEY
 from durable_rpc.store._admission_start import admit_new_run
-from durable_rpc.store._api import StartOptions
 from durable_rpc.store._build_pins import carried_pin
 from durable_rpc.store._fairness import DEFAULT_PRIORITY, check_fairness_key, check_priority
 from durable_rpc.store._logic import parse_payload
+from durable_rpc.store._records import StartOptions
 from durable_rpc.store._removed import removed_message
 from durable_rpc.store._run_close import close_run
 from durable_rpc.store._search import (

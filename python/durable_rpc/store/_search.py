@@ -33,8 +33,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from durable_rpc.errors import InvalidArgumentError, QueryTooComplexError, QueryTooLargeError
-from durable_rpc.store._api import RUN_STATUSES
 from durable_rpc.store._logic import parse_payload
+from durable_rpc.store._records import RUN_STATUSES
 from durable_rpc.store._tx import Row, Tx
 from durable_rpc.v1 import search_attributes_pb2
 

@@ -13,9 +13,9 @@ from durable_rpc.errors import (
     NotFoundError,
     WorkflowNotRunningError,
 )
-from durable_rpc.store._api import LeaseRef, RunInfo
 from durable_rpc.store._fairness import assign_pass
 from durable_rpc.store._logic import INPUT_EVENT_KINDS, lease_lost_message, make_event
+from durable_rpc.store._records import LeaseRef, RunInfo
 from durable_rpc.store._tx import Row, Tx
 from durable_rpc.v1 import history_pb2
 

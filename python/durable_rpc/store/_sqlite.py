@@ -26,12 +26,13 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from durable_rpc.errors import DurableRpcError, InternalError, StoreUnavailableError
-from durable_rpc.store._api import ApiKeyLookup, StoreOptions
+from durable_rpc.store._admin_records import ApiKeyLookup
 from durable_rpc.store._clock import SkipReport, idleness
 from durable_rpc.store._dialects import SQLITE
 from durable_rpc.store._key_cache import KeyCache
 from durable_rpc.store._migrations import SQLITE_MIGRATIONS, check_ordered
-from durable_rpc.store._ops import SqlStore
+from durable_rpc.store._ops import Store
+from durable_rpc.store._options import StoreOptions
 from durable_rpc.store._tx import Notes, Row, Tx
 from durable_rpc.store._tx_metrics import TxOutcome
 
@@ -124,7 +125,7 @@ def _map_error(exc: Exception) -> Exception:
     return exc
 
 
-class SQLiteStore(SqlStore):
+class SQLiteStore(Store):
     """A file (``path``) or in-memory (``":memory:"``) SQLite store.
 
     ``statement_hook`` (diagnostics, tests) is called with the text of every statement an
@@ -569,7 +570,7 @@ class SQLiteStore(SqlStore):
 
         return await self._write(op)
 
-    # -- SqlStore -------------------------------------------------------------------------
+    # -- Store ----------------------------------------------------------------------------
 
     async def _write(self, fn: Callable[[Tx], T]) -> T:
         loop = asyncio.get_running_loop()

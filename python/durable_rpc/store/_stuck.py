@@ -26,10 +26,10 @@ from __future__ import annotations
 from google.protobuf.message import DecodeError
 
 from durable_rpc.store._admission import deferred_reason
-from durable_rpc.store._api import StoreOptions
 from durable_rpc.store._budgets import waiting_reason as budget_waiting_reason
 from durable_rpc.store._liveness import LIVE_WORKER, live_since
 from durable_rpc.store._ops_leases import definition_unavailable_reason
+from durable_rpc.store._options import StoreOptions
 from durable_rpc.store._session_waits import waiting_reason as session_waiting_reason
 from durable_rpc.store._shared import ACTIVE
 from durable_rpc.store._streams import waiting_reason as stream_waiting_reason

@@ -12,9 +12,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from durable_rpc.store._api import RunOutcome, StoreListener, TaskKind
 from durable_rpc.store._history_buffer import AppendedEvent, HistoryBuffer
 from durable_rpc.store._payloads import record_refs
+from durable_rpc.store._records import RunOutcome, StoreListener, TaskKind
 
 Row = dict[str, Any]
 T = TypeVar("T")

@@ -15,7 +15,7 @@ from typing import Literal
 from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Observation
 
-from durable_rpc.store._api import StoreStats
+from durable_rpc.store._options import StoreStats
 from durable_rpc.telemetry._common import SCOPE
 from durable_rpc.telemetry._metrics import SECONDS_BUCKETS
 
