@@ -158,7 +158,8 @@ TUNED_CLAIM_CYCLES = 64
 
 @dataclass(frozen=True)
 class WorkerTuning:
-    """What the tuned worker sets; the SDK's defaults are 8 cycles, 100 activity slots."""
+    """What the tuned worker sets; the SDK's defaults are 64 cycles (8 polling while the
+    queues are quiet), 100 activity slots."""
 
     claim_cycles: int  # WorkflowSupervisorConfig(max_concurrency)
     activity_slots: int  # Worker(max_concurrent_activities)

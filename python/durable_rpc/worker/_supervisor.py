@@ -1,11 +1,12 @@
 """``WorkflowSupervisor``: bounded claim-and-execute cycles with backoff and a graceful stop.
 
-``max_concurrency`` cycles run at once; each polls for one task, runs it and reports it
-under its lease. On errors (server unavailable...) a cycle backs off exponentially
-between the configured bounds. When the token is cancelled, cycles stop claiming
-(polls in progress are abandoned), tasks already claimed run to the end of their lease
-protocol, then the worker deregisters and :meth:`WorkflowSupervisor.run` returns a
-:class:`SupervisorReport`.
+Up to ``max_concurrency`` cycles run at once; each polls for one task, runs it and reports
+it under its lease. While the queues are quiet only ``idle_cycles`` of them poll, the
+others parked until the arrivals outpace the polls (``_cycle_gate``). On errors (server
+unavailable...) a cycle backs off exponentially between the configured bounds. When the
+token is cancelled, cycles stop claiming (polls in progress are abandoned), tasks already
+claimed run to the end of their lease protocol, then the worker deregisters and
+:meth:`WorkflowSupervisor.run` returns a :class:`SupervisorReport`.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from datetime import timedelta
 from typing import Any
 
 from durable_rpc.errors import DurableRpcError, StoreUnavailableError
+from durable_rpc.worker._cycle_gate import CycleGate
 from durable_rpc.worker._server_link import is_transient
 from durable_rpc.worker._worker import TaskKind, TaskOutcome, Worker
 
@@ -34,15 +36,19 @@ def _seconds(value: timedelta | float) -> float:
 
 @dataclass(frozen=True)
 class WorkflowSupervisorConfig:
-    """How many claim-and-execute cycles run at once, and the error backoff bounds."""
+    """How many claim-and-execute cycles run at once (at most ``max_concurrency``; while
+    the queues are quiet, ``idle_cycles`` of them), and the error backoff bounds."""
 
     max_concurrency: int
     backoff_min: float = 0.025
     backoff_max: float = 5.0
+    idle_cycles: int = 8
 
     def __post_init__(self) -> None:
         if self.max_concurrency < 1:
             raise ValueError("max_concurrency must be at least 1")
+        if self.idle_cycles < 1:
+            raise ValueError("idle_cycles must be at least 1")
         if self.backoff_min <= 0:
             raise ValueError("backoff min must be positive")
         if self.backoff_max < self.backoff_min:
@@ -60,7 +66,13 @@ class WorkflowSupervisorConfig:
 
     @classmethod
     def default(cls) -> WorkflowSupervisorConfig:
-        return cls(8)
+        # 64: on the hello workload (bench/e2e_bench.py, SQLite) 8 cycles gave 77-96 wf/s
+        # and 64 gave 118-137 at the same p50; idle, the gate keeps 8 polls.
+        return cls(DEFAULT_MAX_CONCURRENCY)
+
+
+#: Claim-and-execute cycles of a worker made with the defaults.
+DEFAULT_MAX_CONCURRENCY = 64
 
 
 class CancellationToken:
@@ -145,6 +157,7 @@ class WorkflowSupervisor:
         self.worker = worker
         self.config = config or WorkflowSupervisorConfig.default()
         self._stopped: asyncio.Future[None] | None = None
+        self._gate = CycleGate()
 
     async def run(self, token: CancellationToken) -> SupervisorReport:
         report = SupervisorReport()
@@ -157,6 +170,7 @@ class WorkflowSupervisor:
         async def stop_claiming() -> None:
             await token.wait()
             self.worker.claiming = False
+            self._gate.close()
 
         stopper = asyncio.ensure_future(stop_claiming())
         # Done once the token is cancelled: every poll of this run waits on it too.
@@ -165,7 +179,11 @@ class WorkflowSupervisor:
             plan = self._plan()
             # The workflow slots its heartbeat reports (activities: the activity slots).
             self.worker.counters.workflow_slots = sum("workflow" in kinds for kinds in plan)
-            cycles = [asyncio.ensure_future(self._cycle(kinds, token, report)) for kinds in plan]
+            always = self._always_polling(plan)
+            cycles = [
+                asyncio.ensure_future(self._cycle(kinds, token, report, parks=i not in always))
+                for i, kinds in enumerate(plan)
+            ]
             # Cycles end by themselves after the token is cancelled (draining their task).
             await asyncio.gather(*cycles)
         finally:
@@ -188,13 +206,13 @@ class WorkflowSupervisor:
                 report.errors += 1
                 await self._pause(token, self.config.backoff(errors))
 
-    def _plan(self) -> list[list[TaskKind]]:
+    def _plan(self, n: int | None = None) -> list[list[TaskKind]]:
         """The task kinds each cycle polls. With both kinds, half the cycles poll each
         (workflow tasks are short, activities long); a single cycle alternates. A worker
         with workflows also runs one "query" cycle, on top of ``max_concurrency``:
         queries are rare, read-only and must not wait behind long activities."""
         kinds = list(self.worker.task_kinds)
-        n = self.config.max_concurrency
+        n = self.config.max_concurrency if n is None else n
         query: list[list[TaskKind]] = [["query"]] if "workflow" in kinds else []
         if len(kinds) == 1:
             return [kinds] * n + query
@@ -205,12 +223,46 @@ class WorkflowSupervisor:
         activity: list[TaskKind] = ["activity"]
         return [workflow] * workflow_cycles + [activity] * (n - workflow_cycles) + query
 
+    def _always_polling(self, plan: list[list[TaskKind]]) -> set[int]:
+        """The cycles of ``plan`` that never park: the first of each kind, as many as
+        ``idle_cycles`` of ``max_concurrency`` would make of it, and every cycle that
+        alternates kinds or polls queries."""
+        idle = self._plan(min(self.config.idle_cycles, self.config.max_concurrency))
+        quota = {kinds[0]: sum(k == kinds for k in idle) for kinds in idle if len(kinds) == 1}
+        always: set[int] = set()
+        for i, kinds in enumerate(plan):
+            if len(kinds) > 1 or kinds[0] == "query" or quota.get(kinds[0], 0) > 0:
+                always.add(i)
+                if len(kinds) == 1:
+                    quota[kinds[0]] = quota.get(kinds[0], 0) - 1
+        return always
+
     async def _pause(self, token: CancellationToken, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(token.wait(), seconds)
 
     async def _cycle(
-        self, kinds: list[TaskKind], token: CancellationToken, report: SupervisorReport
+        self,
+        kinds: list[TaskKind],
+        token: CancellationToken,
+        report: SupervisorReport,
+        *,
+        parks: bool,
+    ) -> None:
+        gate_key = kinds[0] if len(kinds) == 1 else tuple(kinds)
+        self._gate.join(gate_key)
+        try:
+            await self._cycle_until_stopped(kinds, token, report, parks=parks)
+        finally:
+            self._gate.leave(gate_key)
+
+    async def _cycle_until_stopped(
+        self,
+        kinds: list[TaskKind],
+        token: CancellationToken,
+        report: SupervisorReport,
+        *,
+        parks: bool,
     ) -> None:
         errors = 0
         turn = 0
@@ -244,6 +296,9 @@ class WorkflowSupervisor:
                 errors = 0
                 if kind == "workflow":
                     await self.worker.eager_settled(EAGER_HEAD_START_S)
+            elif parks and not token.is_cancelled:
+                # A whole long poll found nothing: this cycle is not needed for now.
+                await self._gate.park(kind)
 
     async def _claim_and_execute(
         self,
@@ -252,9 +307,11 @@ class WorkflowSupervisor:
         report: SupervisorReport,
         poll_ids: dict[TaskKind, str],
     ) -> bool:
-        task = await self._poll(kind, token, poll_ids)
+        with self._gate.polling(kind):
+            task = await self._poll(kind, token, poll_ids)
         if task is None:
             return False
+        self._gate.claimed(kind)
         if kind == "query":
             report.queries += 1
             await self.worker.execute_query_task(task)
