@@ -16,6 +16,7 @@ import pytest
 from durable_rpc import Client, Worker, activity, workflow
 from durable_rpc.v1 import admin_service_pb2 as pb
 from durable_rpc.v1 import service_pb2
+from durable_rpc.worker import WorkflowSupervisorConfig
 from durable_rpc.workflow import RetryPolicy
 from tests.cli_process import run_cli_async
 from tests.e2e.conftest import ServerProcess, eventually
@@ -182,11 +183,12 @@ async def test_counters_travel_with_the_heartbeat_to_list_workers(client: Client
         assert counters.lease_losses == 0
         assert counters.completions >= 6
         assert counters.claims == counters.completions + counters.failures
-        # 3 activity slots and the default supervisor's 4 workflow cycles (of 8).
-        assert counters.slots_total == 3 + 4
+        # 3 activity slots and half the default supervisor's cycles (the workflow ones).
+        slots = 3 + WorkflowSupervisorConfig.default().max_concurrency // 2
+        assert counters.slots_total == slots
         queue = await describe_queue(client, "fleet")
         assert [(p.worker_id, p.build_id, p.slots_total) for p in queue.pollers] == [
-            ("fleet-w1", "b-7", 7)
+            ("fleet-w1", "b-7", slots)
         ]
         assert [(d.name, list(d.build_ids), d.live_workers) for d in queue.definitions] == [
             ("FleetFlaky", ["b-7"], 1)

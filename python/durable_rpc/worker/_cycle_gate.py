@@ -4,11 +4,11 @@ Every poll a cycle starts costs the server a claim attempt, and an idle poll is 
 each long-poll deadline. A worker with many cycles would so keep the server claiming for
 nothing while its queues are quiet, and one with few leaves throughput on the table when
 they are busy (tasks wait for a cycle to come back instead of being handed to a waiting
-poll). So a cycle beyond the always-polling ones of its kind parks after a poll that
-found nothing for its whole deadline, and one parked cycle resumes each time a poll of
-that kind brings a task while no other cycle of the kind is polling: the polls no longer
-keep up with the arrivals. Under load a worker grows to all its cycles within as many
-claims; idle, it holds its always-polling cycles' polls only.
+poll). So a cycle beyond the always-polling ones of its kind starts parked, and parks
+again after a poll that found nothing for its whole deadline; one parked cycle resumes
+each time a poll of that kind brings a task while no other cycle of the kind is polling:
+the polls no longer keep up with the arrivals. Under load a worker grows to all its
+cycles within as many claims; idle, it holds its always-polling cycles' polls only.
 """
 
 from __future__ import annotations

@@ -266,6 +266,9 @@ class WorkflowSupervisor:
     ) -> None:
         errors = 0
         turn = 0
+        if parks:
+            # Beyond the always-polling cycles, a cycle polls when the polls fall behind.
+            await self._gate.park(kinds[0])
         # The request id of this cycle's poll of each kind, kept while that poll is
         # retried (it failed transiently: its response may be lost with a task in it).
         poll_ids: dict[TaskKind, str] = {}

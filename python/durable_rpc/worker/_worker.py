@@ -354,6 +354,10 @@ class Worker:
 
     async def stop(self) -> None:
         """Stop background work and deregister. Call after in-flight tasks drained."""
+        if self._supervisor_token is not None:
+            # Stopped while the supervisor of ``async with`` runs: its cycles must not go
+            # on claiming tasks for a worker that is gone.
+            self._supervisor_token.cancel()
         for task in self._background:
             task.cancel()
         for task in self._background:
