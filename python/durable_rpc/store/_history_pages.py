@@ -40,9 +40,17 @@ def read_page(
             break
         last = row["event_id"]
         taken += 1
+    return read_range(tx, namespace, run_id, after_event_id, last), taken < len(sizes)
+
+
+def read_range(
+    tx: Tx, namespace: str, run_id: str, after_event_id: int, through_event_id: int
+) -> list[bytes]:
+    """The events after ``after_event_id`` through ``through_event_id``, whatever their
+    size: for a range already known to fit a page."""
     rows = tx.all(
         "SELECT data FROM history WHERE namespace = ? AND run_id = ? AND event_id > ? "
         "AND event_id <= ? ORDER BY event_id",
-        (namespace, run_id, after_event_id, last),
+        (namespace, run_id, after_event_id, through_event_id),
     )
-    return [bytes(row["data"]) for row in rows], taken < len(sizes)
+    return [bytes(row["data"]) for row in rows]

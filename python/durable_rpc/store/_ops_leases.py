@@ -10,7 +10,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from durable_rpc.store._history_pages import read_page
+from durable_rpc.store._history_pages import read_page, read_range
 from durable_rpc.store._logic import activity_timeouts, earliest, parse_options
 from durable_rpc.store._ops_base import _SqlOpsBase
 from durable_rpc.store._ops_updates import pending_update_requests
@@ -56,9 +56,13 @@ def lease_check_at(expires_ms: int) -> int:
 INLINE_HISTORY_EVENTS = 256
 
 
-def _first_page(tx: Tx, namespace: str, run_id: str, length: int, page_bytes: int) -> list[bytes]:
-    """The claimed task's history through ``length``, or its first ``page_bytes`` (the
-    worker fetches the rest: GetWorkflowTaskHistory)."""
+def _first_page(tx: Tx, run: Row, page_bytes: int) -> list[bytes]:
+    """The claimed task's history through the run's length, or its first ``page_bytes``
+    (the worker fetches the rest: GetWorkflowTaskHistory). A history the run row says
+    fits one page is read in one statement, without sizing its events first."""
+    namespace, run_id, length = run["namespace"], run["run_id"], run["history_length"]
+    if run["history_size_bytes"] <= page_bytes:
+        return read_range(tx, namespace, run_id, 0, length)
     return read_page(tx, namespace, run_id, 0, length, max(length, 1), page_bytes)[0]
 
 
@@ -209,9 +213,7 @@ class _LeaseOps(_SqlOpsBase):
             queue_delay_ms=max(0, now - row["visible_at_ms"]),
             events=(
                 tx.whole_history(namespace, row["run_id"])
-                or _first_page(
-                    tx, namespace, row["run_id"], length, self._options.history.page_bytes
-                )
+                or _first_page(tx, run, self._options.history.page_bytes)
                 if length <= INLINE_HISTORY_EVENTS
                 else None
             ),
@@ -232,11 +234,7 @@ class _LeaseOps(_SqlOpsBase):
             # length seen by the claim, is the claim's snapshot (big reads stay off the
             # writer).
             page_bytes = self._options.history.page_bytes
-            events = await self._read(
-                lambda tx: _first_page(
-                    tx, namespace, run["run_id"], run["history_length"], page_bytes
-                )
-            )
+            events = await self._read(lambda tx: _first_page(tx, run, page_bytes))
         return ClaimedWorkflowTask(
             task_id=claim.task_id,
             worker_id=worker_id,
