@@ -135,6 +135,10 @@ RELEASED: dict[int, tuple[str, str]] = {
         "63d2b59f4a45a44246599b53932a57976ae99c8a55630fad59809f2268a74486",
         "bedee0ef05deed1cc7eb87161c2542fc6af34f8fe4f864575fb7b191fb0276c8",
     ),
+    29: (
+        "4f53cda18c2baa0c0354bb5f9a3ecbe5ed12ab4d8e11ba873c2f11161202b945",
+        "d303c90f16c4308e3b81bf206ede6e40d214b3a4dfe55429e23851d0f49e5757",
+    ),
 }
 
 #: Words of one dialect's types and functions that must never reach the other's

@@ -550,6 +550,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         "payload uploads per uploader, payload quotas, server secrets",
         lambda d: (*upload_scoping_migration(d), *secret_tables(d)),
     ),
+    Migration(
+        29,
+        "the hot-path decision and start in fewer statements",
+        postgres_functions=("drpc_record_decision", "drpc_start_workflow"),
+    ),
 )
 
 
