@@ -19,6 +19,7 @@ from tests.e2e.test_rate_limits import (
     RUNS,
     RateWorker,
     assert_rate_held,
+    both_workers_registered,
     start_backlog,
     starts,
 )
@@ -45,6 +46,7 @@ async def test_a_rate_limit_holds_across_two_replicas(
                 scope=pb.RATE_LIMIT_SCOPE_KEY, name=KEY, permits=RATE, period={"seconds": 1}
             ),
         )
+        await both_workers_registered(client)
         handles = await start_backlog(client, "pg")
         await assert_rate_held(log)
         await client.call(
