@@ -24,22 +24,6 @@ class CycleGate:
         self._polling: Counter[Hashable] = Counter()
         self._parked: defaultdict[Hashable, deque[asyncio.Future[None]]] = defaultdict(deque)
         self._closed = False
-        #: The most cycles of one kind that were not parked at once (a gauge for tests
-        #: and the supervisor's report).
-        self.peak_active: Counter[Hashable] = Counter()
-        self._active: Counter[Hashable] = Counter()
-
-    def join(self, kind: Hashable) -> None:
-        """A cycle of ``kind`` starts (active)."""
-        self._change_active(kind, 1)
-
-    def leave(self, kind: Hashable) -> None:
-        """A cycle of ``kind`` ends."""
-        self._change_active(kind, -1)
-
-    def active(self, kind: Hashable) -> int:
-        """Cycles of ``kind`` started and not parked."""
-        return self._active[kind]
 
     @contextmanager
     def polling(self, kind: Hashable) -> Iterator[None]:
@@ -68,11 +52,9 @@ class CycleGate:
             return
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._parked[kind].append(waiter)
-        self._change_active(kind, -1)
         try:
             await waiter
         finally:
-            self._change_active(kind, 1)
             if waiter.cancelled():  # the cycle was cancelled while parked
                 with suppress(ValueError):
                     self._parked[kind].remove(waiter)
@@ -85,7 +67,3 @@ class CycleGate:
                 waiter = parked.popleft()
                 if not waiter.done():
                     waiter.set_result(None)
-
-    def _change_active(self, kind: Hashable, delta: int) -> None:
-        self._active[kind] += delta
-        self.peak_active[kind] = max(self.peak_active[kind], self._active[kind])

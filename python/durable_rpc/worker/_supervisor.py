@@ -249,21 +249,6 @@ class WorkflowSupervisor:
         *,
         parks: bool,
     ) -> None:
-        gate_key = kinds[0] if len(kinds) == 1 else tuple(kinds)
-        self._gate.join(gate_key)
-        try:
-            await self._cycle_until_stopped(kinds, token, report, parks=parks)
-        finally:
-            self._gate.leave(gate_key)
-
-    async def _cycle_until_stopped(
-        self,
-        kinds: list[TaskKind],
-        token: CancellationToken,
-        report: SupervisorReport,
-        *,
-        parks: bool,
-    ) -> None:
         errors = 0
         turn = 0
         if parks:
