@@ -67,7 +67,7 @@ def database(store: str, pg_url: str | None, tmp: str) -> Iterator[str]:
 
     with _cluster(pg_url) as base:
         name = f"bench_{uuid.uuid4().hex[:12]}"
-        from durable_rpc.store._postgres import parse_url
+        from durable_rpc.store._pg_url import parse_url
 
         admin = parse_url(base)[0]  # without the store's own parameters (hot_path=...)
         with psycopg.connect(admin, autocommit=True) as conn:

@@ -242,7 +242,7 @@ async def measure(
         # their namespace (measured: the same throughput, but 20x the buffers per lookup).
         import psycopg
 
-        from durable_rpc.store._postgres import parse_url
+        from durable_rpc.store._pg_url import parse_url
 
         with psycopg.connect(parse_url(db_url)[0], autocommit=True) as conn:
             conn.execute("ANALYZE")

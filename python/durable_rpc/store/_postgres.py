@@ -26,12 +26,10 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import functools
 import logging
 import random
 import threading
 import time
-import urllib.parse
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -43,13 +41,10 @@ from psycopg.rows import dict_row
 
 from durable_rpc.errors import (
     DurableRpcError,
-    InternalError,
     InvalidArgumentError,
     StoreUnavailableError,
-    WorkflowAlreadyStartedError,
 )
 from durable_rpc.store._admin_records import ApiKeyLookup
-from durable_rpc.store._dialects import POSTGRES
 from durable_rpc.store._fairness import DEFAULT_PRIORITY
 from durable_rpc.store._key_cache import KeyCache
 from durable_rpc.store._logic import parse_payload, validate_commands
@@ -61,6 +56,8 @@ from durable_rpc.store._pg_hot import START_CALL, Decision, DecisionCall, StartC
 from durable_rpc.store._pg_hot_sql import FALLBACK_SQLSTATE
 from durable_rpc.store._pg_listen import Listener, encode, notify_statements
 from durable_rpc.store._pg_pool import PgPool
+from durable_rpc.store._pg_tx import PG_NOW_MS, PgTx, map_error, rollback
+from durable_rpc.store._pg_url import hot_path_enabled, parse_url, redact
 from durable_rpc.store._records import (
     ActivityCompletion,
     DirectClaim,
@@ -73,7 +70,7 @@ from durable_rpc.store._records import (
     WorkflowTaskCompletion,
 )
 from durable_rpc.store._runs import check_start
-from durable_rpc.store._tx import Notes, Row, Tx
+from durable_rpc.store._tx import Notes, Tx
 from durable_rpc.v1 import workflow_task_pb2
 
 T = TypeVar("T")
@@ -81,10 +78,6 @@ A = TypeVar("A")
 
 _log = logging.getLogger("durable_rpc.store.postgres")
 
-#: Store parameters accepted in the URL's query string (the rest goes to libpq).
-_OWN_PARAMS = ("pool_size", "acquire_timeout", "hot_path")
-DEFAULT_POOL_SIZE = 10
-DEFAULT_ACQUIRE_TIMEOUT_S = 5.0
 #: Retries of an operation that hit a deadlock, a serialization failure or a unique
 #: violation caused by a concurrent transaction.
 MAX_CONFLICT_RETRIES = 8
@@ -92,11 +85,6 @@ MAX_CONFLICT_RETRIES = 8
 MAX_CONNECTION_RETRIES = 2
 #: Key of the advisory lock held while migrating (any constant unique to this schema).
 MIGRATION_LOCK_KEY = 0x64757261626C65  # "durable"
-#: The database clock in integer milliseconds since the epoch.
-PG_NOW_MS = POSTGRES.now_ms
-
-_BEGIN_WRITE = f"BEGIN; SELECT {PG_NOW_MS} AS now_ms"
-_BEGIN_READ = f"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SELECT {PG_NOW_MS} AS now_ms"
 #: libpq settings so a silently dead peer is noticed within seconds, not hours.
 _CONNECT_KWARGS: dict[str, Any] = {
     "autocommit": True,
@@ -108,114 +96,6 @@ _CONNECT_KWARGS: dict[str, Any] = {
     "keepalives_count": 3,
 }
 _CONFLICTS = (pg_errors.DeadlockDetected, pg_errors.SerializationFailure, pg_errors.UniqueViolation)
-
-
-@functools.lru_cache(maxsize=4096)
-def _to_pg(statement: str) -> str:
-    """``?`` placeholders to psycopg's ``%s`` (the shared SQL has no other ``?`` or ``%``)."""
-    return statement.replace("%", "%%").replace("?", "%s")
-
-
-class _PgTx(Tx):
-    claim_lock_suffix = " FOR UPDATE SKIP LOCKED"
-
-    def __init__(
-        self,
-        conn: psycopg.Connection[Any],
-        *,
-        write: bool,
-        known_namespaces: set[str] | None = None,
-        snapshot: bool = True,
-    ) -> None:
-        super().__init__(known_namespaces)
-        if write:
-            # A run read by a write is locked until commit: a concurrent close (or any
-            # change) is waited for, then seen, exactly as if the two ran one after another.
-            self.row_lock_suffix = " FOR UPDATE"
-        # One cursor for the whole transaction (a cursor per statement costs ~20 us).
-        self._cursor = conn.cursor()
-        self._now: int | None = None
-        if write or snapshot:
-            # BEGIN and the clock in one round trip (a multi-statement simple query).
-            self._cursor.execute(_BEGIN_WRITE if write else _BEGIN_READ)
-            self._cursor.nextset()
-            row = self._cursor.fetchone()
-            assert row is not None
-            self._now = row["now_ms"]
-
-    def _fetch(self, sql_: str, params: Sequence[Any]) -> list[Row]:
-        cursor = self._cursor.execute(_to_pg(sql_), tuple(params))
-        # No result set (an UPDATE without RETURNING): no columns. Cheaper than asking for
-        # ``cursor.description``, which builds a Column object per column (~6% of the
-        # store's CPU, py-spy).
-        result = cursor.pgresult
-        if result is None or not result.nfields:
-            return []
-        rows: list[Row] = cursor.fetchall()
-        return rows
-
-    def _execute(self, sql_: str, params: Sequence[Any]) -> int:
-        return self._cursor.execute(_to_pg(sql_), tuple(params)).rowcount
-
-    def _write_events(
-        self, namespace: str, run_id: str, length: int, size: int, rows: list[tuple[Any, ...]]
-    ) -> None:
-        # One round trip: the length update rides along as a data-modifying CTE.
-        placeholders = ", ".join(["(?, ?, ?, ?, ?, ?)"] * len(rows))
-        self._execute(
-            "WITH grown AS (UPDATE runs SET history_length = ?, history_size_bytes = ? "
-            "WHERE namespace = ? AND run_id = ?) "
-            "INSERT INTO history (namespace, run_id, event_id, kind, event_time_ms, data) "
-            f"VALUES {placeholders}",
-            [length, size, namespace, run_id, *(value for row in rows for value in row)],
-        )
-
-    def now_sql(self) -> str:
-        # A subquery: evaluated once per statement, so an index can range on it (the bare
-        # clock_timestamp() is volatile: a condition on it is checked row by row).
-        return f"(SELECT {PG_NOW_MS})" if self._now is None else str(self._now)
-
-    def now_ms(self) -> int:
-        if self._now is None:  # no transaction (``_read_latest``): read the clock now
-            row = self._cursor.execute(f"SELECT {PG_NOW_MS} AS now_ms").fetchone()
-            assert row is not None
-            self._now = int(row["now_ms"])
-        return self._now
-
-
-def parse_url(url: str) -> tuple[str, int, float]:
-    """(libpq URL, pool size, acquire timeout) from a ``postgresql://`` URL."""
-    parts = urllib.parse.urlsplit(url)
-    query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
-    own = {k: v for k, v in query if k in _OWN_PARAMS}
-    rest = [(k, v) for k, v in query if k not in _OWN_PARAMS]
-    try:
-        pool_size = int(own.get("pool_size", DEFAULT_POOL_SIZE))
-        acquire_timeout = float(own.get("acquire_timeout", DEFAULT_ACQUIRE_TIMEOUT_S))
-    except ValueError as exc:
-        raise InvalidArgumentError(f"invalid store parameter in {redact(url)!r}: {exc}") from exc
-    if pool_size < 1 or acquire_timeout <= 0:
-        raise InvalidArgumentError(f"pool_size and acquire_timeout must be positive: {url!r}")
-    conninfo = urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(rest)))
-    return conninfo, pool_size, acquire_timeout
-
-
-def hot_path_enabled(url: str) -> bool:
-    """The ``hot_path`` URL parameter: ``on`` (default) runs the hot operations as one
-    server-side function call each (``_pg_hot``); ``off`` runs every operation as
-    separate statements (the general path), e.g. to compare the two."""
-    values = urllib.parse.parse_qs(urllib.parse.urlsplit(url).query).get("hot_path", ["on"])
-    if values[-1] not in ("on", "off"):
-        raise InvalidArgumentError(f"hot_path must be on or off, not {values[-1]!r}")
-    return values[-1] == "on"
-
-
-def redact(url: str) -> str:
-    parts = urllib.parse.urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
-    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
 
 
 class PostgresStore(Store):
@@ -413,7 +293,7 @@ class PostgresStore(Store):
             committing = False
             discard = False
             try:
-                tx = _PgTx(
+                tx = PgTx(
                     conn, write=write, known_namespaces=self.known_namespaces, snapshot=snapshot
                 )
                 result = tx.perform(fn)
@@ -421,13 +301,13 @@ class PostgresStore(Store):
                 if write or snapshot:
                     self._commit(conn, tx.notes if write else None)
             except DurableRpcError:
-                discard = not _rollback(conn)
+                discard = not rollback(conn)
                 if write:
                     self._count(failed=True, began=began)
                 raise
             except psycopg.Error as exc:
                 connection_lost = conn.closed or conn.broken
-                discard = connection_lost or not _rollback(conn)
+                discard = connection_lost or not rollback(conn)
                 if connection_lost:
                     self._pool.discard_idle()
                     if committing:
@@ -446,7 +326,7 @@ class PostgresStore(Store):
                     continue
                 if write:
                     self._count(failed=True, began=began)
-                raise _map_error(exc) from exc
+                raise map_error(exc) from exc
             finally:
                 self._pool.release(conn, discard=discard)
             if write:
@@ -671,7 +551,7 @@ class PostgresStore(Store):
                 self._pool.discard_idle()
                 return None
             self._count(failed=True, began=began)
-            raise _map_error(exc) from exc
+            raise map_error(exc) from exc
         finally:
             self._pool.release(conn, discard=discard)
         assert row is not None
@@ -715,24 +595,3 @@ class PostgresStore(Store):
             notes.deliver(listener)
         except Exception:
             _log.exception("store listener failed")
-
-
-def _rollback(conn: psycopg.Connection[Any]) -> bool:
-    """Rolls back the open transaction; False if the connection is unusable."""
-    if conn.closed or conn.broken:
-        return False
-    try:
-        conn.execute("ROLLBACK")
-    except psycopg.Error:
-        return False
-    return True
-
-
-def _map_error(exc: psycopg.Error) -> DurableRpcError:
-    if isinstance(exc, pg_errors.UniqueViolation):
-        if exc.diag.constraint_name == "runs_open_workflow_id":
-            return WorkflowAlreadyStartedError("the workflow id already has an open run")
-        return InternalError(f"store invariant violated: {exc}")
-    if isinstance(exc, pg_errors.IntegrityError | pg_errors.ProgrammingError | pg_errors.DataError):
-        return InternalError(f"store error: {exc}")
-    return StoreUnavailableError(f"database error: {exc}")
