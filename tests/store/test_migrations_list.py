@@ -137,7 +137,7 @@ RELEASED: dict[int, tuple[str, str]] = {
     ),
     29: (
         "4f53cda18c2baa0c0354bb5f9a3ecbe5ed12ab4d8e11ba873c2f11161202b945",
-        "d303c90f16c4308e3b81bf206ede6e40d214b3a4dfe55429e23851d0f49e5757",
+        "e0d5b91f249d27d5f8b892bb1e3dd2e1e74bacb5037ae370d7334447cf5c0ff4",
     ),
 }
 

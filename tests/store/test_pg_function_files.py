@@ -71,3 +71,28 @@ async def test_a_migrated_database_runs_each_function_s_last_file() -> None:
     assert installed == {
         name: _body(statement_of(_text(name, version))) for name, version in last.items()
     }
+
+
+@pytest.mark.skipif(not pg.available(), reason="needs PostgreSQL")
+async def test_the_hot_functions_plan_by_key_whatever_the_tables_held_at_first_call() -> None:
+    """Their generic plans are made on a connection's first call, often on a new (empty)
+    database: a plan that scans a table whole would keep doing so as the table grows."""
+    cluster = pg.require_cluster()
+    url = cluster.create_database()
+    try:
+        store = open_store(url)
+        await store.open()
+        await store.close()
+        with psycopg.connect(url) as conn:
+            settings = dict(
+                conn.execute(
+                    "SELECT proname, proconfig FROM pg_proc WHERE proname = ANY (%s)",
+                    (["drpc_record_decision", "drpc_start_workflow"],),
+                ).fetchall()
+            )
+    finally:
+        cluster.drop_database(url)
+    assert set(settings) == {"drpc_record_decision", "drpc_start_workflow"}
+    for config in settings.values():
+        assert "enable_seqscan=off" in config
+        assert "plan_cache_mode=force_generic_plan" in config

@@ -4,7 +4,7 @@
 -- writes the history's length and size itself; a start claimed for a waiting poller
 -- inserts its workflow task leased (the row a queued INSERT and the claim's UPDATE left,
 -- attempt 1 and token 1, so the run's wft_attempt stays 1); the row is returned without
--- a query.
+-- a query. Its plans never scan a table whole (enable_seqscan off).
 CREATE OR REPLACE FUNCTION drpc_start_workflow(
   p_ns text, p_workflow_id text, p_type text, p_version text, p_queue text,
   p_request_id text, p_run text, p_started_head bytea, p_started_tail bytea,
@@ -16,6 +16,9 @@ RETURNS TABLE (o_now bigint, o_event bytea, o_task_id bigint, o_claimed boolean,
 LANGUAGE plpgsql
 -- Generic plans: a custom plan pruned by this call's values costs a planning each call.
 SET plan_cache_mode = force_generic_plan
+-- Every statement here reads rows by key: no plan made while the tables were small may
+-- scan them whole later (see drpc_record_decision).
+SET enable_seqscan = off
 AS $fn$
 DECLARE
   v_now bigint := (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::bigint;
