@@ -45,3 +45,9 @@ def test_hot_path_is_on_or_off_and_nothing_else() -> None:
 def test_redact_hides_the_password_only() -> None:
     assert redact(BASE) == "postgresql://app:***@db.example:5433/durable"
     assert redact("postgresql://app@db.example/durable") == "postgresql://app@db.example/durable"
+
+
+def test_libpq_parameters_reach_libpq_as_written() -> None:
+    """A space in ``options`` stays a space (``%20``): libpq reads ``+`` literally."""
+    conninfo, _, _ = parse_url(f"{BASE}?options=-c%20statement_timeout%3D5s&pool_size=2")
+    assert conninfo == f"{BASE}?options=-c%20statement_timeout%3D5s"

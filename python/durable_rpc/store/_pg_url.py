@@ -28,7 +28,9 @@ def parse_url(url: str) -> tuple[str, int, float]:
         raise InvalidArgumentError(
             f"pool_size and acquire_timeout must be positive: {redact(url)!r}"
         )
-    conninfo = urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(rest)))
+    conninfo = urllib.parse.urlunsplit(
+        parts._replace(query=urllib.parse.urlencode(rest, quote_via=urllib.parse.quote))
+    )
     return conninfo, pool_size, acquire_timeout
 
 
