@@ -352,3 +352,104 @@ async def test_repeated_and_conflicting_starts_take_the_general_path(pair: Pair)
         await store.start_workflow(NS, "warm-up", "Order", "1", QUEUE, payload(b"x"), "req-2")
     assert store.stats.hot_calls == 0
     assert len(await history(store, "warm-up")) == 1
+
+
+async def _configure_flow_control(store: Store, permits: int, slots: int) -> None:
+    """A limit of ``slots`` on the run's queue, a rate limit of ``permits`` an hour (that
+    burst) on activity type ``act``, an admission policy of 1,000 open runs and starts."""
+    await store.set_task_queue_limit(NS, QUEUE, slots)
+    await store.set_rate_limit(NS, "activity_type", "act", permits, 3_600_000)
+    await store.set_namespace_admission(NS, 1_000, 1_000, 3_600_000, "queue")
+
+
+async def test_flow_control_that_does_not_bind_stays_on_the_function(pair: Pair) -> None:
+    for store in (pair.hot, pair.general):
+        await _configure_flow_control(store, permits=1_000, slots=1_000)
+    await asyncio.gather(_scenario(pair.hot), _scenario(pair.general))
+    # Both starts, the decision and both inline ones (setting the limits taught the store
+    # the namespace: the warm-up start is the function's too).
+    assert pair.hot.stats.hot_calls == 5
+    order = " ORDER BY kind, seq NULLS FIRST"
+    assert _rows(pair.hot_url, f"SELECT {_TASK_COLUMNS} FROM tasks{order}") == _rows(
+        pair.general_url, f"SELECT {_TASK_COLUMNS} FROM tasks{order}"
+    )
+    runs = f"SELECT workflow_id, {_RUN_COLUMNS}, admission FROM runs ORDER BY workflow_id"
+    assert _rows(pair.hot_url, runs) == _rows(pair.general_url, runs)
+    # Both took the same tokens: the two eager claims' and the two starts'.
+    taken = (
+        "SELECT (tat_us - updated_at_ms * 1000) / interval_us AS claims, "
+        "(SELECT round(tokens) FROM namespace_admission) AS starts_left FROM rate_limits"
+    )
+    assert _rows(pair.hot_url, taken) == _rows(pair.general_url, taken)
+    assert _rows(pair.hot_url, taken)[0]["starts_left"] == 998
+
+
+async def _two_eager(store: Store) -> list[ClaimedActivityTask]:
+    """A start, then a decision scheduling two ``act`` activities, both asked eagerly."""
+    await start(store, "warm-up", queue="warm")
+    await start(store)
+    task = await claim(store)
+    done = await store.complete_workflow_task_tracked(
+        NS,
+        task.lease,
+        1,
+        [schedule(1, "act"), schedule(2, "act")],
+        eager=EagerActivities(QUEUE, frozenset({"act"}), 2),
+    )
+    return done.eager_activities
+
+
+@pytest.mark.parametrize(
+    ("permits", "slots", "deferred"),
+    [(1, 1_000, "rate_deferred_claims"), (1_000, 1, "deferred_claims")],
+    ids=["rate limit", "queue limit"],
+)
+async def test_a_binding_limit_defers_an_eager_claim_as_the_general_path_does(
+    pair: Pair, permits: int, slots: int, deferred: str
+) -> None:
+    other = open_store(pair.hot_url, FAST)
+    heard = RecordingListener()
+    other.set_listener(heard)
+    await other.open()
+    try:
+        for store in (pair.hot, pair.general):
+            await _configure_flow_control(store, permits=permits, slots=slots)
+        hot, general = await asyncio.gather(_two_eager(pair.hot), _two_eager(pair.general))
+        assert pair.hot.stats.hot_calls == 3  # both starts and the decision
+        assert [_claim_view(t) for t in hot] == [_claim_view(t) for t in general]
+        assert [t.seq for t in hot] == [1]  # the second stays queued for the polls
+        assert getattr(pair.hot.stats, deferred) == getattr(pair.general.stats, deferred) == 1
+        order = " ORDER BY kind, seq NULLS FIRST"
+        assert _rows(pair.hot_url, f"SELECT {_TASK_COLUMNS} FROM tasks{order}") == _rows(
+            pair.general_url, f"SELECT {_TASK_COLUMNS} FROM tasks{order}"
+        )
+
+        async def woken() -> bool | None:
+            if (NS, QUEUE, "activity") in heard.tasks:
+                return True
+            await heard.changed.wait()
+            heard.changed.clear()
+            return None
+
+        # The queued one's polls are woken on every replica.
+        await eventually(woken, what="the queue's wake-up on the other replica")
+    finally:
+        await other.close()
+
+
+async def test_admission_that_binds_is_the_general_path_s(pair: Pair) -> None:
+    store = pair.hot
+    await start(store, "warm-up", queue="warm")  # the store learns the namespace
+    await store.set_namespace_admission(NS, 2, None, None, "queue")
+    await start(store, "wf-1")
+    assert store.stats.hot_calls == 1  # admitted by the function
+    await start(store, "wf-2")
+    assert store.stats.hot_calls == 1  # over the limit: deferred by the general path
+    waiting = "SELECT workflow_id, admission FROM runs ORDER BY workflow_id"
+    assert [r["admission"] for r in _rows(pair.hot_url, waiting)] == [None, None, "deferred"]
+    task = await claim(store)
+    assert task.workflow_id == "wf-1"  # the deferred run has no workflow task
+    await store.complete_workflow_task_tracked(NS, task.lease, 1, [complete(1, b"ok")])
+    assert store.stats.hot_calls == 1  # a run waits: its close admits it on the general path
+    assert [r["admission"] for r in _rows(pair.hot_url, waiting)] == [None, None, None]
+    assert (await claim(store)).workflow_id == "wf-2"

@@ -4,8 +4,10 @@ by the store on every start (StartWorkflow, SignalWithStartWorkflow) of the name
 A namespace's policy is its row of ``namespace_admission``. A namespace without a row is
 unlimited and its starts stay what they were: the run's INSERT reads the row with a
 primary-key probe folded into its RETURNING (``ADMISSION_PROBE``), no statement more;
-PostgreSQL's hot-path start and decision functions hand such a namespace to the general
-path (a start, and a decision that closes its run).
+PostgreSQL's hot-path start function admits a run at once when the policy allows it
+(nothing waits, room and a token), and its decision function closes a run when no run
+waits (there is no one to admit); every other case of a namespace with a policy is this
+general path's (``pg_functions/*.v30.sql``).
 
 With a row, the start locks it (PostgreSQL FOR UPDATE: starts and closes of the namespace
 on every replica serialize on it, and each counts the others' committed runs) and either

@@ -61,11 +61,15 @@ class Migration:
     #: PostgreSQL's hot-path functions this version creates or replaces, by name: each
     #: the whole text of ``pg_functions/<name>.v<version>.sql``, applied after ``schema``.
     postgres_functions: tuple[str, ...] = ()
+    #: Hot-path functions (name and argument types) dropped before those are created: a
+    #: new version whose signature or result columns differ is a new function.
+    postgres_dropped: tuple[str, ...] = ()
 
     @property
     def postgres_only(self) -> tuple[str, ...]:
         """The statements PostgreSQL applies after ``schema``."""
-        return pg_functions(self.version, *self.postgres_functions)
+        drops = tuple(f"DROP FUNCTION {signature}" for signature in self.postgres_dropped)
+        return drops + pg_functions(self.version, *self.postgres_functions)
 
     def in_dialect(self, dialect: Dialect) -> DialectMigration:
         statements = self.schema(dialect)
@@ -554,6 +558,19 @@ MIGRATIONS: tuple[Migration, ...] = (
         29,
         "the hot-path decision and start in fewer statements",
         postgres_functions=("drpc_record_decision", "drpc_start_workflow"),
+    ),
+    Migration(
+        30,
+        "flow control that does not bind in the hot path",
+        postgres_functions=("drpc_record_decision", "drpc_start_workflow"),
+        # Version 30 of the decision returns more columns, which CREATE OR REPLACE cannot
+        # change.
+        postgres_dropped=(
+            "drpc_record_decision(text, text, bigint, text, bigint, bytea, bytea, text, "
+            "text, bigint, bytea, bigint[], text[], text[], bytea[], bytea[], bytea[], "
+            "bigint[], bigint[], bigint[], bigint[], text[], boolean[], bytea, bytea, "
+            "bigint, bigint, text, text)",
+        ),
     ),
 )
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from durable_rpc.store._logic import activity_timeouts
 from durable_rpc.store._ops_leases import lease_check_at
-from durable_rpc.store._options import HistoryLimits
+from durable_rpc.store._options import HistoryLimits, StoreStats
 from durable_rpc.store._records import (
     ClaimedActivityTask,
     ClaimedWorkflowTask,
@@ -31,7 +31,7 @@ from durable_rpc.store._records import (
 from durable_rpc.store._tx import Notes
 from durable_rpc.v1 import history_pb2, payload_pb2, workflow_task_pb2
 
-CALL = "SELECT * FROM drpc_record_decision(" + ", ".join(["%s"] * 29) + ")"
+CALL = "SELECT * FROM drpc_record_decision(" + ", ".join(["%s"] * 30) + ")"
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,8 +82,6 @@ class DecisionCall:
     worker_id: str
     scheduled: tuple[_Scheduled, ...]
     close_result: payload_pb2.Payload | None
-    #: Queues whose activity polls the commit wakes (its NOTIFY and the local notes).
-    notify_queues: tuple[str, ...]
     namespace: str
     args: tuple[Any, ...]
 
@@ -142,11 +140,6 @@ class DecisionCall:
             # Every activity on the run's queue goes to this worker: nobody to wake there.
             queues.discard(run_queue)
         namespace, lease = decision.namespace, decision.lease
-        notify_queues = tuple(sorted(queues))
-        # The NOTIFY payload's start (the function adds the closed run and the due time).
-        notify = '{"o":' + json.dumps(origin)
-        if notify_queues:
-            notify += ',"t":' + json.dumps([[namespace, q, "activity"] for q in notify_queues])
         close_result = commands[0].complete_workflow.result if closing else None
         result = decision.result
         args = (
@@ -189,12 +182,17 @@ class DecisionCall:
             limits.max_events,
             limits.max_bytes,
             channel,
-            notify,
+            origin,
+            # Queues whose activity polls the commit wakes (the function may add to them).
+            sorted(queues),
         )
-        return cls(lease.worker_id, tuple(scheduled), close_result, notify_queues, namespace, args)
+        return cls(lease.worker_id, tuple(scheduled), close_result, namespace, args)
 
-    def answer(self, row: dict[str, Any]) -> tuple[WorkflowTaskCompletion, Notes]:
-        """The recorded decision and the notes to deliver locally, from the function's row."""
+    def answer(
+        self, row: dict[str, Any], stats: StoreStats
+    ) -> tuple[WorkflowTaskCompletion, Notes]:
+        """The recorded decision and the notes to deliver locally, from the function's row
+        (the eager claims it deferred are counted in ``stats``)."""
         namespace, run_id = self.namespace, str(row["o_run_id"])
         claimed = [
             ClaimedActivityTask(
@@ -217,11 +215,13 @@ class DecisionCall:
             for s, task_id, expires in zip(
                 self.scheduled, row["o_task_ids"], row["o_expires"], strict=True
             )
-            if s.eager
+            if s.eager and expires is not None  # else deferred by a limit: left queued
         ]
+        stats.deferred_claims += row["o_deferred_by_limit"]
+        stats.rate_deferred_claims += row["o_deferred_by_rate"]
         claimed.sort(key=lambda task: task.seq)
         notes = Notes()
-        notes.tasks.update((namespace, queue, "activity") for queue in self.notify_queues)
+        notes.tasks.update((namespace, queue, "activity") for queue in row["o_wake"])
         notes.due.update(row["o_dues"])
         if self.close_result is not None:
             notes.closed.append((namespace, run_id))

@@ -426,7 +426,8 @@ class PostgresStore(Store):
         row = await self._submit(self._call_once, (DECISION_CALL, call.args))
         if row is None:
             return None
-        completion, notes = call.answer(row)
+        with self._stats_lock:
+            completion, notes = call.answer(row, self._stats)
         self._settle_call(notes)
         return completion
 

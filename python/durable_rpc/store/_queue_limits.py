@@ -9,8 +9,8 @@ FOR UPDATE, so two replicas claiming at once serialize on it and the second coun
 first's lease; SQLite has one writer) and count the queue's leased activity attempts in
 the same transaction. A claim over the limit leaves the task queued (deferred, never
 failed); a completion or failure on a limited queue wakes its pollers (``slot_freed``).
-PostgreSQL's hot-path decision leaves a limited queue's cases to this general path
-(``pg_functions/drpc_record_decision.v15.sql``).
+PostgreSQL's hot-path decision does the same itself for its eager claims and its
+activity completions (``pg_functions/drpc_record_decision.v30.sql``).
 """
 
 from __future__ import annotations

@@ -19,8 +19,8 @@ A namespace without a rate limit pays an uncorrelated probe of the empty prefix 
 ``rate_limits`` folded into the candidate SELECT it runs anyway (``RATE_OPEN``), no
 statement more; an empty claim asks once more, for the poll's next look
 (``next_token_ms``).
-PostgreSQL's hot-path decision leaves eager claims in a namespace with rate limits to
-this general path (``pg_functions/drpc_record_decision.v20.sql``).
+PostgreSQL's hot-path decision takes its eager claims' tokens itself, by the same rule
+in one conditional UPDATE (``pg_functions/drpc_record_decision.v30.sql``).
 """
 
 from __future__ import annotations
