@@ -453,3 +453,15 @@ async def test_admission_that_binds_is_the_general_path_s(pair: Pair) -> None:
     assert store.stats.hot_calls == 1  # a run waits: its close admits it on the general path
     assert [r["admission"] for r in _rows(pair.hot_url, waiting)] == [None, None, None]
     assert (await claim(store)).workflow_id == "wf-2"
+
+
+async def test_a_function_replaced_by_a_newer_version_leaves_the_general_path(pair: Pair) -> None:
+    # A newer version's migration may give a function another signature while this
+    # replica still runs: its calls then find no such function.
+    with psycopg.connect(pair.hot_url, autocommit=True) as conn:
+        conn.execute("ALTER FUNCTION drpc_record_decision RENAME TO drpc_record_decision_next")
+    run_id, answers = await _scenario(pair.hot)
+    assert pair.hot.stats.hot_calls == 1  # the start's function is still there
+    assert [a.inline is not None for a in answers] == [True, True]
+    outcome = await pair.hot.get_outcome(NS, "wf-1", run_id)
+    assert (outcome.status, outcome.result) == ("completed", payload(b"bye"))

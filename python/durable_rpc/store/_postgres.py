@@ -96,6 +96,7 @@ _CONNECT_KWARGS: dict[str, Any] = {
     "keepalives_count": 3,
 }
 _CONFLICTS = (pg_errors.DeadlockDetected, pg_errors.SerializationFailure, pg_errors.UniqueViolation)
+_HANDED_BACK = (*_CONFLICTS, pg_errors.UndefinedFunction)
 
 
 class PostgresStore(Store):
@@ -545,7 +546,9 @@ class PostgresStore(Store):
         try:
             row: dict[str, Any] | None = conn.execute(statement, args).fetchone()
         except psycopg.Error as exc:
-            if exc.sqlstate == FALLBACK_SQLSTATE or isinstance(exc, _CONFLICTS):
+            # No such function: a newer version's migration gave it another signature;
+            # this replica works on the general path until it is upgraded.
+            if exc.sqlstate == FALLBACK_SQLSTATE or isinstance(exc, _HANDED_BACK):
                 return None
             if conn.closed or conn.broken:
                 discard = True
