@@ -159,6 +159,16 @@ def refusal(policy: Row, admitted: int) -> str:
     return "earlier starts wait for admission"
 
 
+def _any_waiting(tx: Tx, namespace: str) -> bool:
+    """Whether a run of the namespace waits for admission (the partial index)."""
+    return bool(
+        tx.value(
+            "SELECT EXISTS (SELECT 1 FROM runs WHERE namespace = ? AND admission IS NOT NULL)",
+            (namespace,),
+        )
+    )
+
+
 def _key_admitted(tx: Tx, namespace: str, key: str) -> int:
     """Admitted open runs of a concurrency key (index ``runs_by_concurrency_key``)."""
     return int(
@@ -176,6 +186,10 @@ def admit_waiting(tx: Tx, namespace: str) -> int:
     may go); returns how many. Each gets its first workflow task now."""
     policy = locked_policy(tx, namespace)
     if policy is None:
+        return 0
+    if policy["next_admit_ms"] is None and not _any_waiting(tx, namespace):
+        # Nobody to admit (the common close): no count of the open runs, and the bucket
+        # refills the same whether or not it is written back now.
         return 0
     now = tx.now_ms()
     tokens = bucket_tokens(policy, now)
