@@ -140,8 +140,8 @@ RELEASED: dict[int, tuple[str, str]] = {
         "e0d5b91f249d27d5f8b892bb1e3dd2e1e74bacb5037ae370d7334447cf5c0ff4",
     ),
     30: (
-        "4f53cda18c2baa0c0354bb5f9a3ecbe5ed12ab4d8e11ba873c2f11161202b945",
-        "af311efb76d284c8505a259da0e3b6b998efcc59bd1c694c8eac32eb60525fa7",
+        "7c888bb878f72f73aa12e132df333712420a65acbf398a5fb6a85bd294c3fbd4",
+        "4ee11f906bddc5da848bc0351fa8353a0bb7029daf6f2f698fbc922f7ba99dca",
     ),
 }
 

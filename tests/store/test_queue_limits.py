@@ -64,7 +64,7 @@ async def test_claim_over_the_limit_is_deferred_until_an_attempt_ends(
     store: Store, listener: RecordingListener
 ) -> None:
     await store.set_task_queue_limit(NS, QUEUE, 2)
-    await _scheduled(store, 3)
+    await _scheduled(store, 4)
     first = await store.claim_activity_task(NS, QUEUE, "aw1", [])
     second = await store.claim_activity_task(NS, QUEUE, "aw2", [])
     assert first is not None and second is not None
@@ -74,7 +74,7 @@ async def test_claim_over_the_limit_is_deferred_until_an_attempt_ends(
     described = await store.describe_task_queue(NS, QUEUE)
     assert (described.max_concurrent_activities, described.activities_in_use) == (2, 2)
     activity_backlog = [b for b in described.backlog if b.kind == "activity"]
-    assert activity_backlog and activity_backlog[0].queued == 1  # deferred, not failed
+    assert activity_backlog and activity_backlog[0].queued == 2  # deferred, not failed
 
     # A completion frees a slot and wakes the queue's activity polls.
     listener.tasks.clear()
@@ -82,13 +82,26 @@ async def test_claim_over_the_limit_is_deferred_until_an_attempt_ends(
     assert (NS, QUEUE, "activity") in listener.tasks
     third = await store.claim_activity_task(NS, QUEUE, "aw3", [])
     assert third is not None and third.seq not in (first.seq, second.seq)
-    assert await store.claim_activity_task(NS, QUEUE, "aw4", []) is None
+    assert await store.claim_activity_task(NS, QUEUE, "aw4", []) is None  # deferred again
 
     # So does a failure (here: retried later, the slot is free meanwhile).
     listener.tasks.clear()
     await store.fail_activity_task(NS, second.lease, failure())
     assert (NS, QUEUE, "activity") in listener.tasks
     assert await _leased(store) == 1
+
+
+async def test_an_outcome_wakes_the_polls_only_after_a_deferred_claim(
+    store: Store, listener: RecordingListener
+) -> None:
+    await store.set_task_queue_limit(NS, QUEUE, 5)
+    await _scheduled(store, 2)
+    first = await store.claim_activity_task(NS, QUEUE, "aw1", [])
+    assert first is not None
+    listener.tasks.clear()
+    await store.complete_activity_task(NS, first.lease, payload(b"r"))
+    # No claim was deferred: no poll waits for the slot, none is woken.
+    assert (NS, QUEUE, "activity") not in listener.tasks
 
 
 async def test_unlimited_queue_and_other_queues_are_untouched(store: Store) -> None:

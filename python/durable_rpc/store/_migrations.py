@@ -32,7 +32,7 @@ from durable_rpc.store._fairness import fairness_schema
 from durable_rpc.store._ops_secrets import secret_tables
 from durable_rpc.store._payloads import payload_tables, upload_scoping_migration
 from durable_rpc.store._pg_hot_sql import pg_functions
-from durable_rpc.store._queue_limits import task_queue_limits_table
+from durable_rpc.store._queue_limits import CLAIM_DEFERRED_MIGRATION, task_queue_limits_table
 from durable_rpc.store._rate_limits import rate_limits_table
 from durable_rpc.store._schedule_buffer import schedule_buffer_table
 from durable_rpc.store._sessions import session_tables
@@ -562,6 +562,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         30,
         "flow control that does not bind in the hot path",
+        _everywhere(*CLAIM_DEFERRED_MIGRATION),
         postgres_functions=("drpc_record_decision", "drpc_start_workflow"),
         # Version 30 of the decision returns more columns, which CREATE OR REPLACE cannot
         # change.

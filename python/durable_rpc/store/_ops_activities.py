@@ -28,6 +28,7 @@ from durable_rpc.store._queue_limits import (
     QUEUE_LIMIT_COLUMN,
     QUEUE_LIMITED_RETURNING,
     free_slots,
+    mark_deferred,
     slot_freed,
 )
 from durable_rpc.store._rate_limits import (
@@ -176,6 +177,7 @@ class _ActivityOps(_WorkflowTaskOps):
             if candidate["queue_limit"] is not None and not free_slots(tx, namespace, task_queue):
                 # Deferred, not failed: the task stays queued for the claim after the
                 # next attempt's outcome on this queue (which wakes the polls).
+                mark_deferred(tx, namespace, task_queue)
                 self._stats.deferred_claims += 1
                 return ActivityPoll(None)
             if candidate["rate_limited"] is not None:

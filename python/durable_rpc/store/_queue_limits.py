@@ -8,7 +8,10 @@ statement more. Only when a row exists does the claim take the row's lock (Postg
 FOR UPDATE, so two replicas claiming at once serialize on it and the second counts the
 first's lease; SQLite has one writer) and count the queue's leased activity attempts in
 the same transaction. A claim over the limit leaves the task queued (deferred, never
-failed); a completion or failure on a limited queue wakes its pollers (``slot_freed``).
+failed) and marks the row (``claim_deferred``); a completion or failure on a limited
+queue wakes its pollers (``slot_freed``) only when the row is marked: otherwise no poll
+waits for the slot, and waking every poll of the queue for nothing cost each outcome a
+claim per waiting poll.
 PostgreSQL's hot-path decision does the same itself for its eager claims and its
 activity completions (``pg_functions/drpc_record_decision.v30.sql``).
 """
@@ -46,6 +49,12 @@ def task_queue_limits_table(d: Dialect) -> tuple[str, ...]:
     )
 
 
+#: Migration 30: the mark a claim deferred by the limit leaves on the row.
+CLAIM_DEFERRED_MIGRATION = (
+    "ALTER TABLE task_queue_limits ADD COLUMN claim_deferred INTEGER NOT NULL DEFAULT 0",
+)
+
+
 def activities_in_use(tx: Tx, namespace: str, task_queue: str) -> int:
     """The queue's leased activity attempts (an expired lease still counts: its attempt
     may still be running until the expiry pass takes it back)."""
@@ -72,9 +81,34 @@ def free_slots(tx: Tx, namespace: str, task_queue: str) -> int | None:
     return max(0, int(limit) - activities_in_use(tx, namespace, task_queue))
 
 
+def mark_deferred(tx: Tx, namespace: str, task_queue: str) -> None:
+    """A poll's claim was deferred by the limit (the row is locked by ``free_slots``): the
+    next attempt's outcome on the queue wakes its polls."""
+    tx.run(
+        "UPDATE task_queue_limits SET claim_deferred = 1 "
+        "WHERE namespace = ? AND task_queue = ? AND claim_deferred = 0",
+        (namespace, task_queue),
+    )
+
+
 def slot_freed(tx: Tx, task: Row) -> None:
-    """After an attempt's outcome on a limited queue: wake the queue's activity polls (a
-    deferred claim may now succeed). ``task`` is a row read with
-    ``QUEUE_LIMITED_RETURNING``."""
-    if task["queue_limited"]:
-        tx.notes.tasks.add((task["namespace"], task["task_queue"], "activity"))
+    """After an attempt's outcome on a limited queue: when a claim was deferred since the
+    last wake-up, wake the queue's activity polls (it may now succeed) and clear the mark.
+    The row is locked first: a claim counting the leases at the same time waits for this
+    commit and sees the slot free, or marked the row before and is woken. ``task`` is a
+    row read with ``QUEUE_LIMITED_RETURNING``."""
+    if not task["queue_limited"]:
+        return
+    key = (task["namespace"], task["task_queue"])
+    marked = tx.value(
+        "SELECT claim_deferred FROM task_queue_limits "
+        f"WHERE namespace = ? AND task_queue = ?{tx.row_lock_suffix}",
+        key,
+    )
+    if marked:
+        tx.run(
+            "UPDATE task_queue_limits SET claim_deferred = 0 "
+            "WHERE namespace = ? AND task_queue = ?",
+            key,
+        )
+        tx.notes.tasks.add((*key, "activity"))

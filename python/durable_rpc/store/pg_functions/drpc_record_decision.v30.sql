@@ -3,7 +3,8 @@
 -- locked, the leased attempts counted), one under a rate limit of its type takes a token
 -- of its bucket (GCRA, the row updated only when a token is there): either one short
 -- leaves the activity queued for the polls, as a claim that finds no room does. An
--- activity completed on a limited queue wakes that queue's polls (a slot is free). A
+-- activity completed on a limited queue wakes that queue's polls when a claim was
+-- deferred since the last wake-up (_queue_limits.slot_freed: the row locked first). A
 -- close in a namespace with an admission policy locks the policy and goes on when no run
 -- waits for admission (there is nobody to admit). The queues whose polls the commit
 -- wakes are the function's answer (o_wake), and the claims it deferred, by reason.
@@ -81,10 +82,24 @@ BEGIN
       outcome_kind = 'completed'
     WHERE task_id = p_task AND namespace = p_ns AND kind = p_kind AND state = 'leased'
       AND worker_id = p_worker AND fencing_token = p_token AND expires_at_ms > v_now
-    RETURNING run_id, seq, attempt, claimed_at_ms, task_queue
-      INTO v_run, v_seq, v_attempt, v_claimed, v_done_queue;
+    RETURNING run_id, seq, attempt, claimed_at_ms, task_queue, (SELECT 1 FROM
+        task_queue_limits l WHERE l.namespace = p_ns AND l.task_queue = tasks.task_queue)
+        IS NOT NULL
+      INTO v_run, v_seq, v_attempt, v_claimed, v_done_queue, v_slot_freed;
   IF NOT FOUND OR v_run <> coalesce(p_run, v_run) THEN
     RAISE EXCEPTION 'lease not live, or another run' USING ERRCODE = 'DRFB1';
+  END IF;
+  IF p_kind = 'activity' AND v_slot_freed THEN
+    -- A limited queue's slot is free: its polls are woken when a claim was deferred since
+    -- the last wake-up, with the row locked first (as the general path, before the run).
+    SELECT claim_deferred = 1 INTO v_slot_freed FROM task_queue_limits
+      WHERE namespace = p_ns AND task_queue = v_done_queue FOR UPDATE;
+    IF v_slot_freed THEN
+      UPDATE task_queue_limits SET claim_deferred = 0
+        WHERE namespace = p_ns AND task_queue = v_done_queue;
+    END IF;
+  ELSE
+    v_slot_freed := false;
   END IF;
   SELECT * INTO r FROM runs WHERE namespace = p_ns AND run_id = v_run FOR UPDATE;
   IF NOT FOUND OR r.status <> 'running' OR r.history_length <> p_last_seen
@@ -110,15 +125,12 @@ BEGIN
         AND h.kind = 'activity' AND h.task_queue = r.task_queue AND h.state = 'queued'
         AND h.priority < 3),
       v_eager AND EXISTS (SELECT 1 FROM rate_limits rl WHERE rl.namespace = p_ns),
-      p_kind = 'activity' AND EXISTS (SELECT 1 FROM task_queue_limits l
-        WHERE l.namespace = p_ns AND l.task_queue = v_done_queue),
       CASE WHEN v_eager THEN (SELECT l.max_concurrent_activities FROM task_queue_limits l
         WHERE l.namespace = p_ns AND l.task_queue = r.task_queue) END,
       v_closing AND EXISTS (SELECT 1 FROM namespace_admission a WHERE a.namespace = p_ns),
       v_closing AND EXISTS (
         SELECT 1 FROM budget_reservations b WHERE b.namespace = p_ns AND b.run_id = v_run)
-    INTO v_busy, v_pinned, v_outranked, v_rate_on, v_slot_freed, v_limit, v_admission,
-      v_budget;
+    INTO v_busy, v_pinned, v_outranked, v_rate_on, v_limit, v_admission, v_budget;
   IF v_busy THEN
     RAISE EXCEPTION 'a workflow task or used seq, or children' USING ERRCODE = 'DRFB1';
   END IF;
